@@ -1,0 +1,1 @@
+"""dagnats-trio: a durable workflow and agent runtime for Trio, on NATS JetStream."""

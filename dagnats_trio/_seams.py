@@ -1,0 +1,64 @@
+"""The internal crash seam.
+
+The SDK, the journal and the engine call :func:`crash_point` at each boundary where a crash
+leaves different durable state. Production installs no hook, so each call is one attribute read.
+Tests install a hook for the current Trio run (a ``contextvars`` variable, so concurrent tests and
+embedded services never see each other's hooks) that raises to kill the holder or blocks to stall
+it past AckWait.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import enum
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+
+import attrs
+
+
+class Seam(enum.Enum):
+    BEFORE_CLAIM = "before_claim"
+    AFTER_CLAIM = "after_claim"
+    AFTER_TOOL_INTENT = "after_tool_intent"
+    INSIDE_TOOL = "inside_tool"
+    AFTER_TOOL_RESULT = "after_tool_result"
+    AFTER_COMMIT = "after_commit"
+    AFTER_LIFECYCLE_EVENT = "after_lifecycle_event"
+    ENGINE_AFTER_DISPATCH_SAVED = "engine_after_dispatch_saved"
+
+
+@attrs.frozen
+class SeamContext:
+    """Where the crash point was reached."""
+
+    seam: Seam
+    run_id: str
+    step_id: str
+    iteration: int
+    attempt: int
+    worker_id: str = ""
+
+
+SeamHook = Callable[[SeamContext], Awaitable[None]]
+
+_hook: contextvars.ContextVar[SeamHook | None] = contextvars.ContextVar(
+    "dagnats_seam_hook", default=None
+)
+
+
+async def crash_point(ctx: SeamContext) -> None:
+    """Call the installed hook, if any. The hook may raise or block; production has none."""
+    hook = _hook.get()
+    if hook is not None:
+        await hook(ctx)
+
+
+@contextmanager
+def install_hook(hook: SeamHook) -> Iterator[None]:
+    """Install ``hook`` for code started from this context (tests only)."""
+    token = _hook.set(hook)
+    try:
+        yield
+    finally:
+        _hook.reset(token)

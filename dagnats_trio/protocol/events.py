@@ -1,0 +1,145 @@
+"""Run events: everything published on ``history.{run}`` and consumed by the engine."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from ._codec import JsonValue, from_json, register_union, to_json
+from .common import DispatchId, ParentRef, Wait
+
+
+@attrs.frozen
+class WorkflowStarted:
+    TYPE: ClassVar[str] = "workflow.started"
+    run_id: str
+    workflow: str
+    input: JsonValue = None
+    parent: ParentRef | None = None
+    idempotency_key: str | None = None
+    started_at_ms: int = 0
+
+
+@attrs.frozen
+class StepCompleted:
+    TYPE: ClassVar[str] = "step.completed"
+    run_id: str
+    step_id: str
+    dispatch: DispatchId | None = None
+    output: JsonValue = None
+    journal_seq: int | None = None
+
+
+@attrs.frozen
+class StepFailed:
+    TYPE: ClassVar[str] = "step.failed"
+    run_id: str
+    step_id: str
+    dispatch: DispatchId | None = None
+    error: str = ""
+    retriable: bool = True
+    reason: str | None = None
+    journal_seq: int | None = None
+
+
+@attrs.frozen
+class StepContinue:
+    TYPE: ClassVar[str] = "step.continue"
+    run_id: str
+    step_id: str
+    dispatch: DispatchId | None = None
+    output: JsonValue = None
+    wait: Wait | None = None
+    journal_seq: int | None = None
+
+
+@attrs.frozen
+class StepPaused:
+    """The handler asked to be parked for ``duration_ms`` without failing (progress, not a crash)."""
+
+    TYPE: ClassVar[str] = "step.paused"
+    run_id: str
+    step_id: str
+    dispatch: DispatchId | None = None
+    duration_ms: int = 0
+    journal_seq: int | None = None
+
+
+@attrs.frozen
+class TimerFired:
+    """A durable timer on ``SLEEP_TIMERS`` came due.
+
+    ``kind`` is one of ``retry``, ``timeout``, ``loop_delay``, ``wait``, ``pause``, ``max_duration``;
+    ``dispatch`` names the dispatch it was armed for, so a timer outlived by its dispatch is dropped.
+    """
+
+    TYPE: ClassVar[str] = "timer.fired"
+    run_id: str
+    step_id: str
+    kind: str
+    dispatch: DispatchId | None = None
+
+
+@attrs.frozen
+class CancelRequested:
+    TYPE: ClassVar[str] = "run.cancel_requested"
+    run_id: str
+    reason: str = "cancelled"
+
+
+@attrs.frozen
+class InputSubmitted:
+    """An input was queued for a step; wakes the step if it waits for input."""
+
+    TYPE: ClassVar[str] = "input.submitted"
+    run_id: str
+    step_id: str
+    request_id: str = ""
+
+
+@attrs.frozen
+class ChildFinished:
+    TYPE: ClassVar[str] = "child.finished"
+    run_id: str
+    step_id: str
+    child_run_id: str
+    status: str
+    output: JsonValue = None
+    error: str | None = None
+
+
+@attrs.frozen
+class SignalSent:
+    TYPE: ClassVar[str] = "run.signal"
+    run_id: str
+    name: str
+    payload: JsonValue = None
+
+
+RunEvent = (
+    WorkflowStarted
+    | StepCompleted
+    | StepFailed
+    | StepContinue
+    | StepPaused
+    | TimerFired
+    | CancelRequested
+    | InputSubmitted
+    | ChildFinished
+    | SignalSent
+)
+
+#: Events a worker publishes to settle a dispatch; they carry the dispatch identity.
+LifecycleEvent = StepCompleted | StepFailed | StepContinue | StepPaused
+
+register_union(RunEvent)
+
+
+def encode_event(event: RunEvent) -> bytes:
+    return to_json(event, RunEvent)
+
+
+def decode_event(data: bytes) -> RunEvent:
+    """Decode a history message; raises :class:`DecodeError` on anything malformed."""
+    return from_json(data, RunEvent, "run event")

