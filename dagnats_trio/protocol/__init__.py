@@ -34,6 +34,7 @@ from .records import (
     encode_record,
     record_headers,
 )
+from .runs import RunHeader, RunStatus, decode_run_header
 from .tasks import TaskMessage, decode_task, encode_task
 
 __all__ = [
@@ -54,6 +55,8 @@ __all__ = [
     "ParentRef",
     "Replay",
     "RunEvent",
+    "RunHeader",
+    "RunStatus",
     "SignalSent",
     "StepCompleted",
     "StepContinue",
@@ -69,6 +72,7 @@ __all__ = [
     "converter",
     "decode_event",
     "decode_record",
+    "decode_run_header",
     "decode_task",
     "encode_event",
     "encode_record",

@@ -33,31 +33,36 @@ def register_union(union: Any) -> None:
     configure_tagged_union(
         union,
         converter,
-        tag_generator=lambda cls: cls.TYPE,
+        tag_generator=lambda cls: str(getattr(cls, "TYPE")),  # noqa: B009
         tag_name=TAG_FIELD,
     )
 
 
 def to_json(value: Any, cls: Any = None) -> bytes:
     """Encode an attrs instance (or union member, when ``cls`` names the union) as JSON bytes."""
-    raw = converter.unstructure(value, unstructure_as=cls) if cls is not None else (
-        converter.unstructure(value)
+    raw = (
+        converter.unstructure(value, unstructure_as=cls)
+        if cls is not None
+        else (converter.unstructure(value))
     )
     return json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def from_json(data: bytes | str, cls: type[T] | Any, what: str | None = None) -> T:
-    """Decode ``data`` as ``cls``; any problem becomes :class:`DecodeError` with a readable cause."""
+    """Decode ``data`` as ``cls``; any problem becomes a readable :class:`DecodeError`."""
     try:
         raw = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise DecodeError(f"not valid JSON: {exc}") from None
-    return from_obj(raw, cls, what)
+    result: T = from_obj(raw, cls, what)
+    return result
 
 
 def from_obj(raw: Any, cls: type[T] | Any, what: str | None = None) -> T:
     """Structure an already-parsed JSON value as ``cls``; problems become :class:`DecodeError`."""
-    if not isinstance(raw, dict) and attrs.has(cls) or (what is not None and not isinstance(raw, dict)):
+    if (not isinstance(raw, dict) and attrs.has(cls)) or (
+        what is not None and not isinstance(raw, dict)
+    ):
         raise DecodeError(f"not a valid {what or cls.__name__}: expected a JSON object")
     try:
         return converter.structure(raw, cls)  # type: ignore[no-any-return]

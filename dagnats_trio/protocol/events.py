@@ -56,7 +56,7 @@ class StepContinue:
 
 @attrs.frozen
 class StepPaused:
-    """The handler asked to be parked for ``duration_ms`` without failing (progress, not a crash)."""
+    """The handler asked to be parked for ``duration_ms``: progress, not a failure or a crash."""
 
     TYPE: ClassVar[str] = "step.paused"
     run_id: str
@@ -70,8 +70,9 @@ class StepPaused:
 class TimerFired:
     """A durable timer on ``SLEEP_TIMERS`` came due.
 
-    ``kind`` is one of ``retry``, ``timeout``, ``loop_delay``, ``wait``, ``pause``, ``max_duration``;
-    ``dispatch`` names the dispatch it was armed for, so a timer outlived by its dispatch is dropped.
+    ``kind`` is one of ``retry``, ``timeout``, ``loop_delay``, ``wait``, ``pause``,
+    ``max_duration``; ``dispatch`` names the dispatch it was armed for, so a timer outlived by
+    its dispatch is dropped.
     """
 
     TYPE: ClassVar[str] = "timer.fired"

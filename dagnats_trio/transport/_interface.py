@@ -219,7 +219,7 @@ class Transport(Protocol):
         """Write only if absent (or deleted); :class:`KeyExists` otherwise."""
 
     async def kv_update(self, bucket: str, key: str, value: bytes, revision: int) -> int:
-        """Write only if the current revision is ``revision``; :class:`RevisionMismatch` otherwise."""
+        """Write only if the current revision is ``revision``, else :class:`RevisionMismatch`."""
 
     async def kv_delete(self, bucket: str, key: str, revision: int | None = None) -> None:
         """Delete; with ``revision`` only if current (:class:`RevisionMismatch` otherwise)."""

@@ -86,9 +86,7 @@ def signal_key(run_id: str, name: str) -> str:
 
 
 STREAMS: tuple[StreamSpec, ...] = (
-    StreamSpec(
-        HISTORY_STREAM, ("history.*",), duplicate_window_s=HISTORY_DUPLICATE_WINDOW_S
-    ),
+    StreamSpec(HISTORY_STREAM, ("history.*",), duplicate_window_s=HISTORY_DUPLICATE_WINDOW_S),
     StreamSpec(TASK_STREAM, ("task.*.*",), work_queue=True),
     StreamSpec(TIMER_STREAM, ("sleep.*.*",), work_queue=True),
     StreamSpec(JOURNAL_STREAM, ("journal.*.*",), max_age_s=JOURNAL_MAX_AGE_S),
