@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 import attrs
 import cattrs
+from cattrs.gen import make_dict_structure_fn
 from cattrs.strategies import configure_tagged_union
 
 T = TypeVar("T")
@@ -21,8 +22,60 @@ class DecodeError(ValueError):
     """A message on the wire is not valid JSON or not the expected shape."""
 
 
+def _strict_str(value: Any, _: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _strict_int(value: Any, _: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _strict_float(value: Any, _: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _strict_bool(value: Any, _: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {type(value).__name__}")
+    return value
+
+
 def _make_converter() -> cattrs.Converter:
-    return cattrs.Converter(omit_if_default=False, forbid_extra_keys=False)
+    """Strict on scalars: a wire value of the wrong JSON type is an error, never coerced (cattrs
+    would otherwise turn ``"false"`` into ``True`` and ``5`` into ``"5"``)."""
+    conv = cattrs.Converter(omit_if_default=False, forbid_extra_keys=False)
+    conv.register_structure_hook(str, _strict_str)
+    conv.register_structure_hook(int, _strict_int)
+    conv.register_structure_hook(float, _strict_float)
+    conv.register_structure_hook(bool, _strict_bool)
+    conv.register_structure_hook_func(
+        lambda cls: attrs.has(cls),
+        _require_object(conv),
+    )
+    return conv
+
+
+def _require_object(conv: cattrs.Converter) -> Any:
+    """Wrap cattrs' attrs-class hook so a non-object (a string, a list) is rejected."""
+
+    generated: dict[Any, Any] = {}
+
+    def hook(value: Any, cls: Any) -> Any:
+        if not isinstance(value, dict):
+            got = type(value).__name__
+            raise TypeError(f"expected a JSON object for {cls.__name__}, got {got}")
+        fn = generated.get(cls)
+        if fn is None:
+            fn = generated[cls] = make_dict_structure_fn(cls, conv)
+        return fn(value, cls)
+
+    return hook
 
 
 converter = _make_converter()

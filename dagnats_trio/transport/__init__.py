@@ -21,6 +21,8 @@ from ._interface import (
     TransportTimeout,
     WrongLastSequence,
 )
+from ._nats import NatsDelivery, NatsTransport, open_nats_transport
+from ._sim import SimDelivery, SimFaults, SimServer, SimTransport, open_sim_transport
 from .layout import provision
 
 __all__ = [
@@ -33,9 +35,15 @@ __all__ = [
     "Headers",
     "KeyExists",
     "KvEntry",
+    "NatsDelivery",
+    "NatsTransport",
     "NotFound",
     "NotProvisioned",
     "RevisionMismatch",
+    "SimDelivery",
+    "SimFaults",
+    "SimServer",
+    "SimTransport",
     "StoredMsg",
     "StreamSpec",
     "TemporarilyUnavailable",
@@ -43,5 +51,7 @@ __all__ = [
     "TransportError",
     "TransportTimeout",
     "WrongLastSequence",
+    "open_nats_transport",
+    "open_sim_transport",
     "provision",
 ]

@@ -1,0 +1,21 @@
+"""The API: one service layer (:class:`Service`) under the REST and NATS endpoints."""
+
+from .service import (
+    InvalidRequest,
+    RunNotFound,
+    RunPage,
+    RunWaitTimeout,
+    Service,
+    ServiceError,
+    WorkflowNotFound,
+)
+
+__all__ = [
+    "InvalidRequest",
+    "RunNotFound",
+    "RunPage",
+    "RunWaitTimeout",
+    "Service",
+    "ServiceError",
+    "WorkflowNotFound",
+]

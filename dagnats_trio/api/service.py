@@ -1,0 +1,275 @@
+"""The service layer: every operation the REST and NATS endpoints offer, in one place.
+
+The endpoints are thin shells that translate requests to these calls and the typed errors below
+to status codes. Nothing here decides how a run moves; it records intent (a definition, a
+``workflow.started``, a ``run.cancel_requested``) and reads the engine's snapshots.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import trio
+
+from .._env import DEFAULT_ENV, RuntimeEnv
+from ..dag import WorkflowDef
+from ..engine import RunSnapshot, decode_snapshot, encode_snapshot, new_run_snapshot
+from ..protocol import (
+    CancelRequested,
+    DecodeError,
+    JsonValue,
+    RunStatus,
+    SignalSent,
+    WorkflowStarted,
+    encode_event,
+    from_json,
+)
+from ..transport import KeyExists, Transport, layout
+
+#: Most runs one ``list_runs`` call returns.
+LIST_RUNS_LIMIT_MAX = 1_000
+#: Runs per page when the caller names no limit.
+LIST_RUNS_LIMIT_DEFAULT = 100
+#: Longest ``wait_for_run`` a caller may ask for.
+WAIT_FOR_RUN_MAX_S = 3_600.0
+#: Prefix of the run snapshot keys in ``workflow_runs``.
+RUN_KEY_PREFIX = "run."
+#: Prefix of idempotency keys in ``workflow_runs`` (value: the run id they started).
+IDEMPOTENCY_KEY_PREFIX = "idem."
+#: Longest idempotency key accepted.
+IDEMPOTENCY_KEY_MAX_CHARS = 512
+#: Longest signal payload accepted, in bytes of JSON.
+SIGNAL_PAYLOAD_MAX_BYTES = 1_048_576
+
+
+class ServiceError(Exception):
+    """Base of the errors a caller can act on (the endpoints map each to a status code)."""
+
+
+class WorkflowNotFound(ServiceError):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"workflow {name!r} is not registered")
+
+
+class RunNotFound(ServiceError):
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id!r} does not exist")
+
+
+class InvalidRequest(ServiceError, ValueError):
+    """A malformed id, name or argument."""
+
+
+class RunWaitTimeout(ServiceError):
+    def __init__(self, run_id: str, timeout_s: float) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id!r} did not finish within {timeout_s} s")
+
+
+@attrs.frozen
+class RunPage:
+    """One page of runs; pass ``next_cursor`` back to get the next (None at the end)."""
+
+    runs: tuple[RunSnapshot, ...]
+    next_cursor: str | None
+
+
+class Service:
+    def __init__(self, transport: Transport, env: RuntimeEnv = DEFAULT_ENV) -> None:
+        self.transport = transport
+        self.env = env
+
+    # --- workflows -----------------------------------------------------------------------------
+
+    async def register_workflow(self, definition: bytes | str | Mapping[str, Any]) -> WorkflowDef:
+        """Validate and store; raises :class:`dag.WorkflowInvalid` listing every problem."""
+        parsed = WorkflowDef.from_json(definition)
+        await self.transport.kv_put(layout.DEFS_BUCKET, parsed.name, parsed.to_json())
+        return parsed
+
+    async def get_workflow(self, name: str) -> WorkflowDef:
+        _token("workflow name", name, lambda: WorkflowNotFound(name))
+        entry = await self.transport.kv_get(layout.DEFS_BUCKET, name)
+        if entry is None or entry.value is None:
+            raise WorkflowNotFound(name)
+        return from_json(entry.value, WorkflowDef, "workflow definition")
+
+    async def list_workflows(self) -> list[WorkflowDef]:
+        found = []
+        for name in await self.transport.kv_keys(layout.DEFS_BUCKET):
+            try:
+                found.append(await self.get_workflow(name))
+            except (WorkflowNotFound, DecodeError):
+                continue  # deleted meanwhile, or not ours
+        return found
+
+    # --- runs ----------------------------------------------------------------------------------
+
+    async def start_run(
+        self, workflow: str, input: JsonValue = None, idempotency_key: str | None = None
+    ) -> str:
+        """Start a run and return its id; the same ``idempotency_key`` returns the same id.
+
+        The snapshot is written before ``workflow.started`` is published, so the run can be read
+        as soon as this returns. Every step is idempotent, so a caller that retries after a
+        failure (with its key) completes a half-done start instead of making a second run.
+        """
+        definition = await self.get_workflow(workflow)
+        run_id = self.env.new_id()
+        layout.check_token("run id", run_id)
+        if idempotency_key is not None:
+            run_id = await self._claim_idempotency_key(idempotency_key, run_id)
+        now = self.env.wall_ms()
+        event = WorkflowStarted(
+            run_id=run_id,
+            workflow=definition.name,
+            input=input,
+            idempotency_key=idempotency_key,
+            started_at_ms=now,
+        )
+        snapshot = new_run_snapshot(event, definition, now)
+        # KeyExists: a retry with the same idempotency key; the run is already recorded.
+        with contextlib.suppress(KeyExists):
+            await self.transport.kv_create(
+                layout.RUNS_BUCKET, layout.run_key(run_id), encode_snapshot(snapshot)
+            )
+        await self.transport.publish(
+            layout.history_subject(run_id), encode_event(event), msg_id=f"{run_id}.started"
+        )
+        return run_id
+
+    async def _claim_idempotency_key(self, key: str, run_id: str) -> str:
+        if not key or len(key) > IDEMPOTENCY_KEY_MAX_CHARS:
+            raise InvalidRequest(
+                f"idempotency key must be 1-{IDEMPOTENCY_KEY_MAX_CHARS} characters"
+            )
+        kv_key = IDEMPOTENCY_KEY_PREFIX + hashlib.sha256(key.encode()).hexdigest()
+        try:
+            await self.transport.kv_create(layout.RUNS_BUCKET, kv_key, run_id.encode())
+            return run_id
+        except KeyExists:
+            entry = await self.transport.kv_get(layout.RUNS_BUCKET, kv_key)
+            if entry is None or entry.value is None:  # deleted between the two calls
+                return await self._claim_idempotency_key(key, run_id)
+            return entry.value.decode()
+
+    async def get_run(self, run_id: str) -> RunSnapshot:
+        _token("run id", run_id, lambda: RunNotFound(run_id))
+        entry = await self.transport.kv_get(layout.RUNS_BUCKET, layout.run_key(run_id))
+        if entry is None or entry.value is None:
+            raise RunNotFound(run_id)
+        return decode_snapshot(entry.value)
+
+    async def list_runs(
+        self,
+        workflow: str | None = None,
+        status: RunStatus | str | None = None,
+        limit: int = LIST_RUNS_LIMIT_DEFAULT,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """Runs in run-id order, filtered; ``cursor`` is the last run id of the previous page."""
+        if not 1 <= limit <= LIST_RUNS_LIMIT_MAX:
+            raise InvalidRequest(f"limit must be between 1 and {LIST_RUNS_LIMIT_MAX}")
+        wanted: RunStatus | None
+        try:
+            wanted = RunStatus(status) if isinstance(status, str) else status
+        except ValueError:
+            names = ", ".join(s.value for s in RunStatus)
+            raise InvalidRequest(f"unknown status {status!r} (one of {names})") from None
+        keys = await self.transport.kv_keys(layout.RUNS_BUCKET, RUN_KEY_PREFIX)
+        runs: list[RunSnapshot] = []
+        last: str | None = None
+        for key in keys:
+            run_id = key[len(RUN_KEY_PREFIX) :]
+            if cursor is not None and run_id <= cursor:
+                continue
+            if len(runs) == limit:
+                return RunPage(tuple(runs), last)
+            entry = await self.transport.kv_get(layout.RUNS_BUCKET, key)
+            last = run_id
+            if entry is None or entry.value is None:
+                continue
+            try:
+                snap = decode_snapshot(entry.value)
+            except DecodeError:
+                continue
+            if workflow is not None and snap.workflow != workflow:
+                continue
+            if wanted is not None and snap.status is not wanted:
+                continue
+            runs.append(snap)
+        return RunPage(tuple(runs), None)
+
+    async def cancel_run(self, run_id: str, reason: str = "cancelled") -> RunSnapshot:
+        """Ask the engine to cancel; returns the snapshot as it was (cancel is asynchronous)."""
+        snap = await self.get_run(run_id)
+        if not snap.status.finished:
+            await self.transport.publish(
+                layout.history_subject(run_id),
+                encode_event(CancelRequested(run_id, reason)),
+                msg_id=f"{run_id}.cancel",
+            )
+        return snap
+
+    async def send_signal(self, run_id: str, name: str, payload: JsonValue = None) -> None:
+        """Store the signal in KV ``signals`` (where handlers read it) and record it in history."""
+        _token("signal name", name, None)
+        await self.get_run(run_id)
+        data = encode_event(SignalSent(run_id, name, payload))
+        if len(data) > SIGNAL_PAYLOAD_MAX_BYTES:
+            raise InvalidRequest(f"signal payload is larger than {SIGNAL_PAYLOAD_MAX_BYTES} bytes")
+        await self.transport.kv_put(
+            layout.SIGNALS_BUCKET, layout.signal_key(run_id, name), _json_bytes(payload)
+        )
+        await self.transport.publish(layout.history_subject(run_id), data)
+
+    async def get_signal(self, run_id: str, name: str) -> JsonValue:
+        """The last payload sent as signal ``name`` (None when none was)."""
+        _token("run id", run_id, lambda: RunNotFound(run_id))
+        _token("signal name", name, None)
+        entry = await self.transport.kv_get(layout.SIGNALS_BUCKET, layout.signal_key(run_id, name))
+        if entry is None or entry.value is None:
+            return None
+        return from_json(entry.value, Any, "signal payload")
+
+    async def wait_for_run(self, run_id: str, timeout_s: float) -> RunSnapshot:
+        """The snapshot once the run has finished; :class:`RunWaitTimeout` after ``timeout_s``."""
+        if not 0 < timeout_s <= WAIT_FOR_RUN_MAX_S:
+            raise InvalidRequest(f"timeout must be in (0, {WAIT_FOR_RUN_MAX_S}] seconds")
+        key = layout.run_key(run_id)
+        with trio.move_on_after(timeout_s):
+            # Watch first, then read: a change between the two is seen by the watch.
+            async with self.transport.kv_watch(layout.RUNS_BUCKET, key) as changes:
+                snap = await self.get_run(run_id)
+                if snap.status.finished:
+                    return snap
+                async for entry in changes:
+                    if entry.key != key or entry.value is None:
+                        continue
+                    snap = decode_snapshot(entry.value)
+                    if snap.status.finished:
+                        return snap
+        raise RunWaitTimeout(run_id, timeout_s)
+
+
+def _token(kind: str, value: str, not_found: Any) -> None:
+    try:
+        layout.check_token(kind, value)
+    except ValueError as exc:
+        if not_found is not None:
+            raise not_found() from None
+        raise InvalidRequest(str(exc)) from None
+
+
+def _json_bytes(value: JsonValue) -> bytes:
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest(f"payload is not JSON: {exc}") from None

@@ -1,0 +1,58 @@
+"""Durations in workflow JSON: strings such as ``"250ms"``, ``"30s"``, ``"1h30m"``, or integer
+milliseconds. Never nanoseconds, so a JSON number is never ambiguous."""
+
+from __future__ import annotations
+
+import re
+
+MS_PER_UNIT: dict[str, int] = {
+    "ms": 1,
+    "s": 1_000,
+    "m": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
+
+#: Largest duration accepted anywhere (a year); beyond it a value is almost surely a unit mistake.
+MAX_DURATION_MS = 366 * 86_400_000
+
+_PART = re.compile(r"(\d+)(ms|s|m|h|d)")
+_WHOLE = re.compile(r"^(?:\d+(?:ms|s|m|h|d))+$")
+
+
+class DurationError(ValueError):
+    """A duration that is not a non-negative integer of ms or a string like ``"30s"``."""
+
+
+def parse_duration(value: object) -> int:
+    """Milliseconds for ``value``; :class:`DurationError` with a readable message otherwise."""
+    if isinstance(value, bool):
+        raise DurationError(f'{value!r} is not a duration (use "30s" or milliseconds)')
+    if isinstance(value, int):
+        ms = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if not _WHOLE.match(text):
+            raise DurationError(
+                f"{value!r} is not a duration: use a number with a unit "
+                '(ms, s, m, h, d), e.g. "250ms", "30s", "1h30m", or integer milliseconds'
+            )
+        ms = sum(int(n) * MS_PER_UNIT[unit] for n, unit in _PART.findall(text))
+    else:
+        raise DurationError(f'{value!r} is not a duration (use "30s" or milliseconds)')
+    if ms < 0:
+        raise DurationError(f"{value!r} is negative")
+    if ms > MAX_DURATION_MS:
+        raise DurationError(f"{value!r} is longer than the maximum of {MAX_DURATION_MS} ms")
+    return ms
+
+
+def format_duration(ms: int) -> str:
+    """The shortest single-unit spelling of ``ms`` that parses back to the same value."""
+    if ms < 0:
+        raise DurationError(f"{ms} is negative")
+    for unit in ("d", "h", "m", "s"):
+        size = MS_PER_UNIT[unit]
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"

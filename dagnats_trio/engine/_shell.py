@@ -1,0 +1,459 @@
+"""The engine's I/O shell: history in, one compare-and-set, effects out, ack.
+
+Several engines may share the durable consumer. Correctness never rests on a lock: a snapshot is
+written only with compare-and-set on the revision this process last saw, and a loser reloads and
+decides again. The hot path keeps the revision it wrote in a small cache, so an agent-loop
+iteration costs one KV write, one task publish and one ack.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from .._env import DEFAULT_ENV, RuntimeEnv
+from .._seams import Seam, SeamContext, crash_point
+from ..dag import WorkflowDef
+from ..protocol import (
+    DecodeError,
+    InputSubmitted,
+    RunEvent,
+    TimerFired,
+    WorkflowStarted,
+    decode_event,
+    encode_event,
+    encode_task,
+    from_json,
+)
+from ..transport import (
+    ConsumerConfig,
+    Delivery,
+    KeyExists,
+    RevisionMismatch,
+    Transport,
+    TransportError,
+    layout,
+)
+from .core import AdvanceContext, decide
+from .effects import (
+    AnnounceCancel,
+    ArmTimer,
+    CheckQueuedInputs,
+    Effect,
+    PublishEvent,
+    PublishTask,
+    SettleInputs,
+)
+from .hooks import InputsHooks, NoInputs
+from .snapshot import RunSnapshot, decode_snapshot, encode_snapshot
+
+log = logging.getLogger("dagnats_trio.engine")
+
+#: Environment variable holding the default of ``legacy_step_events``.
+LEGACY_ENV_VAR = "DAGNATS_LEGACY_STEP_EVENTS"
+#: Header of a timer message: its due time in wall-clock epoch milliseconds.
+TIMER_DUE_HEADER = "Dagnats-Due-Ms"
+#: Header of a timer message: its id, used as the msg id of the ``timer.fired`` it becomes.
+TIMER_ID_HEADER = "Dagnats-Timer-Id"
+
+#: AckWait of the shared history consumer: an event left by a crashed engine comes back after it.
+ENGINE_ACK_WAIT_S = 10.0
+#: AckWait of the timer consumer.
+TIMER_ACK_WAIT_S = 10.0
+#: Deliveries asked for per fetch.
+FETCH_BATCH = 64
+#: How long one fetch waits for a first message.
+FETCH_WAIT_S = 1.0
+#: Compare-and-set attempts on one event before giving it back to the server.
+CAS_ATTEMPTS_MAX = 25
+#: Back-off before redelivery of an event for a run with no snapshot yet.
+MISSING_RUN_NAK_DELAY_S = 0.2
+#: Redeliveries an event waits for its run's snapshot before it is terminated.
+MISSING_RUN_MAX_DELIVERIES = 50
+#: Back-off before redelivery after a transport error.
+ERROR_NAK_DELAY_S = 0.5
+#: Snapshots kept in memory (with the revision this engine wrote).
+SNAPSHOT_CACHE_RUNS_MAX = 2_048
+#: Shortest nak delay for a not-yet-due timer (the server's own granularity is coarser anyway).
+TIMER_MIN_NAK_S = 0.001
+#: Bound on one idle wait of a loop after an unexpected error, so a broken server is not spun on.
+LOOP_ERROR_BACKOFF_S = 0.5
+
+
+def legacy_from_env(environ: Any = None) -> bool:
+    """``DAGNATS_LEGACY_STEP_EVENTS``: false for 0/false/no/off, true otherwise (default true)."""
+    value = (environ if environ is not None else os.environ).get(LEGACY_ENV_VAR)
+    if value is None:
+        return True
+    return value.strip().lower() not in {"0", "false", "no", "off"}
+
+
+@attrs.define
+class EngineStats:
+    """Counters for tests and operators (this process only)."""
+
+    applied: int = 0
+    dropped: int = 0
+    replayed: int = 0
+    conflicts: int = 0
+    malformed: int = 0
+    missing_run: int = 0
+    timers_fired: int = 0
+
+
+class Engine:
+    """Run with ``await nursery.start(engine.run)``; cancel the nursery to stop it.
+
+    ``legacy_step_events`` None means: read ``DAGNATS_LEGACY_STEP_EVENTS`` (default true).
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        env: RuntimeEnv = DEFAULT_ENV,
+        inputs: InputsHooks | None = None,
+        legacy_step_events: bool | None = None,
+        ack_wait_s: float = ENGINE_ACK_WAIT_S,
+        timer_ack_wait_s: float = TIMER_ACK_WAIT_S,
+        fetch_batch: int = FETCH_BATCH,
+        fetch_wait_s: float = FETCH_WAIT_S,
+    ) -> None:
+        self.transport = transport
+        self.env = env
+        self.inputs: InputsHooks = inputs if inputs is not None else NoInputs()
+        self.legacy_step_events = (
+            legacy_from_env() if legacy_step_events is None else legacy_step_events
+        )
+        self.ack_wait_s = ack_wait_s
+        self.timer_ack_wait_s = timer_ack_wait_s
+        self.fetch_batch = fetch_batch
+        self.fetch_wait_s = fetch_wait_s
+        self.stats = EngineStats()
+        self._stats_changed = trio.Event()
+        self._cache: OrderedDict[str, tuple[RunSnapshot, int]] = OrderedDict()
+
+    async def wait_stats(self, predicate: Callable[[EngineStats], bool]) -> None:
+        """Return once ``predicate(self.stats)`` holds (the caller bounds the wait)."""
+        while not predicate(self.stats):
+            await self._stats_changed.wait()
+
+    def _counted(self) -> None:
+        self._stats_changed.set()
+        self._stats_changed = trio.Event()
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await self.transport.ensure_consumer(
+            ConsumerConfig(
+                stream=layout.HISTORY_STREAM,
+                durable=layout.ENGINE_DURABLE,
+                filter_subject=layout.history_subject("*"),
+                ack_wait_s=self.ack_wait_s,
+            )
+        )
+        await self.transport.ensure_consumer(
+            ConsumerConfig(
+                stream=layout.TIMER_STREAM,
+                durable=layout.TIMER_DURABLE,
+                filter_subject=layout.timer_subject("*", "*"),
+                ack_wait_s=self.timer_ack_wait_s,
+            )
+        )
+        if self.legacy_step_events:
+            log.warning(
+                "legacy_step_events is on: step events without a dispatch identity are accepted, "
+                "so a duplicate continue from an old worker can advance a loop twice; set %s=false "
+                "once every worker is upgraded",
+                LEGACY_ENV_VAR,
+            )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._history_loop)
+            nursery.start_soon(self._timer_loop)
+            task_status.started()
+
+    # --- history -------------------------------------------------------------------------------
+
+    async def _history_loop(self) -> None:
+        while True:
+            try:
+                deliveries = await self.transport.fetch(
+                    layout.HISTORY_STREAM,
+                    layout.ENGINE_DURABLE,
+                    self.fetch_batch,
+                    self.fetch_wait_s,
+                )
+            except TransportError as exc:
+                log.warning("history fetch failed: %s", exc)
+                await trio.sleep(LOOP_ERROR_BACKOFF_S)
+                continue
+            groups: dict[str, list[tuple[Delivery, RunEvent]]] = {}
+            for d in deliveries:
+                event = await self._decode(d)
+                if event is not None:
+                    groups.setdefault(event.run_id, []).append((d, event))
+            # Runs are independent: handle them concurrently, each run's events in order.
+            async with trio.open_nursery() as nursery:
+                for items in groups.values():
+                    nursery.start_soon(self._handle_group, items)
+
+    async def _decode(self, d: Delivery) -> RunEvent | None:
+        try:
+            event = decode_event(d.data)
+            if d.subject != layout.history_subject(event.run_id):
+                raise DecodeError(f"event for run {event.run_id!r} on subject {d.subject!r}")
+        except DecodeError as exc:
+            self.stats.malformed += 1
+            self._counted()
+            log.error(
+                "terminating malformed history message %s seq %d: %s", d.subject, d.stream_seq, exc
+            )
+            await self._settle(d.term)
+            return None
+        return event
+
+    async def _handle_group(self, items: list[tuple[Delivery, RunEvent]]) -> None:
+        for d, event in items:
+            try:
+                await self._handle(d, event)
+            except DecodeError as exc:
+                self.stats.malformed += 1
+                self._counted()
+                log.error(
+                    "run %s: unreadable snapshot or definition (%s); terminating event seq %d",
+                    event.run_id,
+                    exc,
+                    d.stream_seq,
+                )
+                self._cache.pop(event.run_id, None)
+                await self._settle(d.term)
+            except TransportError as exc:
+                log.warning(
+                    "event %s seq %d: %s; will be redelivered", d.subject, d.stream_seq, exc
+                )
+                self._cache.pop(event.run_id, None)
+                await self._settle(d.nak, ERROR_NAK_DELAY_S)
+            except Exception:
+                log.exception("event %s seq %d could not be handled", d.subject, d.stream_seq)
+                self._cache.pop(event.run_id, None)
+                await self._settle(d.nak, ERROR_NAK_DELAY_S)
+
+    async def _handle(self, d: Delivery, event: RunEvent) -> None:
+        run_id = event.run_id
+        for _ in range(CAS_ATTEMPTS_MAX):
+            loaded = await self._load(run_id)
+            from_cache = loaded is not None and loaded[2]
+            snap, rev = (loaded[0], loaded[1]) if loaded is not None else (None, 0)
+            definition: WorkflowDef | None = None
+            if snap is None and isinstance(event, WorkflowStarted):
+                definition = await self._load_definition(event.workflow)
+            ctx = AdvanceContext(
+                now_ms=self.env.wall_ms(),
+                new_id=self.env.new_id,
+                definition=definition,
+                legacy_step_events=self.legacy_step_events,
+                seq=d.stream_seq,
+            )
+            out = decide(snap, event, ctx)
+            if out.snapshot is None:
+                await self._missing_run(d, event)
+                return
+            if out.snapshot is snap:
+                if from_cache and not out.replayed:
+                    # A drop decided on a cached copy may be a stale cache (another engine moved
+                    # the run on): confirm against the store before losing the event.
+                    self._cache.pop(run_id, None)
+                    continue
+                if out.replayed:
+                    self.stats.replayed += 1
+                    self._counted()
+                    await self._execute(out.effects)
+                elif out.dropped is not None:
+                    self.stats.dropped += 1
+                    self._counted()
+                    log.debug(
+                        "dropped %s for run %s: %s", type(event).__name__, run_id, out.dropped
+                    )
+                await self._settle(d.ack)
+                return
+            try:
+                new_rev = await self._save(out.snapshot, snap, rev)
+            except (RevisionMismatch, KeyExists):
+                self.stats.conflicts += 1
+                self._counted()
+                self._cache.pop(run_id, None)
+                continue
+            self._remember(out.snapshot, new_rev)
+            self.stats.applied += 1
+            self._counted()
+            first_task = next((e for e in out.effects if isinstance(e, PublishTask)), None)
+            if first_task is not None:
+                t = first_task.task
+                await crash_point(
+                    SeamContext(
+                        Seam.ENGINE_AFTER_DISPATCH_SAVED,
+                        run_id,
+                        t.step_id,
+                        t.dispatch.iteration,
+                        t.dispatch.attempt,
+                    )
+                )
+            await self._execute(out.effects)
+            await self._settle(d.ack)
+            return
+        log.warning(
+            "run %s: %d compare-and-set conflicts in a row; redelivering", run_id, CAS_ATTEMPTS_MAX
+        )
+        await self._settle(d.nak, ERROR_NAK_DELAY_S)
+
+    async def _missing_run(self, d: Delivery, event: RunEvent) -> None:
+        self.stats.missing_run += 1
+        self._counted()
+        if d.num_delivered >= MISSING_RUN_MAX_DELIVERIES:
+            log.error(
+                "terminating %s for run %s: the run does not exist",
+                type(event).__name__,
+                event.run_id,
+            )
+            await self._settle(d.term)
+        else:
+            await self._settle(d.nak, MISSING_RUN_NAK_DELAY_S)
+
+    async def _load(self, run_id: str) -> tuple[RunSnapshot, int, bool] | None:
+        cached = self._cache.get(run_id)
+        if cached is not None:
+            self._cache.move_to_end(run_id)
+            return cached[0], cached[1], True
+        entry = await self.transport.kv_get(layout.RUNS_BUCKET, layout.run_key(run_id))
+        if entry is None or entry.value is None:
+            return None
+        return decode_snapshot(entry.value), entry.revision, False
+
+    async def _save(self, new: RunSnapshot, old: RunSnapshot | None, rev: int) -> int:
+        data = encode_snapshot(new)
+        key = layout.run_key(new.run_id)
+        if old is None:
+            return await self.transport.kv_create(layout.RUNS_BUCKET, key, data)
+        return await self.transport.kv_update(layout.RUNS_BUCKET, key, data, rev)
+
+    def _remember(self, snap: RunSnapshot, rev: int) -> None:
+        if snap.status.finished:
+            self._cache.pop(snap.run_id, None)
+            return
+        self._cache[snap.run_id] = (snap, rev)
+        self._cache.move_to_end(snap.run_id)
+        while len(self._cache) > SNAPSHOT_CACHE_RUNS_MAX:
+            self._cache.popitem(last=False)
+
+    async def _load_definition(self, name: str) -> WorkflowDef | None:
+        try:
+            layout.check_token("workflow name", name)
+        except ValueError:
+            return None
+        entry = await self.transport.kv_get(layout.DEFS_BUCKET, name)
+        if entry is None or entry.value is None:
+            return None
+        try:
+            return from_json(entry.value, WorkflowDef, "workflow definition")
+        except DecodeError as exc:
+            log.error("stored definition of %s is unreadable: %s", name, exc)
+            return None
+
+    # --- effects -------------------------------------------------------------------------------
+
+    async def _execute(self, effects: tuple[Effect, ...]) -> None:
+        t = self.transport
+        for effect in effects:
+            if isinstance(effect, PublishTask):
+                task = effect.task
+                await t.publish(
+                    layout.task_subject(task.task, task.run_id),
+                    encode_task(task),
+                    msg_id=effect.msg_id,
+                )
+            elif isinstance(effect, ArmTimer):
+                ev = effect.event
+                await t.publish(
+                    layout.timer_subject(ev.run_id, ev.step_id),
+                    encode_event(ev),
+                    headers={
+                        TIMER_DUE_HEADER: str(effect.due_ms),
+                        TIMER_ID_HEADER: effect.timer_id,
+                    },
+                    msg_id=effect.timer_id,
+                )
+            elif isinstance(effect, AnnounceCancel):
+                await t.core_publish(layout.cancel_subject(effect.run_id), effect.run_id.encode())
+            elif isinstance(effect, PublishEvent):
+                await t.publish(
+                    layout.history_subject(effect.run_id),
+                    encode_event(effect.event),
+                    msg_id=effect.msg_id,
+                )
+            elif isinstance(effect, CheckQueuedInputs):
+                if await self.inputs.has_queued(effect.run_id, effect.step_id):
+                    await t.publish(
+                        layout.history_subject(effect.run_id),
+                        encode_event(InputSubmitted(effect.run_id, effect.step_id)),
+                        msg_id=effect.msg_id,
+                    )
+            elif isinstance(effect, SettleInputs):
+                await self.inputs.settle_unanswered(effect.run_id, effect.step_id)
+
+    # --- timers --------------------------------------------------------------------------------
+
+    async def _timer_loop(self) -> None:
+        while True:
+            try:
+                deliveries = await self.transport.fetch(
+                    layout.TIMER_STREAM, layout.TIMER_DURABLE, self.fetch_batch, self.fetch_wait_s
+                )
+            except TransportError as exc:
+                log.warning("timer fetch failed: %s", exc)
+                await trio.sleep(LOOP_ERROR_BACKOFF_S)
+                continue
+            for d in deliveries:
+                try:
+                    await self._handle_timer(d)
+                except TransportError as exc:
+                    log.warning("timer %s: %s; will be redelivered", d.subject, exc)
+                    await self._settle(d.nak, ERROR_NAK_DELAY_S)
+
+    async def _handle_timer(self, d: Delivery) -> None:
+        try:
+            due_ms = int(d.headers[TIMER_DUE_HEADER])
+            tid = d.headers[TIMER_ID_HEADER]
+            event = decode_event(d.data)
+            if not isinstance(event, TimerFired):
+                raise DecodeError(f"a timer must carry timer.fired, not {event.TYPE}")
+        except (KeyError, ValueError) as exc:
+            self.stats.malformed += 1
+            self._counted()
+            log.error("terminating malformed timer %s: %s", d.subject, exc)
+            await self._settle(d.term)
+            return
+        remaining_ms = due_ms - self.env.wall_ms()
+        if remaining_ms > 0:
+            await self._settle(d.nak, max(remaining_ms / 1000.0, TIMER_MIN_NAK_S))
+            return
+        await self.transport.publish(layout.history_subject(event.run_id), d.data, msg_id=tid)
+        self.stats.timers_fired += 1
+        self._counted()
+        await self._settle(d.ack)
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _settle(fn: Any, *args: Any) -> None:
+        """Ack/nak/term: a failure here only means the server will redeliver."""
+        try:
+            await fn(*args)
+        except TransportError as exc:
+            log.debug("settling a delivery failed: %s", exc)

@@ -1,0 +1,118 @@
+"""The run snapshot: the engine's whole state of one run, stored in KV ``workflow_runs`` at
+``run.{run}`` and written only with compare-and-set.
+
+``run_id`` and ``status`` are top-level so a worker can decode :class:`protocol.RunHeader` from
+the same bytes. ``outbox`` keeps the effects of the last few applied events, keyed by their
+history stream sequence, so a crash between saving and publishing is repaired by re-executing
+them when the unacknowledged event comes again (every effect is idempotent).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from ..dag import WorkflowDef
+from ..protocol import DispatchId, JsonValue, ParentRef, RunStatus, Wait, from_json, to_json
+from .effects import Effect
+
+#: How many applied events keep their effects in the outbox.
+OUTBOX_KEEP_EVENTS = 8
+
+
+class StepStatus(enum.Enum):
+    PENDING = "pending"
+    #: Dispatched: a task (or a child run) is out and its lifecycle event is awaited.
+    RUNNING = "running"
+    #: Parked by the engine (see :class:`Park`); no task is out.
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED)
+
+
+class Park(enum.Enum):
+    """Why a waiting step waits, and so what its wake-up dispatches next."""
+
+    RETRY = "retry"  # same iteration, next attempt
+    LOOP_DELAY = "loop_delay"  # next iteration
+    WAIT = "wait"  # next iteration (durable wait from step.continue)
+    PAUSE = "pause"  # same iteration, same attempt, new nonce
+
+
+@attrs.frozen
+class StepState:
+    """One step of a run.
+
+    ``dispatch`` is the current dispatch; while the step waits it is the dispatch that ended, and
+    the timers armed for it carry it. ``journal_seq`` is from the event that ended the previous
+    iteration. ``error`` and ``reason`` keep the last failure even when a retry then succeeds.
+    """
+
+    step_id: str
+    status: StepStatus = StepStatus.PENDING
+    dispatch: DispatchId | None = None
+    park: Park | None = None
+    wait: Wait | None = None
+    wake_at_ms: int | None = None
+    output: JsonValue = None
+    error: str | None = None
+    reason: str | None = None
+    journal_seq: int | None = None
+    iterations: int = 0
+    child_run_id: str | None = None
+    started_at_ms: int | None = None
+    dispatched_at_ms: int | None = None
+    finished_at_ms: int | None = None
+
+
+@attrs.frozen
+class OutboxEntry:
+    seq: int
+    effects: tuple[Effect, ...] = ()
+
+
+@attrs.frozen
+class RunSnapshot:
+    """A run. ``started`` turns true when the engine applied ``workflow.started`` (the service
+    writes the snapshot first, so a run is readable the moment ``start_run`` returns)."""
+
+    run_id: str
+    status: RunStatus
+    workflow: str
+    definition: WorkflowDef | None = None
+    input: JsonValue = None
+    output: JsonValue = None
+    error: str | None = None
+    failed_step: str | None = None
+    parent: ParentRef | None = None
+    idempotency_key: str | None = None
+    started: bool = False
+    created_at_ms: int = 0
+    updated_at_ms: int = 0
+    finished_at_ms: int | None = None
+    steps: dict[str, StepState] = attrs.field(factory=dict)
+    last_seq: int = 0
+    outbox: tuple[OutboxEntry, ...] = ()
+
+    def step(self, step_id: str) -> StepState:
+        return self.steps[step_id]
+
+    def outputs(self) -> dict[str, JsonValue]:
+        return {
+            sid: st.output for sid, st in self.steps.items() if st.status is StepStatus.COMPLETED
+        }
+
+
+def encode_snapshot(snapshot: RunSnapshot) -> bytes:
+    return to_json(snapshot)
+
+
+def decode_snapshot(data: bytes) -> RunSnapshot:
+    """Raises :class:`protocol.DecodeError` on anything that is not a snapshot."""
+    return from_json(data, RunSnapshot, "run snapshot")

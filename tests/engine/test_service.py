@@ -1,0 +1,143 @@
+"""The service layer on a real server: workflows, runs, idempotency, signals, typed errors."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from dagnats_trio.api import (
+    InvalidRequest,
+    RunNotFound,
+    RunWaitTimeout,
+    Service,
+    WorkflowNotFound,
+)
+from dagnats_trio.dag import WorkflowInvalid
+from dagnats_trio.engine import StepStatus
+from dagnats_trio.protocol import RunStatus, SignalSent, decode_event, decode_run_header
+from dagnats_trio.transport import NatsTransport, layout
+
+from ._fakes import uid
+
+
+async def test_register_get_list_workflows(nats_transport: NatsTransport) -> None:
+    service = Service(nats_transport)
+    name = uid("wf")
+    step = f'{{"id": "a", "task": "{uid("t")}", "timeout": "5s"}}'
+    d = await service.register_workflow(f'{{"name": "{name}", "version": 2, "steps": [{step}]}}')
+    assert d.version == 2 and d.step("a").timeout == 5_000
+    assert await service.get_workflow(name) == d
+    assert name in {w.name for w in await service.list_workflows()}
+    with pytest.raises(WorkflowNotFound):
+        await service.get_workflow(uid("missing"))
+    with pytest.raises(WorkflowNotFound):
+        await service.get_workflow("not a token")
+    with pytest.raises(WorkflowInvalid) as info:
+        await service.register_workflow(
+            {
+                "name": name,
+                "steps": [
+                    {"id": "a", "task": "x", "depends_on": ["zz"]},
+                    {"id": "b", "task": "x", "timeout": "soon"},
+                ],
+            }
+        )
+    assert {(p.step, p.field) for p in info.value.problems} == {
+        ("a", "depends_on"),
+        ("b", "timeout"),
+    }
+    # The bad definition did not replace the good one.
+    assert await service.get_workflow(name) == d
+
+
+async def test_start_run_records_snapshot_and_history(nats_transport: NatsTransport) -> None:
+    service = Service(nats_transport)
+    name = uid("wf")
+    await service.register_workflow({"name": name, "steps": [{"id": "a", "task": uid("t")}]})
+    run = await service.start_run(name, {"k": "v"})
+    layout.check_token("run id", run)
+    snap = await service.get_run(run)
+    assert snap.run_id == run and snap.workflow == name and snap.input == {"k": "v"}
+    assert snap.status is RunStatus.RUNNING and not snap.started
+    assert snap.steps["a"].status is StepStatus.PENDING
+    entry = await nats_transport.kv_get(layout.RUNS_BUCKET, layout.run_key(run))
+    assert entry is not None and entry.value is not None
+    assert decode_run_header(entry.value).status is RunStatus.RUNNING
+    last = await nats_transport.get_last_msg(layout.HISTORY_STREAM, layout.history_subject(run))
+    assert last is not None and decode_event(last.data).TYPE == "workflow.started"
+    with pytest.raises(WorkflowNotFound):
+        await service.start_run(uid("nope"))
+    with pytest.raises(RunNotFound):
+        await service.get_run(uid("nope"))
+    with pytest.raises(RunNotFound):
+        await service.get_run("bad.id")
+
+
+async def test_idempotency_key_returns_the_same_run(nats_transport: NatsTransport) -> None:
+    service = Service(nats_transport)
+    name = uid("wf")
+    await service.register_workflow({"name": name, "steps": [{"id": "a", "task": uid("t")}]})
+    key = f"order {uid('k')} / with spaces"
+    first = await service.start_run(name, 1, idempotency_key=key)
+    again = await service.start_run(name, 2, idempotency_key=key)
+    other = await service.start_run(name, 1, idempotency_key=key + "-other")
+    plain1, plain2 = await service.start_run(name), await service.start_run(name)
+    assert first == again
+    assert len({first, other, plain1, plain2}) == 4
+    assert (await service.get_run(first)).input == 1
+    with pytest.raises(InvalidRequest):
+        await service.start_run(name, idempotency_key="")
+
+
+async def test_list_runs_filters_and_pages(nats_transport: NatsTransport) -> None:
+    service = Service(nats_transport)
+    name = uid("wf")
+    await service.register_workflow({"name": name, "steps": [{"id": "a", "task": uid("t")}]})
+    runs = sorted([await service.start_run(name, n) for n in range(5)])
+    page = await service.list_runs(workflow=name, limit=1000)
+    assert sorted(r.run_id for r in page.runs) == runs
+    assert all(r.status is RunStatus.RUNNING for r in page.runs)
+    assert (await service.list_runs(workflow=name, status="completed", limit=1000)).runs == ()
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = await service.list_runs(workflow=name, limit=2, cursor=cursor)
+        seen.extend(r.run_id for r in page.runs)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert sorted(seen) == runs
+    with pytest.raises(InvalidRequest):
+        await service.list_runs(status="sleeping")
+    with pytest.raises(InvalidRequest):
+        await service.list_runs(limit=0)
+
+
+async def test_signal_is_stored_and_recorded(nats_transport: NatsTransport) -> None:
+    service = Service(nats_transport)
+    name = uid("wf")
+    await service.register_workflow({"name": name, "steps": [{"id": "a", "task": uid("t")}]})
+    run = await service.start_run(name)
+    await service.send_signal(run, "approve", {"by": "ann"})
+    assert await service.get_signal(run, "approve") == {"by": "ann"}
+    assert await service.get_signal(run, "other") is None
+    last = await nats_transport.get_last_msg(layout.HISTORY_STREAM, layout.history_subject(run))
+    assert last is not None and decode_event(last.data) == SignalSent(run, "approve", {"by": "ann"})
+    with pytest.raises(InvalidRequest):
+        await service.send_signal(run, "bad name", None)
+    with pytest.raises(RunNotFound):
+        await service.send_signal(uid("ghost"), "approve", None)
+
+
+async def test_wait_for_run_is_bounded(nats_transport: NatsTransport) -> None:
+    service = Service(nats_transport)
+    name = uid("wf")
+    await service.register_workflow({"name": name, "steps": [{"id": "a", "task": uid("t")}]})
+    run = await service.start_run(name)  # no engine runs in this test: it never finishes
+    with trio.fail_after(5):
+        with pytest.raises(RunWaitTimeout):
+            await service.wait_for_run(run, 0.3)
+    with pytest.raises(InvalidRequest):
+        await service.wait_for_run(run, 0)
+    with pytest.raises(RunNotFound):
+        await service.wait_for_run(uid("ghost"), 1)

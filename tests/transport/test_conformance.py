@@ -1,0 +1,428 @@
+"""One set of outcomes, held by every transport: each case runs on SimTransport and nats-server.
+
+Every test takes ``clock`` (autojumping for the simulation, real for nats) so the same body runs
+on both; subjects, keys and durables carry ``uid`` because the real server is shared.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from dagnats_trio.transport import (
+    ConsumerConfig,
+    Delivery,
+    KeyExists,
+    NotFound,
+    NotProvisioned,
+    RevisionMismatch,
+    TemporarilyUnavailable,
+    Transport,
+    WrongLastSequence,
+)
+from dagnats_trio.transport.layout import (
+    CHECKPOINTS_BUCKET,
+    HISTORY_STREAM,
+    JOURNAL_STREAM,
+    TASK_STREAM,
+    history_subject,
+    journal_subject,
+    task_subject,
+)
+
+ACK_WAIT_S = 1.0
+NAK_DELAY_S = 1.0
+#: Waits shorter than an AckWait: "nothing arrives yet".
+SHORT_WAIT_S = 0.3
+#: The longest a test waits for something that must come.
+ARRIVAL_S = 4.0
+#: Real-clock slack when asserting that a redelivery was not early.
+SLACK_S = 0.15
+TEST_BOUND_S = 15.0
+
+
+async def fetch_one(t: Transport, stream: str, durable: str) -> Delivery:
+    got = await t.fetch(stream, durable, 1, ARRIVAL_S)
+    assert len(got) == 1, f"expected one delivery from {durable}, got {got}"
+    return got[0]
+
+
+async def history_consumer(
+    t: Transport, uid: str, *, ack_wait_s: float = ACK_WAIT_S, max_deliver: int = -1
+) -> str:
+    durable = f"c-{uid}"
+    config = ConsumerConfig(HISTORY_STREAM, durable, history_subject(uid), ack_wait_s, max_deliver)
+    await t.ensure_consumer(config)
+    return durable
+
+
+# --- streams -------------------------------------------------------------------------------
+
+
+async def test_fencing_with_expected_last_subject_seq(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    subject = journal_subject(uid, "step")
+    first = await transport.publish(subject, b"a", expected_last_subject_seq=0)
+    with pytest.raises(WrongLastSequence):
+        await transport.publish(subject, b"stale", expected_last_subject_seq=0)
+    second = await transport.publish(subject, b"b", expected_last_subject_seq=first)
+    assert second > first
+    with pytest.raises(WrongLastSequence):
+        await transport.publish(subject, b"stale", expected_last_subject_seq=first)
+    # The check is per subject, the sequence is per stream.
+    other = await transport.publish(
+        journal_subject(uid, "other"), b"c", expected_last_subject_seq=0
+    )
+    assert other > second
+    third = await transport.publish(subject, b"d", expected_last_subject_seq=second)
+    assert third > other
+    page = await transport.read_subject(JOURNAL_STREAM, subject, 0, 10)
+    assert [(m.seq, m.data) for m in page] == [(first, b"a"), (second, b"b"), (third, b"d")]
+
+
+async def test_duplicate_msg_id_returns_original_sequence(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    subject = history_subject(uid)
+    seq = await transport.publish(subject, b"one", msg_id=f"{uid}-1")
+    assert await transport.publish(subject, b"again", msg_id=f"{uid}-1") == seq
+    # The duplicate check wins over the expected-sequence check: a retry after a lost ack
+    # learns its own sequence instead of being fenced.
+    assert (
+        await transport.publish(subject, b"again", msg_id=f"{uid}-1", expected_last_subject_seq=0)
+        == seq
+    )
+    other = await transport.publish(subject, b"two", msg_id=f"{uid}-2")
+    assert other > seq
+    page = await transport.read_subject(HISTORY_STREAM, subject, 0, 10)
+    assert [m.data for m in page] == [b"one", b"two"]
+
+
+async def test_get_msg_by_sequence_with_headers(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    subject = journal_subject(uid, "s")
+    seq = await transport.publish(subject, b"body", headers={"Dagnats-Record": "claim"})
+    msg = await transport.get_msg(JOURNAL_STREAM, seq)
+    assert (msg.subject, msg.seq, msg.data) == (subject, seq, b"body")
+    assert msg.headers.get("Dagnats-Record") == "claim"
+    with pytest.raises(NotFound):
+        await transport.get_msg(JOURNAL_STREAM, seq + 1_000_000)
+
+
+async def test_last_message_of_a_subject(transport: Transport, clock: object, uid: str) -> None:
+    subject = journal_subject(uid, "s")
+    assert await transport.get_last_msg(JOURNAL_STREAM, subject) is None
+    await transport.publish(subject, b"first")
+    last = await transport.publish(subject, b"second")
+    await transport.publish(journal_subject(uid, "other"), b"elsewhere")
+    msg = await transport.get_last_msg(JOURNAL_STREAM, subject)
+    assert msg is not None
+    assert (msg.seq, msg.data, msg.subject) == (last, b"second", subject)
+
+
+async def test_read_subject_in_pages(transport: Transport, clock: object, uid: str) -> None:
+    subject = journal_subject(uid, "s")
+    sent = []
+    for i in range(5):
+        sent.append(await transport.publish(subject, f"m{i}".encode()))
+        await transport.publish(journal_subject(uid, "noise"), b"x")
+    pages = []
+    from_seq = 0
+    while True:
+        page = await transport.read_subject(JOURNAL_STREAM, subject, from_seq, 2)
+        if not page:
+            break
+        assert len(page) <= 2
+        pages.append([m.seq for m in page])
+        from_seq = page[-1].seq + 1
+    assert pages == [sent[0:2], sent[2:4], sent[4:5]]
+    middle = await transport.read_subject(JOURNAL_STREAM, subject, sent[1] + 1, 10)
+    assert [m.data for m in middle] == [b"m2", b"m3", b"m4"]
+    assert all(m.subject == subject for m in middle)
+
+
+async def test_purge_subject(transport: Transport, clock: object, uid: str) -> None:
+    subject = journal_subject(uid, "s")
+    kept = journal_subject(uid, "kept")
+    for i in range(3):
+        await transport.publish(subject, f"m{i}".encode())
+    keep_seq = await transport.publish(kept, b"k")
+    await transport.purge_subject(JOURNAL_STREAM, subject)
+    assert await transport.get_last_msg(JOURNAL_STREAM, subject) is None
+    assert await transport.read_subject(JOURNAL_STREAM, subject, 0, 10) == []
+    kept_last = await transport.get_last_msg(JOURNAL_STREAM, kept)
+    assert kept_last is not None and kept_last.seq == keep_seq
+    # An emptied subject fences like a new one.
+    await transport.publish(subject, b"fresh", expected_last_subject_seq=0)
+
+
+async def test_not_provisioned(transport: Transport, clock: object, uid: str) -> None:
+    with pytest.raises(NotProvisioned):
+        await transport.publish(f"nowhere.{uid}", b"x")
+    with pytest.raises(NotProvisioned):
+        await transport.get_msg(f"NO_STREAM_{uid}", 1)
+    with pytest.raises(NotProvisioned):
+        await transport.get_last_msg(f"NO_STREAM_{uid}", f"nowhere.{uid}")
+    with pytest.raises(NotProvisioned):
+        await transport.kv_get(f"no_bucket_{uid}", "k")
+    with pytest.raises(NotProvisioned):
+        await transport.kv_put(f"no_bucket_{uid}", "k", b"v")
+    with pytest.raises(NotProvisioned):
+        await transport.fetch(HISTORY_STREAM, f"no-durable-{uid}", 1, SHORT_WAIT_S)
+    with pytest.raises(NotProvisioned):
+        await transport.ensure_consumer(
+            ConsumerConfig(f"NO_STREAM_{uid}", f"c-{uid}", f"nowhere.{uid}", ACK_WAIT_S)
+        )
+
+
+# --- key-value -----------------------------------------------------------------------------
+
+
+async def test_kv_compare_and_set(transport: Transport, clock: object, uid: str) -> None:
+    b, key = CHECKPOINTS_BUCKET, f"{uid}.step"
+    assert await transport.kv_get(b, key) is None
+    rev1 = await transport.kv_create(b, key, b"v1")
+    with pytest.raises(KeyExists):
+        await transport.kv_create(b, key, b"other")
+    rev2 = await transport.kv_update(b, key, b"v2", rev1)
+    assert rev2 > rev1
+    with pytest.raises(RevisionMismatch):
+        await transport.kv_update(b, key, b"stale", rev1)
+    entry = await transport.kv_get(b, key)
+    assert entry is not None and (entry.key, entry.value, entry.revision) == (key, b"v2", rev2)
+    with pytest.raises(RevisionMismatch):
+        await transport.kv_delete(b, key, revision=rev1)
+    assert await transport.kv_get(b, key) is not None
+    await transport.kv_delete(b, key, revision=rev2)
+    assert await transport.kv_get(b, key) is None
+    rev3 = await transport.kv_create(b, key, b"v3")  # a deleted key can be created again
+    assert rev3 > rev2
+    rev4 = await transport.kv_put(b, key, b"v4")
+    assert rev4 > rev3
+    await transport.kv_delete(b, key)
+    assert await transport.kv_get(b, key) is None
+
+
+async def test_kv_keys_by_prefix(transport: Transport, clock: object, uid: str) -> None:
+    b = CHECKPOINTS_BUCKET
+    for key in (f"{uid}.b", f"{uid}.a", f"{uid}x.c", f"{uid}.gone"):
+        await transport.kv_put(b, key, b"v")
+    await transport.kv_delete(b, f"{uid}.gone")
+    assert await transport.kv_keys(b, f"{uid}.") == [f"{uid}.a", f"{uid}.b"]
+    assert await transport.kv_keys(b, uid) == [f"{uid}.a", f"{uid}.b", f"{uid}x.c"]
+    assert await transport.kv_keys(b, f"{uid}.none") == []
+
+
+async def test_kv_watch_sees_put_and_delete(transport: Transport, clock: object, uid: str) -> None:
+    b = CHECKPOINTS_BUCKET
+    await transport.kv_put(b, f"{uid}.before", b"old")
+    with trio.fail_after(TEST_BOUND_S):
+        async with transport.kv_watch(b, f"{uid}.") as changes:
+            rev = await transport.kv_put(b, f"{uid}.k", b"new")
+            await transport.kv_put(b, f"other{uid}.k", b"not watched")
+            await transport.kv_delete(b, f"{uid}.k")
+            first = await changes.__anext__()
+            second = await changes.__anext__()
+    assert (first.key, first.value, first.revision) == (f"{uid}.k", b"new", rev)
+    assert (second.key, second.value) == (f"{uid}.k", None)
+    assert second.revision > rev
+
+
+# --- durable pull consumers ----------------------------------------------------------------
+
+
+async def test_ack_wait_redelivery_counts(transport: Transport, clock: object, uid: str) -> None:
+    durable = await history_consumer(transport, uid)
+    await transport.ensure_consumer(  # idempotent
+        ConsumerConfig(HISTORY_STREAM, durable, history_subject(uid), ACK_WAIT_S)
+    )
+    seq = await transport.publish(history_subject(uid), b"event")
+    with trio.fail_after(TEST_BOUND_S):
+        first = await fetch_one(transport, HISTORY_STREAM, durable)
+        delivered_at = trio.current_time()
+        assert (first.stream_seq, first.num_delivered, first.data) == (seq, 1, b"event")
+        assert first.subject == history_subject(uid)
+        assert await transport.fetch(HISTORY_STREAM, durable, 1, SHORT_WAIT_S) == []
+        second = await fetch_one(transport, HISTORY_STREAM, durable)
+        assert trio.current_time() - delivered_at >= ACK_WAIT_S - SLACK_S
+        assert (second.stream_seq, second.num_delivered) == (seq, 2)
+        await second.ack()
+        await second.ack()  # settling twice is harmless
+        assert await transport.fetch(HISTORY_STREAM, durable, 1, ACK_WAIT_S + SHORT_WAIT_S) == []
+
+
+async def test_fetch_times_out_empty(transport: Transport, clock: object, uid: str) -> None:
+    durable = await history_consumer(transport, uid)
+    with trio.fail_after(TEST_BOUND_S):
+        started = trio.current_time()
+        assert await transport.fetch(HISTORY_STREAM, durable, 3, SHORT_WAIT_S) == []
+        assert trio.current_time() - started >= SHORT_WAIT_S - SLACK_S
+
+
+async def test_fetchers_share_a_durable(transport: Transport, clock: object, uid: str) -> None:
+    durable = await history_consumer(transport, uid)
+    sent = [await transport.publish(history_subject(uid), f"{i}".encode()) for i in range(4)]
+    with trio.fail_after(TEST_BOUND_S):
+        seen: list[int] = []
+        while len(seen) < len(sent):
+            batch = await transport.fetch(HISTORY_STREAM, durable, 2, ARRIVAL_S)
+            assert 1 <= len(batch) <= 2
+            for d in batch:
+                assert d.num_delivered == 1
+                await d.ack()
+            seen.extend(d.stream_seq for d in batch)
+    assert sorted(seen) == sent
+
+
+async def test_nak_with_delay(transport: Transport, clock: object, uid: str) -> None:
+    durable = await history_consumer(transport, uid, ack_wait_s=5.0)
+    seq = await transport.publish(history_subject(uid), b"event")
+    with trio.fail_after(TEST_BOUND_S):
+        first = await fetch_one(transport, HISTORY_STREAM, durable)
+        await first.nak(delay_s=NAK_DELAY_S)
+        nakked_at = trio.current_time()
+        assert await transport.fetch(HISTORY_STREAM, durable, 1, SHORT_WAIT_S) == []
+        second = await fetch_one(transport, HISTORY_STREAM, durable)
+        assert trio.current_time() - nakked_at >= NAK_DELAY_S - SLACK_S
+        assert (second.stream_seq, second.num_delivered) == (seq, 2)
+        await second.nak()  # no delay: back at once, long before the 5 s AckWait
+        third = await fetch_one(transport, HISTORY_STREAM, durable)
+        assert trio.current_time() - nakked_at < 5.0
+        assert third.num_delivered == 3
+        await third.ack()
+
+
+async def test_in_progress_extends_the_deadline(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    durable = await history_consumer(transport, uid)
+    seq = await transport.publish(history_subject(uid), b"event")
+    with trio.fail_after(TEST_BOUND_S):
+        first = await fetch_one(transport, HISTORY_STREAM, durable)
+        delivered_at = trio.current_time()
+        await trio.sleep(0.6 * ACK_WAIT_S)  # time passing is the subject of this test
+        await first.in_progress()
+        progressed_at = trio.current_time()
+        # Past the original AckWait, still inside the extended one: nothing comes back.
+        await trio.sleep(max(0.0, delivered_at + ACK_WAIT_S + 0.1 - trio.current_time()))
+        assert await transport.fetch(HISTORY_STREAM, durable, 1, 0.2) == []
+        second = await fetch_one(transport, HISTORY_STREAM, durable)
+        assert trio.current_time() - progressed_at >= ACK_WAIT_S - SLACK_S
+        assert (second.stream_seq, second.num_delivered) == (seq, 2)
+        await second.ack()
+
+
+async def test_term_stops_redelivery(transport: Transport, clock: object, uid: str) -> None:
+    durable = await history_consumer(transport, uid)
+    await transport.publish(history_subject(uid), b"poison")
+    keep = await transport.publish(history_subject(uid), b"fine")
+    with trio.fail_after(TEST_BOUND_S):
+        first = await fetch_one(transport, HISTORY_STREAM, durable)
+        assert first.data == b"poison"
+        await first.term()
+        second = await fetch_one(transport, HISTORY_STREAM, durable)
+        assert second.stream_seq == keep
+        await second.ack()
+        assert await transport.fetch(HISTORY_STREAM, durable, 1, ACK_WAIT_S + SHORT_WAIT_S) == []
+
+
+async def test_max_deliver(transport: Transport, clock: object, uid: str) -> None:
+    durable = await history_consumer(transport, uid, max_deliver=2)
+    await transport.publish(history_subject(uid), b"event")
+    with trio.fail_after(TEST_BOUND_S):
+        assert (await fetch_one(transport, HISTORY_STREAM, durable)).num_delivered == 1
+        assert (await fetch_one(transport, HISTORY_STREAM, durable)).num_delivered == 2
+        assert await transport.fetch(HISTORY_STREAM, durable, 1, ACK_WAIT_S + SHORT_WAIT_S) == []
+
+
+async def test_work_queue_ack_removes_the_message(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    durable = f"workers-{uid}"
+    await transport.ensure_consumer(
+        ConsumerConfig(TASK_STREAM, durable, f"task.{uid}.*", ACK_WAIT_S)
+    )
+    seq = await transport.publish(task_subject(uid, "run1"), b"task")
+    with trio.fail_after(TEST_BOUND_S):
+        delivery = await fetch_one(transport, TASK_STREAM, durable)
+        assert delivery.stream_seq == seq
+        assert (await transport.get_msg(TASK_STREAM, seq)).data == b"task"
+        await delivery.ack()
+        with pytest.raises(NotFound):
+            await transport.get_msg(TASK_STREAM, seq)
+        assert await transport.fetch(TASK_STREAM, durable, 1, SHORT_WAIT_S) == []
+
+
+# --- core NATS -----------------------------------------------------------------------------
+
+
+async def test_core_publish_subscribe(transport: Transport, clock: object, uid: str) -> None:
+    with trio.fail_after(TEST_BOUND_S):
+        async with transport.subscribe(f"preview.{uid}.*") as messages:
+            await transport.core_publish(f"other.{uid}.s", b"not for us")
+            await transport.core_publish(f"preview.{uid}.s", b"token", {"K": "v"})
+            msg = await messages.__anext__()
+    assert (msg.subject, msg.data, msg.reply) == (f"preview.{uid}.s", b"token", None)
+    assert msg.headers.get("K") == "v"
+
+
+async def test_queue_group_delivers_each_message_once(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    subject = f"work.{uid}"
+    count = 6
+    got: list[bytes] = []
+    everything: list[bytes] = []
+    with trio.fail_after(TEST_BOUND_S):
+        async with (
+            transport.subscribe(subject, queue="q") as a,
+            transport.subscribe(subject, queue="q") as b,
+            transport.subscribe(subject) as plain,
+        ):
+            for i in range(count):
+                await transport.core_publish(subject, f"{i}".encode())
+            async with trio.open_nursery() as nursery:
+
+                async def drain(messages: object) -> None:
+                    async for msg in messages:  # type: ignore[attr-defined]
+                        got.append(msg.data)
+                        if len(got) == count:
+                            nursery.cancel_scope.cancel()
+
+                nursery.start_soon(drain, a)
+                nursery.start_soon(drain, b)
+            async for msg in plain:
+                everything.append(msg.data)
+                if len(everything) == count:
+                    break
+    assert sorted(got) == sorted(f"{i}".encode() for i in range(count))
+    assert everything == [f"{i}".encode() for i in range(count)]
+
+
+async def test_request_reply(transport: Transport, clock: object, uid: str) -> None:
+    subject = f"api.{uid}.echo"
+
+    async def responder(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with transport.subscribe(subject) as requests:
+            task_status.started()
+            async for msg in requests:
+                assert msg.reply is not None
+                await transport.respond(msg, msg.data.upper())
+
+    with trio.fail_after(TEST_BOUND_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(responder)
+            assert await transport.request(subject, b"hello", timeout_s=ARRIVAL_S) == b"HELLO"
+            assert await transport.request(subject, b"again", timeout_s=ARRIVAL_S) == b"AGAIN"
+            nursery.cancel_scope.cancel()
+        with pytest.raises(TemporarilyUnavailable):
+            await transport.request(f"api.{uid}.nobody", b"x", timeout_s=ARRIVAL_S)
+
+
+async def test_round_trips_are_counted(transport: Transport, clock: object, uid: str) -> None:
+    before = transport.round_trips
+    await transport.publish(history_subject(uid), b"x")
+    await transport.get_last_msg(HISTORY_STREAM, history_subject(uid))
+    assert transport.round_trips >= before + 2
