@@ -1,0 +1,43 @@
+"""``python -m bench [section ...]``: run benchmark sections, ``append_ratio=`` printed last.
+
+To add a section, add its module to :data:`SECTIONS`; the module has ``run() -> dict[str, float]``
+that prints its own report and returns its headline figures.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+
+#: Section name -> module with a ``run()``. Order is the order they run in.
+SECTIONS: dict[str, str] = {
+    "append": "bench.append",
+}
+
+#: Printed last of all, so scripts can read it with ``tail -1``.
+LAST_FIGURE = "append_ratio"
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(SECTIONS)
+    unknown = [name for name in names if name not in SECTIONS]
+    if unknown:
+        print(f"unknown section(s) {unknown}; known: {list(SECTIONS)}", file=sys.stderr)
+        return 2
+    figures: dict[str, float] = {}
+    for name in names:
+        run: Callable[[], dict[str, float]] = importlib.import_module(SECTIONS[name]).run
+        figures.update(run())
+        print()
+    print("== summary")
+    for key, value in figures.items():
+        if key != LAST_FIGURE:
+            print(f"{key}={value}")
+    if LAST_FIGURE in figures:
+        print(f"{LAST_FIGURE}={figures[LAST_FIGURE]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
