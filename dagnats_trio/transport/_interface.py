@@ -256,7 +256,11 @@ class Transport(Protocol):
         """Answer a request received through :meth:`subscribe`."""
 
     async def request(
-        self, subject: str, data: bytes, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+        self,
+        subject: str,
+        data: bytes,
+        timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        headers: Headers | None = None,
     ) -> bytes:
         """Request/reply; :class:`TemporarilyUnavailable` when nobody listens."""
 

@@ -794,9 +794,15 @@ class NatsTransport:
         await self.core_publish(msg.reply, data)
 
     async def request(
-        self, subject: str, data: bytes, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+        self,
+        subject: str,
+        data: bytes,
+        timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        headers: Headers | None = None,
     ) -> bytes:
-        msg = await self._request(subject, data, None, f"request {subject!r}", timeout_s)
+        msg = await self._request(
+            subject, data, dict(headers) if headers else None, f"request {subject!r}", timeout_s
+        )
         return bytes(msg.data)
 
     # --- provisioning --------------------------------------------------------------------------

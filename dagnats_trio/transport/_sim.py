@@ -792,7 +792,11 @@ class SimTransport:
         self._server._deliver_core(msg.reply, data, {}, None)
 
     async def request(
-        self, subject: str, data: bytes, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+        self,
+        subject: str,
+        data: bytes,
+        timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        headers: Headers | None = None,
     ) -> bytes:
         _check_publish_subject(subject)
         await self._call(jetstream=False)
@@ -802,7 +806,7 @@ class SimTransport:
         slot = _ReplySlot()
         server._replies[inbox] = slot
         try:
-            if server._deliver_core(subject, data, {}, inbox) == 0:
+            if server._deliver_core(subject, data, dict(headers or {}), inbox) == 0:
                 raise TemporarilyUnavailable(f"no responders on {subject!r}")
             with trio.move_on_after(timeout_s):
                 await slot.event.wait()
