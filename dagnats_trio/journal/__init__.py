@@ -1,0 +1,77 @@
+"""The per-step journal: claims and fencing, durable tool and model calls, commits, the audit.
+
+``await tc.journal()`` gives a :class:`Journal`; the rules it follows are pure functions in
+``_replay`` and the audit is :func:`check.check`.
+"""
+
+from dagnats_trio.protocol import CommitAction, Replay
+
+from ._errors import (
+    CallLimitExceeded,
+    Committed,
+    Fenced,
+    HolderKilled,
+    JournalCorrupt,
+    JournalSettled,
+    ReplayMismatch,
+    RestartLimit,
+    Stale,
+    ToolOutputNotJson,
+)
+from ._handle import (
+    DEFAULT_RESTART_LIMIT,
+    MAX_RESTART_LIMIT,
+    MIN_RESTART_LIMIT,
+    CommittedIteration,
+    Journal,
+    ModelFn,
+    OnCommitted,
+    ToolCall,
+    ToolFn,
+    check_restart_limit,
+    load_commit_state,
+    open_journal,
+)
+from ._holder import Holder, Settlement
+from ._model import ScriptedModel, ScriptExhausted
+from ._replay import MAX_CALLS_PER_ITERATION, RESTART_LIMIT_REASON, TaskIdentity, ToolResult
+from .check import CheckReport, Violation, check, read_journal
+
+__all__ = [
+    "DEFAULT_RESTART_LIMIT",
+    "MAX_CALLS_PER_ITERATION",
+    "MAX_RESTART_LIMIT",
+    "MIN_RESTART_LIMIT",
+    "RESTART_LIMIT_REASON",
+    "CallLimitExceeded",
+    "CheckReport",
+    "CommitAction",
+    "Committed",
+    "CommittedIteration",
+    "Fenced",
+    "Holder",
+    "HolderKilled",
+    "Journal",
+    "JournalCorrupt",
+    "JournalSettled",
+    "ModelFn",
+    "OnCommitted",
+    "Replay",
+    "ReplayMismatch",
+    "RestartLimit",
+    "ScriptExhausted",
+    "ScriptedModel",
+    "Settlement",
+    "Stale",
+    "TaskIdentity",
+    "ToolCall",
+    "ToolFn",
+    "ToolOutputNotJson",
+    "ToolResult",
+    "Violation",
+    "check",
+    "check_restart_limit",
+    "load_commit_state",
+    "open_journal",
+    "read_journal",
+]

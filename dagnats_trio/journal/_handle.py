@@ -1,0 +1,720 @@
+"""The journal handle: the I/O shell around ``_replay``.
+
+Every write is a fenced append (expected last subject sequence = the last sequence this writer
+saw). The fast path of :func:`open_journal` is one ``get_last_msg`` and one claim append; the
+iteration's records are read only when the tail is not the previous iteration's commit.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import attrs
+import trio
+
+from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
+from dagnats_trio._seams import Seam
+from dagnats_trio.protocol import (
+    ClaimRecord,
+    CommitAction,
+    CommitRecord,
+    DecodeError,
+    InputPlacedRecord,
+    JournalRecord,
+    JsonValue,
+    ModelRecord,
+    Replay,
+    TaskMessage,
+    ToolIntentRecord,
+    ToolOutputRecord,
+    ToolResultRecord,
+    Wait,
+    decode_record,
+    encode_record,
+    record_headers,
+)
+from dagnats_trio.transport import (
+    NotFound,
+    StoredMsg,
+    TemporarilyUnavailable,
+    Transport,
+    TransportTimeout,
+    WrongLastSequence,
+)
+from dagnats_trio.transport.layout import JOURNAL_STREAM, journal_subject
+
+from ._errors import (
+    CallLimitExceeded,
+    Committed,
+    Fenced,
+    HolderKilled,
+    JournalCorrupt,
+    JournalSettled,
+    ReplayMismatch,
+    RestartLimit,
+    Stale,
+    ToolOutputNotJson,
+)
+from ._events import (
+    TRANSIENT_BACKOFF_MAX_S,
+    TRANSIENT_BACKOFF_START_S,
+    TRANSIENT_RETRY_DEADLINE_S,
+    publish_lifecycle,
+)
+from ._holder import Holder, Settlement
+from ._replay import (
+    MAX_CALLS_PER_ITERATION,
+    NOT_JSON_ERROR_PREFIX,
+    RESTART_LIMIT_REASON,
+    ClaimPlan,
+    Entry,
+    ModelAction,
+    PlanKind,
+    ReplayView,
+    TailKind,
+    TaskIdentity,
+    ToolAction,
+    ToolResult,
+    call_key,
+    canonical_json,
+    decide_model,
+    decide_tool,
+    empty_view,
+    event_for_commit,
+    judge_tail,
+    placed_before,
+    plan_claim,
+)
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_RESTART_LIMIT: Final = 5
+MIN_RESTART_LIMIT: Final = 1
+MAX_RESTART_LIMIT: Final = 1000
+#: Records asked for per ``read_subject`` call when reading an iteration.
+READ_PAGE_RECORDS: Final = 256
+#: Bound on the ``on_committed`` callback; it is told, it does not decide.
+ON_COMMITTED_TIMEOUT_S: Final = 10.0
+
+
+def check_restart_limit(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"restart_limit must be an integer, got {value!r}")
+    if not MIN_RESTART_LIMIT <= value <= MAX_RESTART_LIMIT:
+        raise ValueError(
+            f"restart_limit must be from {MIN_RESTART_LIMIT} to {MAX_RESTART_LIMIT}, got {value}"
+        )
+    return value
+
+
+@attrs.frozen
+class ToolCall:
+    """A tool call as the handler states it; the journal fills ``key`` before calling fn."""
+
+    name: str
+    input: JsonValue = None
+    key: str = ""
+
+
+ToolFn = Callable[[ToolCall], Awaitable[JsonValue]]
+ModelFn = Callable[[], Awaitable[JsonValue]]
+
+
+@attrs.frozen
+class CommittedIteration:
+    """Told to ``on_committed`` after a commit stores (not for failures): the request ids of the
+    inputs the committed segment placed, so the inputs service can mark them done. It may be told
+    twice for one commit (a crash before the lifecycle event), never zero times before the event.
+    """
+
+    run_id: str
+    step_id: str
+    iteration: int
+    attempt: int
+    action: CommitAction
+    journal_seq: int
+    request_ids: tuple[str, ...]
+
+
+OnCommitted = Callable[[CommittedIteration], Awaitable[None]]
+
+
+class _Guard:
+    """One task at a time, in the style of Trio's ``ConflictDetector``: replay matches calls by
+    position, so calls from several tasks would be recorded in one order and replayed in another."""
+
+    def __init__(self, msg: str) -> None:
+        self._msg = msg
+        self._held = False
+
+    def __enter__(self) -> None:
+        if self._held:
+            raise trio.BusyResourceError(self._msg)
+        self._held = True
+
+    def __exit__(self, *exc: object) -> None:
+        self._held = False
+
+
+_UNSET: Any = object()
+
+
+async def _transient(what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
+    """Retry ``fn`` on no-leader / timeout with a bounded backoff (reads only: idempotent)."""
+    backoff = TRANSIENT_BACKOFF_START_S
+    deadline = trio.current_time() + TRANSIENT_RETRY_DEADLINE_S
+    while True:
+        try:
+            return await fn()
+        except (TemporarilyUnavailable, TransportTimeout) as exc:
+            if trio.current_time() + backoff > deadline:
+                raise
+            _log.debug("%s: %s; retrying", what, exc)
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, TRANSIENT_BACKOFF_MAX_S)
+
+
+def _decode(msg: StoredMsg) -> Entry:
+    try:
+        return msg.seq, decode_record(msg.data)
+    except DecodeError as exc:
+        raise JournalCorrupt(msg.seq, str(exc)) from None
+
+
+async def read_entries(
+    transport: Transport, subject: str, from_seq: int, to_seq: int | None = None
+) -> list[Entry]:
+    """Records of ``subject`` from ``from_seq`` up to ``to_seq`` (the tail when None)."""
+    if to_seq is None:
+        tail = await _transient("tail", lambda: transport.get_last_msg(JOURNAL_STREAM, subject))
+        if tail is None:
+            return []
+        to_seq = tail.seq
+    out: list[Entry] = []
+    seq = max(from_seq, 1)
+    while seq <= to_seq:
+        page: list[StoredMsg] = await _transient(
+            "read",
+            functools.partial(
+                transport.read_subject, JOURNAL_STREAM, subject, seq, READ_PAGE_RECORDS
+            ),
+        )
+        for msg in page:
+            if msg.seq > to_seq:
+                return out
+            out.append(_decode(msg))
+        if len(page) < READ_PAGE_RECORDS:
+            break
+        seq = page[-1].seq + 1
+    return out
+
+
+class Journal:
+    """The journal of one task delivery, after its claim. Single owner (one task at a time)."""
+
+    def __init__(
+        self,
+        *,
+        transport: Transport,
+        task: TaskIdentity,
+        holder: Holder,
+        claim_id: str,
+        last_seq: int,
+        view: ReplayView,
+        on_committed: OnCommitted | None,
+    ) -> None:
+        self._transport = transport
+        self._task = task
+        self._holder = holder
+        self._claim_id = claim_id
+        self._last_seq = last_seq
+        self._view = view
+        self._on_committed = on_committed
+        self._subject = journal_subject(task.run_id, task.step_id)
+        self._guard = _Guard("another task is using this journal handle")
+        self._lock = trio.Lock()
+        self._next_call = view.call_offset
+        self._consumed: frozenset[int] = frozenset()
+        self._placed: list[InputPlacedRecord] = list(view.placed)
+        self._running: int | None = None
+        self._pending_state: JsonValue = _UNSET
+        self._base_state: JsonValue = _UNSET
+        if view.base is not None and isinstance(view.base[1], CommitRecord):
+            self._base_state = view.base[1].state
+        elif task.journal_seq is None:
+            self._base_state = None
+        self._closed = False
+
+    # --- identity (the inputs service's JournalWriter protocol) ------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self._task.run_id
+
+    @property
+    def step_id(self) -> str:
+        return self._task.step_id
+
+    @property
+    def iteration(self) -> int:
+        return self._task.iteration
+
+    @property
+    def attempt(self) -> int:
+        return self._task.attempt
+
+    @property
+    def claim_id(self) -> str:
+        return self._claim_id
+
+    @property
+    def last_seq(self) -> int:
+        """The last sequence this writer saw (its claim, then each of its appends)."""
+        return self._last_seq
+
+    @property
+    def next_call(self) -> int:
+        """The position the next model or tool call takes."""
+        return self._next_call
+
+    def placed_inputs(self) -> list[InputPlacedRecord]:
+        """input.placed records of this iteration since its last pause (all deliveries and
+        attempts), then the ones this delivery appended; each request id once."""
+        return list(self._placed)
+
+    # --- state --------------------------------------------------------------------------------
+
+    async def load_state(self) -> JsonValue:
+        """The state of record: the last ``set_state`` of this delivery, else the state of the
+        commit this iteration started from (one get by sequence at most, then cached)."""
+        if self._pending_state is not _UNSET:
+            return self._pending_state
+        if self._base_state is _UNSET:
+            self._base_state = await load_commit_state(self._transport, self._task)
+        return self._base_state
+
+    def set_state(self, state: JsonValue) -> None:
+        """The state the next commit carries (no size cap: the journal is the state of record)."""
+        _require_json("checkpoint state", state)
+        self._pending_state = state
+
+    # --- appends ------------------------------------------------------------------------------
+
+    async def append(self, record: JournalRecord) -> int:
+        """Fenced append of a record of this writer (raises :class:`Fenced` on a lost tail)."""
+        t = self._task
+        if (record.iteration, record.attempt) != (t.iteration, t.attempt) or (
+            record.claim_id != self._claim_id
+        ):
+            raise ValueError(
+                "a record appended through this handle must carry its iteration, attempt and "
+                f"claim_id ({t.iteration}, {t.attempt}, {self._claim_id!r})"
+            )
+        self._check_open()
+        seq = await self._append(record)
+        if isinstance(record, InputPlacedRecord) and all(
+            p.request_id != record.request_id for p in self._placed
+        ):
+            self._placed.append(record)
+        return seq
+
+    async def _append(self, record: JournalRecord) -> int:
+        self._holder.check_writable()
+        data = encode_record(record)
+        headers = record_headers(record)
+        async with self._lock:
+            backoff = TRANSIENT_BACKOFF_START_S
+            deadline = trio.current_time() + TRANSIENT_RETRY_DEADLINE_S
+            while True:
+                self._holder.check_writable()
+                try:
+                    seq = await self._transport.publish(
+                        self._subject,
+                        data,
+                        headers=headers,
+                        expected_last_subject_seq=self._last_seq,
+                    )
+                except WrongLastSequence:
+                    return await self._after_lost_tail(data)
+                except (TemporarilyUnavailable, TransportTimeout):
+                    if trio.current_time() + backoff > deadline:
+                        raise
+                    await trio.sleep(backoff)
+                    backoff = min(backoff * 2, TRANSIENT_BACKOFF_MAX_S)
+                    tail = await self._tail_msg()
+                    if tail is not None and tail.seq > self._last_seq:
+                        # Stored before the error, or someone else wrote: never write twice.
+                        return await self._after_lost_tail(data, tail)
+                    continue
+                self._last_seq = seq
+                return seq
+
+    async def _after_lost_tail(self, data: bytes, tail: StoredMsg | None = None) -> int:
+        """A lost publish ack whose record stored is not fencing: the tail is our own record."""
+        if tail is None:
+            tail = await self._tail_msg()
+        if tail is not None and tail.seq > self._last_seq and tail.data == data:
+            self._last_seq = tail.seq
+            return tail.seq
+        self._holder.fence()
+        raise Fenced(
+            f"journal {self._subject} moved past sequence {self._last_seq}: a successor claimed "
+            "it, so this holder stops writing"
+        )
+
+    async def _tail_msg(self) -> StoredMsg | None:
+        result: StoredMsg | None = await _transient(
+            "tail", lambda: self._transport.get_last_msg(JOURNAL_STREAM, self._subject)
+        )
+        return result
+
+    async def _check_tail(self) -> None:
+        """Read the tail before spending a model request: a fenced holder spends nothing."""
+        tail = await self._tail_msg()
+        if tail is None or tail.seq != self._last_seq:
+            self._holder.fence()
+            raise Fenced(f"journal {self._subject} moved on: a successor claimed it")
+
+    def _check_open(self) -> None:
+        self._holder.check_writable()
+        if self._closed:
+            raise RuntimeError("this iteration is committed: the journal handle is closed")
+
+    def _position(self) -> int:
+        pos = self._next_call
+        if pos >= MAX_CALLS_PER_ITERATION:
+            raise CallLimitExceeded(
+                f"an iteration may make at most {MAX_CALLS_PER_ITERATION} model and tool calls; "
+                "a step that needs more has outgrown a per-step journal"
+            )
+        return pos
+
+    # --- calls --------------------------------------------------------------------------------
+
+    async def model(self, fn: ModelFn) -> JsonValue:
+        """The response this attempt recorded at this position, else a new request, recorded.
+
+        A failed request records nothing and does not use up the position.
+        """
+        with self._guard:
+            self._check_open()
+            pos = self._position()
+            decision = decide_model(self._view, pos)
+            if decision.action is ModelAction.MISMATCH:
+                raise ReplayMismatch(decision.reason)
+            if decision.action is ModelAction.REUSE:
+                self._next_call = pos + 1
+                return decision.response
+            await self._check_tail()
+            response = await fn()
+            _require_json("model response", response)
+            t = self._task
+            await self._append(ModelRecord(t.iteration, t.attempt, self._claim_id, pos, response))
+            self._next_call = pos + 1
+            return response
+
+    async def tool(self, call: ToolCall, replay: Replay, fn: ToolFn) -> ToolResult:
+        """Run a tool call durably: intent before ``fn``, result after; see ``decide_tool``.
+
+        The tool's own exception is its result's ``error``. Output that is not JSON is recorded
+        as an error result and raised as :class:`ToolOutputNotJson` (on replay too).
+        """
+        if not isinstance(replay, Replay):
+            raise TypeError(f"replay must be Replay.SAFE or Replay.UNSAFE, got {replay!r}")
+        if not isinstance(call, ToolCall) or not isinstance(call.name, str) or not call.name:
+            raise TypeError(f"call must be a ToolCall with a non-empty name, got {call!r}")
+        with self._guard:
+            self._check_open()
+            input_json = _require_json("tool input", call.input)
+            pos = self._position()
+            decision, consumed = decide_tool(
+                self._view, self._consumed, pos, call.name, input_json, replay
+            )
+            if decision.action is ToolAction.MISMATCH:
+                raise ReplayMismatch(decision.reason)
+            self._consumed = consumed
+            self._next_call = pos + 1
+            t = self._task
+            key = call_key(t.run_id, t.step_id, t.iteration, pos)
+            intent = ToolIntentRecord(
+                t.iteration, t.attempt, self._claim_id, pos, call.name, call.input, replay, key
+            )
+            if decision.action is ToolAction.REUSE:
+                assert decision.result is not None
+                return _raise_if_not_json(decision.result)
+            if decision.action is ToolAction.RECORD:
+                assert decision.result is not None
+                if decision.write_intent:
+                    await self._append(intent)
+                await self._record_result(pos, decision.result)
+                return _raise_if_not_json(decision.result)
+            if decision.action is ToolAction.RUN:
+                await self._append(intent)
+                await self._holder.seam(Seam.AFTER_TOOL_INTENT)
+            result = await self._run_tool(pos, attrs.evolve(call, key=key), fn)
+            await self._record_result(pos, result)
+            return _raise_if_not_json(result)
+
+    async def _run_tool(self, pos: int, call: ToolCall, fn: ToolFn) -> ToolResult:
+        await self._holder.seam(Seam.INSIDE_TOOL)
+        self._holder.check_writable()
+        self._running = pos
+        try:
+            output = await fn(call)
+        except (JournalSettled, HolderKilled):
+            raise
+        except Exception as exc:
+            return ToolResult(error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._running = None
+        try:
+            canonical_json(output)
+        except (TypeError, ValueError) as exc:
+            return ToolResult(error=f"{NOT_JSON_ERROR_PREFIX}{exc}")
+        return ToolResult(output=output)
+
+    async def _record_result(self, pos: int, result: ToolResult) -> None:
+        t = self._task
+        await self._append(
+            ToolResultRecord(
+                t.iteration,
+                t.attempt,
+                self._claim_id,
+                pos,
+                output=result.output,
+                error=result.error,
+                interrupted=result.interrupted,
+                partial=list(result.partial),
+            )
+        )
+        await self._holder.seam(Seam.AFTER_TOOL_RESULT)
+
+    async def tool_output(self, chunk: JsonValue) -> None:
+        """Record partial output of the tool function now running (a ``tool.output`` record);
+        an interrupted result carries it to the model."""
+        if self._running is None:
+            raise RuntimeError("tool_output is only valid while a tool function runs")
+        _require_json("tool output chunk", chunk)
+        t = self._task
+        await self._append(
+            ToolOutputRecord(t.iteration, t.attempt, self._claim_id, self._running, chunk)
+        )
+
+    # --- commit -------------------------------------------------------------------------------
+
+    async def settle(
+        self,
+        action: CommitAction,
+        *,
+        output: JsonValue = None,
+        wait: Wait | None = None,
+        error: str | None = None,
+        retriable: bool = True,
+        reason: str | None = None,
+        pause_ms: int | None = None,
+    ) -> int:
+        """Commit the iteration (action, state, output, wait, ...), then publish the lifecycle
+        event with the commit's sequence as ``journal_seq``. Returns that sequence."""
+        with self._guard:
+            self._check_open()
+            _require_json("step output", output)
+            return await self._settle(
+                action,
+                output=output,
+                wait=wait,
+                error=error,
+                retriable=retriable,
+                reason=reason,
+                pause_ms=pause_ms,
+            )
+
+    async def _settle(
+        self,
+        action: CommitAction,
+        *,
+        output: JsonValue = None,
+        wait: Wait | None = None,
+        error: str | None = None,
+        retriable: bool = True,
+        reason: str | None = None,
+        pause_ms: int | None = None,
+    ) -> int:
+        t = self._task
+        state = await self.load_state()
+        commit = CommitRecord(
+            t.iteration,
+            t.attempt,
+            self._claim_id,
+            t.nonce,
+            action,
+            state=state,
+            output=output,
+            wait=wait,
+            error=error,
+            retriable=retriable,
+            reason=reason,
+            pause_ms=pause_ms,
+        )
+        seq = await self._append(commit)
+        self._closed = True
+        await self._holder.seam(Seam.AFTER_COMMIT)
+        if action is not CommitAction.FAIL:
+            ids = tuple(p.request_id for p in self._placed)
+            await _notify(self._on_committed, t, commit, seq, ids)
+        await publish_lifecycle(self._transport, event_for_commit(commit, t, seq))
+        self._holder.settlement = Settlement.ACK
+        await self._holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
+        return seq
+
+
+def _require_json(what: str, value: JsonValue) -> str:
+    try:
+        return canonical_json(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} is not a JSON value: {exc}") from None
+
+
+def _raise_if_not_json(result: ToolResult) -> ToolResult:
+    if result.error is not None and result.error.startswith(NOT_JSON_ERROR_PREFIX):
+        raise ToolOutputNotJson(result.error)
+    return result
+
+
+async def _notify(
+    on_committed: OnCommitted | None,
+    t: TaskIdentity,
+    commit: CommitRecord,
+    seq: int,
+    ids: tuple[str, ...],
+) -> None:
+    if on_committed is None:
+        return
+    info = CommittedIteration(t.run_id, t.step_id, t.iteration, t.attempt, commit.action, seq, ids)
+    try:
+        with trio.fail_after(ON_COMMITTED_TIMEOUT_S):
+            await on_committed(info)
+    except Exception:
+        _log.exception(
+            "on_committed failed for %s.%s iteration %d", info.run_id, info.step_id, info.iteration
+        )
+
+
+async def load_commit_state(transport: Transport, task: TaskIdentity) -> JsonValue:
+    """The state carried by the commit at the task's ``journal_seq`` (None when it has none)."""
+    if task.journal_seq is None:
+        return None
+    try:
+        msg: StoredMsg = await _transient(
+            "state", lambda: transport.get_msg(JOURNAL_STREAM, task.journal_seq or 0)
+        )
+    except NotFound:
+        raise JournalCorrupt(
+            task.journal_seq, "the commit this task names is missing (purged or expired?)"
+        ) from None
+    seq, rec = _decode(msg)
+    if not isinstance(rec, CommitRecord):
+        raise JournalCorrupt(seq, f"expected a commit record, found {rec.TYPE!r}")
+    return rec.state
+
+
+async def open_journal(
+    transport: Transport,
+    task: TaskMessage,
+    *,
+    holder: Holder | None = None,
+    restart_limit: int = DEFAULT_RESTART_LIMIT,
+    env: RuntimeEnv = DEFAULT_ENV,
+    on_committed: OnCommitted | None = None,
+) -> Journal:
+    """Claim the journal of ``task``: what ``await tc.journal()`` does.
+
+    Raises :class:`Stale` (late redelivery), :class:`Committed` (this dispatch committed: its
+    event was published again), :class:`RestartLimit` (failure committed and published) or
+    :class:`Fenced` (a successor claimed first); ``holder.settlement`` says what to do then.
+    """
+    check_restart_limit(restart_limit)
+    ident = TaskIdentity.of(task)
+    if holder is None:
+        holder = Holder(ident)
+    holder.check_writable()
+    subject = journal_subject(ident.run_id, ident.step_id)
+    tail_msg: StoredMsg | None = await _transient(
+        "tail", lambda: transport.get_last_msg(JOURNAL_STREAM, subject)
+    )
+    tail = _decode(tail_msg) if tail_msg is not None else None
+    verdict = judge_tail(tail, ident)
+    plan: ClaimPlan
+    if verdict.kind is TailKind.STALE:
+        holder.settlement = Settlement.ACK
+        raise Stale(verdict.reason)
+    if verdict.kind is TailKind.COMMITTED:
+        assert tail is not None
+        await _republish(transport, ident, holder, tail, on_committed)
+    if verdict.kind is TailKind.EMPTY:
+        plan = ClaimPlan(PlanKind.PROCEED, view=empty_view(ident))
+    elif verdict.kind is TailKind.BASE:
+        plan = ClaimPlan(PlanKind.PROCEED, view=empty_view(ident, base=tail))
+    else:
+        assert tail is not None
+        entries = await read_entries(transport, subject, verdict.read_from, tail[0])
+        plan = plan_claim(entries, ident, restart_limit, full=verdict.read_from <= 1)
+        if plan.kind is PlanKind.NEED_FULL_READ:
+            entries = await read_entries(transport, subject, 1, tail[0])
+            plan = plan_claim(entries, ident, restart_limit, full=True)
+        if plan.kind is PlanKind.STALE:
+            holder.settlement = Settlement.ACK
+            raise Stale(plan.reason)
+        if plan.kind is PlanKind.COMMITTED:
+            await _republish(transport, ident, holder, tail, on_committed)
+    assert plan.view is not None
+    await holder.seam(Seam.BEFORE_CLAIM)
+    journal = Journal(
+        transport=transport,
+        task=ident,
+        holder=holder,
+        claim_id=env.new_id(),
+        last_seq=tail[0] if tail is not None else 0,
+        view=plan.view,
+        on_committed=on_committed,
+    )
+    await journal._append(
+        ClaimRecord(ident.iteration, ident.attempt, journal.claim_id, ident.nonce)
+    )
+    await holder.seam(Seam.AFTER_CLAIM)
+    if plan.restart_limit:
+        await journal._settle(
+            CommitAction.FAIL,
+            error=(
+                f"claimed {restart_limit} times in a row without progress "
+                f"(restart_limit {restart_limit})"
+            ),
+            retriable=True,
+            reason=RESTART_LIMIT_REASON,
+        )
+        raise RestartLimit(f"restart limit {restart_limit} reached at iteration {ident.iteration}")
+    return journal
+
+
+async def _republish(
+    transport: Transport,
+    ident: TaskIdentity,
+    holder: Holder,
+    tail: Entry,
+    on_committed: OnCommitted | None,
+) -> None:
+    """This dispatch committed and crashed before (or while) publishing: publish again."""
+    seq, commit = tail
+    assert isinstance(commit, CommitRecord)
+    if on_committed is not None and commit.action is not CommitAction.FAIL:
+        entries = await read_entries(
+            transport, journal_subject(ident.run_id, ident.step_id), ident.journal_seq or 1, seq
+        )
+        ids = placed_before(entries, seq, ident.iteration)
+        await _notify(on_committed, ident, commit, seq, ids)
+    await publish_lifecycle(transport, event_for_commit(commit, ident, seq))
+    holder.settlement = Settlement.ACK
+    await holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
+    raise Committed(f"iteration {ident.iteration} was committed at sequence {seq}; event resent")

@@ -1,0 +1,78 @@
+"""What one delivery of a task is doing, shared by the worker, the task context and the journal.
+
+The worker decides from this, not from the exception a handler happened to raise, whether to ack:
+a handler may swallow ``Fenced`` or a kill, but the flags here still say what happened.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+import trio
+
+from dagnats_trio._seams import Seam, SeamContext, crash_point
+
+from ._errors import Fenced, HolderKilled
+from ._replay import TaskIdentity
+
+
+class Settlement(enum.Enum):
+    """What the worker does with the delivery once the handler is done."""
+
+    ACK = "ack"  # a lifecycle event is out, or nothing is to be done (stale, committed)
+    NO_ACK = "no_ack"  # fenced: the successor owns the same task message
+
+
+@attrs.define(eq=False)
+class Holder:
+    """The state of one delivery. ``stalled`` > 0 while a seam hook blocks: the background
+    heartbeat stops then, as it would in a stalled process, so the AckWait can run out."""
+
+    task: TaskIdentity
+    worker_id: str = ""
+    settlement: Settlement | None = None
+    killed: bool = False
+    cancelled: bool = False
+    stalled: int = 0
+    scope: trio.CancelScope | None = None
+
+    @property
+    def fenced(self) -> bool:
+        return self.settlement is Settlement.NO_ACK
+
+    def kill(self) -> None:
+        self.killed = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def fence(self) -> None:
+        self.settlement = Settlement.NO_ACK
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def check_writable(self) -> None:
+        """Raise unless this holder may still write: a dead or fenced holder writes nothing."""
+        if self.killed:
+            raise HolderKilled("this holder was killed at a crash seam")
+        if self.fenced:
+            raise Fenced("a successor claimed the journal; this holder writes nothing more")
+
+    async def seam(self, seam: Seam) -> None:
+        """Reach a crash seam: a hook that raises kills this holder, one that blocks stalls it."""
+        t = self.task
+        self.stalled += 1
+        try:
+            await crash_point(
+                SeamContext(seam, t.run_id, t.step_id, t.iteration, t.attempt, self.worker_id)
+            )
+        except trio.Cancelled:
+            raise
+        except Exception as exc:
+            self.kill()
+            raise HolderKilled(f"killed at crash seam {seam.value}") from exc
+        finally:
+            self.stalled -= 1

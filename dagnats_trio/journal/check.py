@@ -1,0 +1,237 @@
+"""The journal audit (``dagnats journal check``): a pure check over records, and the one reader.
+
+The rules, precisely (``rule`` names in parentheses):
+
+1. Commits. At most one commit per dispatch, that is per ``(iteration, nonce)``
+   (``duplicate-commit``). At most one commit *ends* an iteration: continue, complete, or a
+   permanent failure (``iteration-ended-twice``); pause commits and retriable failure commits of
+   failed attempts are allowed besides it. Nothing of an iteration follows the commit that ended
+   it (``record-after-end``). Iteration ``i`` > 0 begins only after a continue commit of ``i - 1``
+   (``iteration-without-commit``), and no record names an earlier iteration than one already
+   begun (``record-of-earlier-iteration``).
+2. Fencing. Every record but a claim is written under the latest claim before it: a record
+   whose ``claim_id`` belongs to an earlier claim was written after the claim that fenced its
+   writer (``write-after-fenced``); one whose claim never appears is ``unclaimed-write``; one
+   whose iteration or attempt differ from its claim's is ``claim-mismatch``.
+3. Tools. Per ``(iteration, attempt, call)``: at most one intent (``duplicate-intent``) and one
+   result (``duplicate-result``), a result or partial output only after an intent
+   (``result-without-intent``, ``output-without-intent``), no model record and tool intent at one
+   position (``position-reused``), and every intent answered by its result before its attempt
+   commits (``unanswered-intent``). An intent left unanswered by an attempt that never committed
+   is allowed: a retry honours it.
+4. Inputs. Each ``request_id`` is placed once in the whole journal (``input-placed-twice``).
+5. Iterations. ``engine_iterations``, the engine's count of ended iterations of the step
+   (``StepState.iterations``), equals the continue plus complete commits
+   (``iteration-count``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from dagnats_trio.protocol import (
+    ClaimRecord,
+    CommitAction,
+    CommitRecord,
+    InputPlacedRecord,
+    JournalRecord,
+    ModelRecord,
+    ToolIntentRecord,
+    ToolOutputRecord,
+    ToolResultRecord,
+)
+from dagnats_trio.transport import Transport
+from dagnats_trio.transport.layout import journal_subject
+
+from ._handle import read_entries
+
+
+@attrs.frozen
+class Violation:
+    rule: str
+    seq: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"seq {self.seq}: " if self.seq is not None else ""
+        return f"[{self.rule}] {where}{self.message}"
+
+
+@attrs.frozen
+class CheckReport:
+    violations: tuple[Violation, ...]
+    records: int
+    commits: int
+    iterations: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def summary(self) -> str:
+        head = "journal ok" if self.ok else f"journal has {len(self.violations)} violation(s)"
+        return f"{head}: {self.records} records, {self.commits} commits, {self.iterations} ended"
+
+    def render(self) -> str:
+        return "\n".join([self.summary(), *(f"  {v}" for v in self.violations)])
+
+
+def _ends(rec: CommitRecord) -> bool:
+    return rec.action in (CommitAction.CONTINUE, CommitAction.COMPLETE) or (
+        rec.action is CommitAction.FAIL and not rec.retriable
+    )
+
+
+def check(
+    records: Sequence[tuple[int, JournalRecord]], engine_iterations: int | None = None
+) -> CheckReport:
+    """Audit one step's journal (records in sequence order); see the module for the rules."""
+    out: list[Violation] = []
+
+    def bad(rule: str, seq: int | None, message: str) -> None:
+        out.append(Violation(rule, seq, message))
+
+    claims: dict[str, ClaimRecord] = {}
+    owner: str | None = None
+    commit_of: dict[tuple[int, str], int] = {}
+    ended: dict[int, int] = {}
+    continued: set[int] = set()
+    begun = -1
+    intents: dict[tuple[int, int, int], int] = {}
+    results: dict[tuple[int, int, int], int] = {}
+    models: dict[tuple[int, int, int], int] = {}
+    placed: dict[str, int] = {}
+    commits = 0
+    ended_count = 0
+
+    for seq, rec in records:
+        i = rec.iteration
+        # 1. iterations begin in order, after the previous one continued.
+        if i < begun:
+            bad("record-of-earlier-iteration", seq, f"iteration {i} after {begun} had begun")
+        elif i > begun:
+            if i > 0 and (i - 1) not in continued:
+                bad(
+                    "iteration-without-commit",
+                    seq,
+                    f"iteration {i} began before {i - 1} had a continue commit",
+                )
+            begun = i
+        if i in ended:
+            bad(
+                "record-after-end",
+                seq,
+                f"{rec.TYPE} of iteration {i} after its ending commit at seq {ended[i]}",
+            )
+
+        # 2. fencing.
+        if isinstance(rec, ClaimRecord):
+            claims[rec.claim_id] = rec
+            owner = rec.claim_id
+        else:
+            claim = claims.get(rec.claim_id)
+            if claim is None:
+                bad("unclaimed-write", seq, f"{rec.TYPE} by claim {rec.claim_id!r}, never claimed")
+            elif rec.claim_id != owner:
+                bad(
+                    "write-after-fenced",
+                    seq,
+                    f"{rec.TYPE} by claim {rec.claim_id!r} after claim {owner!r} fenced it",
+                )
+            elif (claim.iteration, claim.attempt) != (rec.iteration, rec.attempt):
+                bad(
+                    "claim-mismatch",
+                    seq,
+                    f"{rec.TYPE} names iteration {rec.iteration} attempt "
+                    f"{rec.attempt}, its claim {claim.iteration}/{claim.attempt}",
+                )
+
+        # 3. tools and models.
+        if isinstance(rec, ModelRecord | ToolIntentRecord | ToolOutputRecord | ToolResultRecord):
+            k = (rec.iteration, rec.attempt, rec.call)
+            where = f"call {rec.call} of iteration {rec.iteration} attempt {rec.attempt}"
+            if isinstance(rec, ModelRecord):
+                if k in models:
+                    bad("position-reused", seq, f"a second model record at {where}")
+                elif k in intents:
+                    bad("position-reused", seq, f"a model record at tool {where}")
+                models[k] = seq
+            elif isinstance(rec, ToolIntentRecord):
+                if k in intents:
+                    bad("duplicate-intent", seq, f"a second intent at {where}")
+                elif k in models:
+                    bad("position-reused", seq, f"a tool intent at model {where}")
+                intents.setdefault(k, seq)
+            elif isinstance(rec, ToolOutputRecord):
+                if k not in intents:
+                    bad("output-without-intent", seq, f"partial output at {where}")
+            else:
+                if k not in intents:
+                    bad("result-without-intent", seq, f"a result at {where}")
+                if k in results:
+                    bad("duplicate-result", seq, f"a second result at {where}")
+                results.setdefault(k, seq)
+
+        # 4. inputs.
+        if isinstance(rec, InputPlacedRecord):
+            if rec.request_id in placed:
+                bad(
+                    "input-placed-twice",
+                    seq,
+                    f"input {rec.request_id!r} placed again (first "
+                    f"at seq {placed[rec.request_id]})",
+                )
+            placed.setdefault(rec.request_id, seq)
+
+        if isinstance(rec, CommitRecord):
+            commits += 1
+            ck = (i, rec.nonce)
+            if ck in commit_of:
+                bad(
+                    "duplicate-commit",
+                    seq,
+                    f"dispatch {rec.nonce!r} of iteration {i} "
+                    f"committed again (first at seq {commit_of[ck]})",
+                )
+            commit_of.setdefault(ck, seq)
+            for (ii, aa, cc), iseq in intents.items():
+                if ii == i and aa == rec.attempt and (ii, aa, cc) not in results:
+                    bad(
+                        "unanswered-intent",
+                        iseq,
+                        f"tool intent at call {cc} of iteration {i} "
+                        f"attempt {aa} had no result when the attempt committed at seq {seq}",
+                    )
+                    results[(ii, aa, cc)] = -1  # reported once
+            if _ends(rec):
+                if i in ended:
+                    bad(
+                        "iteration-ended-twice",
+                        seq,
+                        f"iteration {i} ended again (first at seq {ended[i]})",
+                    )
+                else:
+                    ended[i] = seq
+                if rec.action is not CommitAction.FAIL:
+                    ended_count += 1
+                if rec.action is CommitAction.CONTINUE:
+                    continued.add(i)
+
+    if engine_iterations is not None and engine_iterations != ended_count:
+        bad(
+            "iteration-count",
+            None,
+            f"the engine counts {engine_iterations} ended iterations, "
+            f"the journal has {ended_count} continue/complete commits",
+        )
+    return CheckReport(tuple(out), len(records), commits, ended_count)
+
+
+async def read_journal(
+    transport: Transport, run_id: str, step_id: str
+) -> list[tuple[int, JournalRecord]]:
+    """Every record of one step's journal, in order: the one reader every tool shares (never a
+    consumer: one direct get per record)."""
+    return await read_entries(transport, journal_subject(run_id, step_id), 1)

@@ -1,0 +1,319 @@
+"""``TaskContext``: what a handler sees of its task, and how it settles it."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+
+from dagnats_trio._env import RuntimeEnv
+from dagnats_trio._seams import Seam
+from dagnats_trio.journal import (
+    Holder,
+    Journal,
+    OnCommitted,
+    Settlement,
+    TaskIdentity,
+    load_commit_state,
+    open_journal,
+)
+from dagnats_trio.journal._events import publish_lifecycle
+from dagnats_trio.protocol import (
+    CommitAction,
+    DecodeError,
+    DispatchId,
+    JsonValue,
+    LifecycleEvent,
+    RunStatus,
+    StepCompleted,
+    StepContinue,
+    StepFailed,
+    StepPaused,
+    TaskMessage,
+    Wait,
+    decode_run_header,
+)
+from dagnats_trio.transport import Delivery, Transport
+from dagnats_trio.transport.layout import (
+    CHECKPOINTS_BUCKET,
+    RUNS_BUCKET,
+    checkpoint_key,
+    preview_subject,
+    run_key,
+)
+
+from ._errors import AlreadySettled, CheckpointTooLarge, InputsQueued, RunCancelled
+from ._waits import WaitArg, build_wait
+
+#: ``async (run_id, step_id) -> bool``: are inputs queued for the step? (wired to the inputs
+#: service; lets ``continue_(wait=UntilInput())`` raise InputsQueued instead of waiting).
+InputsPending = Callable[[str, str], Awaitable[bool]]
+
+
+@attrs.frozen
+class _Services:
+    transport: Transport
+    env: RuntimeEnv
+    restart_limit: int
+    on_committed: OnCommitted | None
+    inputs_pending: InputsPending | None
+
+
+def _to_json(what: str, value: JsonValue) -> bytes:
+    try:
+        return json.dumps(
+            value, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode()
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} is not a JSON value: {exc}") from None
+
+
+class TaskContext:
+    """One delivery of one task. Code runs inside the delivery's cancel scope, which the run's
+    cancellation cancels (the spec's ``tc.Context()``)."""
+
+    def __init__(
+        self, services: _Services, task: TaskMessage, delivery: Delivery, holder: Holder
+    ) -> None:
+        self._svc = services
+        self._task = task
+        self._delivery = delivery
+        self._holder = holder
+        self._journal: Journal | None = None
+        self._settling = False
+
+    # --- what the task is ---------------------------------------------------------------------
+
+    @property
+    def task(self) -> TaskMessage:
+        return self._task
+
+    @property
+    def input(self) -> JsonValue:
+        return self._task.input
+
+    @property
+    def run_id(self) -> str:
+        return self._task.run_id
+
+    @property
+    def step_id(self) -> str:
+        return self._task.step_id
+
+    @property
+    def iteration(self) -> int:
+        return self._task.dispatch.iteration
+
+    @property
+    def attempt(self) -> int:
+        return self._task.dispatch.attempt
+
+    @property
+    def dispatch(self) -> DispatchId:
+        return self._task.dispatch
+
+    @property
+    def worker_id(self) -> str:
+        return self._holder.worker_id
+
+    @property
+    def num_delivered(self) -> int:
+        return self._delivery.num_delivered
+
+    def key(self, *parts: str | int) -> str:
+        """An idempotency key for this iteration, ``{run}.{step}.{iteration}[.part...]``: the
+        same on every delivery and attempt (journal calls get theirs in ``call.key``)."""
+        base = f"{self.run_id}.{self.step_id}.{self.iteration}"
+        return ".".join([base, *(str(p) for p in parts)])
+
+    @property
+    def settled(self) -> bool:
+        return self._holder.settlement is not None
+
+    # --- the journal --------------------------------------------------------------------------
+
+    async def journal(self) -> Journal:
+        """Opt in to the per-step journal (see the journal package). Raises ``Stale``,
+        ``Committed``, ``RestartLimit`` or ``Fenced`` (``JournalSettled``): let them through."""
+        if self._journal is None:
+            if self._settling or self.settled:
+                raise AlreadySettled("the task is settled; the journal can no longer be opened")
+            self._journal = await open_journal(
+                self._svc.transport,
+                self._task,
+                holder=self._holder,
+                restart_limit=self._svc.restart_limit,
+                env=self._svc.env,
+                on_committed=self._svc.on_committed,
+            )
+        return self._journal
+
+    async def place_inputs(self, mode: Any) -> list[Any]:
+        """Place queued inputs of ``mode`` (steer, follow_up) into this iteration."""
+        raise RuntimeError("inputs not wired")
+
+    # --- state --------------------------------------------------------------------------------
+
+    async def checkpoint(self, state: JsonValue) -> None:
+        """Save the state for the next iteration. A journal step's state rides its commit (no
+        cap); other steps write KV, capped by the step's ``loop_state_max_bytes``."""
+        if self._journal is not None:
+            self._journal.set_state(state)
+            return
+        data = _to_json("checkpoint state", state)
+        cap = self._task.loop_state_max_bytes
+        if cap is not None and len(data) > cap:
+            raise CheckpointTooLarge(
+                f"checkpoint of step {self.step_id!r} is {len(data)} bytes; the step's "
+                f"loop_state_max_bytes is {cap} (journal steps have no such cap)"
+            )
+        self._holder.check_writable()
+        await self._svc.transport.kv_put(
+            CHECKPOINTS_BUCKET, checkpoint_key(self.run_id, self.step_id), data
+        )
+
+    async def load_checkpoint(self) -> JsonValue:
+        """The last saved state, or None. A journal step reads its commit: one get by sequence."""
+        if self._journal is not None:
+            return await self._journal.load_state()
+        if self._task.journal_seq is not None:
+            return await load_commit_state(self._svc.transport, TaskIdentity.of(self._task))
+        entry = await self._svc.transport.kv_get(
+            CHECKPOINTS_BUCKET, checkpoint_key(self.run_id, self.step_id)
+        )
+        if entry is None or entry.value is None:
+            return None
+        try:
+            return json.loads(entry.value)
+        except ValueError as exc:
+            raise DecodeError(f"checkpoint of step {self.step_id!r} is not JSON: {exc}") from None
+
+    # --- liveness -----------------------------------------------------------------------------
+
+    async def heartbeat(self) -> None:
+        """Extend the AckWait and check the run: raises ``RunCancelled`` (and cancels this
+        delivery's scope) once the run is cancelled, even if the announcement was lost."""
+        if self._holder.cancelled:
+            raise RunCancelled(f"run {self.run_id} was cancelled")
+        await self._delivery.in_progress()
+        entry = await self._svc.transport.kv_get(RUNS_BUCKET, run_key(self.run_id))
+        if entry is None or entry.value is None:
+            return
+        try:
+            header = decode_run_header(entry.value)
+        except DecodeError:
+            return
+        if header.status is RunStatus.CANCELLED:
+            self._holder.cancel()
+            raise RunCancelled(f"run {self.run_id} was cancelled")
+
+    async def put_stream(self, data: bytes | str) -> None:
+        """A live preview on core NATS (``preview.{run}.{step}``): not a record, not replayed."""
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        await self._svc.transport.core_publish(preview_subject(self.run_id, self.step_id), raw)
+
+    # --- settling -----------------------------------------------------------------------------
+
+    async def complete(self, output: JsonValue = None) -> None:
+        """The step is done with ``output``."""
+        await self._settle(CommitAction.COMPLETE, output=output)
+
+    async def fail(self, error: str | BaseException) -> None:
+        """This attempt failed; the step's retry policy decides what next."""
+        await self._settle(CommitAction.FAIL, error=_error_text(error), retriable=True)
+
+    async def fail_permanent(self, error: str | BaseException) -> None:
+        """The step failed and must not be retried."""
+        await self._settle(CommitAction.FAIL, error=_error_text(error), retriable=False)
+
+    async def continue_(self, output: JsonValue = None, wait: WaitArg = None) -> None:
+        """End this iteration of an agent loop; the engine sends the next one (after ``wait``:
+        ``Delay``, ``Until``, ``UntilInput`` or a tuple of them, whichever comes first)."""
+        built = build_wait(wait)
+        pending = self._svc.inputs_pending
+        if (
+            built is not None
+            and built.until_input
+            and pending is not None
+            and await pending(self.run_id, self.step_id)
+        ):
+            raise InputsQueued(
+                f"inputs are queued for step {self.step_id!r}: place them and run a turn"
+            )
+        await self._settle(CommitAction.CONTINUE, output=output, wait=built)
+
+    async def pause(self, duration_s: float) -> None:
+        """Park the step for ``duration_s`` seconds; it comes back to the same iteration and
+        attempt. Progress, not a failure: it does not count toward the restart limit."""
+        if (
+            isinstance(duration_s, bool)
+            or not isinstance(duration_s, int | float)
+            or not math.isfinite(duration_s)
+            or duration_s < 0
+        ):
+            raise ValueError(
+                f"pause duration must be a finite number of seconds >= 0: {duration_s!r}"
+            )
+        await self._settle(CommitAction.PAUSE, pause_ms=round(duration_s * 1000))
+
+    async def _settle(
+        self,
+        action: CommitAction,
+        *,
+        output: JsonValue = None,
+        wait: Wait | None = None,
+        error: str | None = None,
+        retriable: bool = True,
+        pause_ms: int | None = None,
+    ) -> None:
+        if self._settling or self.settled:
+            raise AlreadySettled(
+                "this task is already settled: call complete, fail, fail_permanent, continue_ "
+                "or pause once (and not after the journal settled it)"
+            )
+        _to_json("step output", output)
+        self._settling = True
+        if self._journal is not None:
+            await self._journal.settle(
+                action,
+                output=output,
+                wait=wait,
+                error=error,
+                retriable=retriable,
+                pause_ms=pause_ms,
+            )
+            return
+        self._holder.check_writable()
+        await publish_lifecycle(
+            self._svc.transport, self._event(action, output, wait, error, retriable, pause_ms)
+        )
+        self._holder.settlement = Settlement.ACK
+        await self._holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
+
+    def _event(
+        self,
+        action: CommitAction,
+        output: JsonValue,
+        wait: Wait | None,
+        error: str | None,
+        retriable: bool,
+        pause_ms: int | None,
+    ) -> LifecycleEvent:
+        run, step, d = self.run_id, self.step_id, self.dispatch
+        if action is CommitAction.COMPLETE:
+            return StepCompleted(run, step, d, output=output)
+        if action is CommitAction.CONTINUE:
+            return StepContinue(run, step, d, output=output, wait=wait)
+        if action is CommitAction.PAUSE:
+            return StepPaused(run, step, d, duration_ms=pause_ms or 0)
+        return StepFailed(run, step, d, error=error or "", retriable=retriable)
+
+
+def _error_text(error: str | BaseException) -> str:
+    if isinstance(error, BaseException):
+        text = str(error)
+        return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return str(error)

@@ -1,0 +1,24 @@
+"""Errors a handler may see from its task context."""
+
+from __future__ import annotations
+
+
+class RunCancelled(Exception):
+    """The run was cancelled; the handler should return. The worker acks without an event."""
+
+
+class AlreadySettled(RuntimeError):
+    """The task was already settled (complete, fail, continue_, pause, or by the journal)."""
+
+
+class CheckpointTooLarge(ValueError):
+    """A checkpoint of a non-journal step is larger than the step's ``loop_state_max_bytes``."""
+
+
+class InputsQueued(Exception):
+    """``continue_`` with ``UntilInput()`` while inputs are queued: place them and run another
+    turn instead of waiting (nothing was settled)."""
+
+
+class InvalidWait(ValueError):
+    """A wait given to ``continue_`` is not a Delay, Until or UntilInput, or is out of range."""

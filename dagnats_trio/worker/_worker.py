@@ -1,0 +1,264 @@
+"""``Worker``: pulls task messages, runs handlers, settles each delivery exactly as it ended."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Final
+
+import trio
+
+from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
+from dagnats_trio.journal import (
+    DEFAULT_RESTART_LIMIT,
+    Holder,
+    OnCommitted,
+    Settlement,
+    TaskIdentity,
+    check_restart_limit,
+)
+from dagnats_trio.protocol import DecodeError, decode_task
+from dagnats_trio.transport import (
+    Closed,
+    ConsumerConfig,
+    CoreMsg,
+    Delivery,
+    NotProvisioned,
+    Transport,
+    TransportError,
+)
+from dagnats_trio.transport.layout import (
+    TASK_STREAM,
+    cancel_subject,
+    check_token,
+    task_filter,
+    worker_durable,
+)
+
+from ._context import InputsPending, TaskContext, _error_text, _Services
+
+_log = logging.getLogger(__name__)
+
+Handler = Callable[[TaskContext], Awaitable[None]]
+
+DEFAULT_ACK_WAIT_S: Final = 30.0
+DEFAULT_CONCURRENCY: Final = 16
+#: The background heartbeat extends the AckWait this many times per AckWait.
+HEARTBEATS_PER_ACK_WAIT: Final = 3
+#: How long one fetch waits for the first task before asking again.
+FETCH_WAIT_S: Final = 1.0
+#: Most deliveries asked for in one fetch.
+FETCH_BATCH_MAX: Final = 16
+#: Pause after a failed fetch, doubling up to the cap.
+FETCH_BACKOFF_START_S: Final = 0.1
+FETCH_BACKOFF_MAX_S: Final = 2.0
+#: Every subject a cancel announcement can come on.
+CANCEL_SUBJECTS: Final = cancel_subject("*")
+
+
+class Worker:
+    """Runs handlers for task types: ``await nursery.start(worker.run)``.
+
+    ``on_committed`` is told, after each journal commit stores (not failures), which inputs the
+    iteration placed, so they become ``done``. ``inputs_pending`` lets ``continue_`` with
+    ``UntilInput()`` raise ``InputsQueued``. Both default to nothing.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        handlers: Mapping[str, Handler],
+        *,
+        env: RuntimeEnv = DEFAULT_ENV,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        ack_wait_s: float = DEFAULT_ACK_WAIT_S,
+        restart_limit: int = DEFAULT_RESTART_LIMIT,
+        worker_id: str | None = None,
+        on_committed: OnCommitted | None = None,
+        inputs_pending: InputsPending | None = None,
+    ) -> None:
+        if not handlers:
+            raise ValueError("a worker needs at least one handler")
+        for task_type, handler in handlers.items():
+            check_token("task type", task_type)
+            if not callable(handler):
+                raise ValueError(f"the handler for {task_type!r} is not callable")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+        if (
+            isinstance(ack_wait_s, bool)
+            or not isinstance(ack_wait_s, int | float)
+            or not math.isfinite(ack_wait_s)
+            or ack_wait_s <= 0
+        ):
+            raise ValueError(f"ack_wait_s must be a positive number of seconds, got {ack_wait_s!r}")
+        self._transport = transport
+        self._handlers = dict(handlers)
+        self._concurrency = concurrency
+        self._ack_wait_s = float(ack_wait_s)
+        self._worker_id = worker_id if worker_id is not None else env.new_id()
+        self._services = _Services(
+            transport=transport,
+            env=env,
+            restart_limit=check_restart_limit(restart_limit),
+            on_committed=on_committed,
+            inputs_pending=inputs_pending,
+        )
+        self._live: dict[str, set[Holder]] = {}
+
+    @property
+    def worker_id(self) -> str:
+        return self._worker_id
+
+    @property
+    def ack_wait_s(self) -> float:
+        return self._ack_wait_s
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Create the consumers, listen for cancels, pull and run tasks until cancelled."""
+        for task_type in self._handlers:
+            await self._transport.ensure_consumer(
+                ConsumerConfig(
+                    stream=TASK_STREAM,
+                    durable=worker_durable(task_type),
+                    filter_subject=task_filter(task_type),
+                    ack_wait_s=self._ack_wait_s,
+                    max_deliver=-1,
+                )
+            )
+        slots = trio.Semaphore(self._concurrency)
+        async with (
+            self._transport.subscribe(CANCEL_SUBJECTS) as cancels,
+            trio.open_nursery() as nursery,
+        ):
+            nursery.start_soon(self._listen_for_cancels, cancels)
+            for task_type in self._handlers:
+                nursery.start_soon(self._pull, task_type, slots, nursery)
+            task_status.started()
+
+    async def _listen_for_cancels(self, cancels: AsyncIterator[CoreMsg]) -> None:
+        async for msg in cancels:
+            run_id = msg.subject.partition(".")[2]
+            for holder in list(self._live.get(run_id, ())):
+                holder.cancel()
+
+    async def _pull(self, task_type: str, slots: trio.Semaphore, nursery: trio.Nursery) -> None:
+        durable = worker_durable(task_type)
+        backoff = FETCH_BACKOFF_START_S
+        while True:
+            await slots.acquire()
+            taken = 1
+            while taken < FETCH_BATCH_MAX:
+                try:
+                    slots.acquire_nowait()
+                except trio.WouldBlock:
+                    break
+                taken += 1
+            try:
+                deliveries = await self._transport.fetch(TASK_STREAM, durable, taken, FETCH_WAIT_S)
+            except (Closed, NotProvisioned):
+                for _ in range(taken):
+                    slots.release()
+                raise
+            except TransportError as exc:
+                for _ in range(taken):
+                    slots.release()
+                _log.warning("fetch from %s failed: %s", durable, exc)
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, FETCH_BACKOFF_MAX_S)
+                continue
+            except BaseException:
+                for _ in range(taken):
+                    slots.release()
+                raise
+            backoff = FETCH_BACKOFF_START_S
+            for _ in range(taken - len(deliveries)):
+                slots.release()
+            for delivery in deliveries:
+                nursery.start_soon(self._deliver_then_release, delivery, slots)
+
+    async def _deliver_then_release(self, delivery: Delivery, slots: trio.Semaphore) -> None:
+        try:
+            await self._deliver(delivery)
+        finally:
+            slots.release()
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        try:
+            task = decode_task(delivery.data)
+        except DecodeError as exc:
+            _log.error("dropping an unreadable task message on %s: %s", delivery.subject, exc)
+            await delivery.term()
+            return
+        handler = self._handlers.get(task.task)
+        if handler is None:
+            _log.error("no handler for task type %r (subject %s)", task.task, delivery.subject)
+            await delivery.term()
+            return
+        holder = Holder(TaskIdentity.of(task), worker_id=self._worker_id)
+        tc = TaskContext(self._services, task, delivery, holder)
+        live = self._live.setdefault(task.run_id, set())
+        live.add(holder)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._keep_alive, delivery, holder)
+                error = await self._run_handler(handler, tc, holder)
+                await self._finish(tc, holder, delivery, error)
+                nursery.cancel_scope.cancel()
+        finally:
+            live.discard(holder)
+            if not live:
+                self._live.pop(task.run_id, None)
+
+    async def _run_handler(
+        self, handler: Handler, tc: TaskContext, holder: Holder
+    ) -> Exception | None:
+        error: Exception | None = None
+        with trio.CancelScope() as scope:
+            holder.scope = scope
+            if holder.cancelled:
+                scope.cancel()
+            try:
+                await handler(tc)
+            except Exception as exc:
+                error = exc
+        holder.scope = None
+        return error
+
+    async def _finish(
+        self, tc: TaskContext, holder: Holder, delivery: Delivery, error: Exception | None
+    ) -> None:
+        """Settle what the handler left unsettled, then ack unless the holder died or was
+        fenced (its successor owns the same message)."""
+        if holder.killed or holder.fenced:
+            return
+        if holder.settlement is None and not holder.cancelled and not tc._settling:
+            try:
+                if error is None:
+                    await tc.complete(None)
+                else:
+                    _log.info("handler of %s.%s failed: %r", tc.run_id, tc.step_id, error)
+                    await tc.fail(_error_text(error))
+            except Exception as exc:
+                _log.warning("could not settle %s.%s: %r", tc.run_id, tc.step_id, exc)
+        if holder.killed or holder.fenced:
+            return
+        if holder.settlement is Settlement.ACK or holder.cancelled:
+            try:
+                await delivery.ack()
+            except TransportError as exc:
+                _log.warning("ack of %s failed: %s", delivery.subject, exc)
+        else:
+            _log.warning("%s.%s left unsettled; it will be redelivered", tc.run_id, tc.step_id)
+
+    async def _keep_alive(self, delivery: Delivery, holder: Holder) -> None:
+        interval = self._ack_wait_s / HEARTBEATS_PER_ACK_WAIT
+        while True:
+            await trio.sleep(interval)
+            if holder.stalled or holder.killed or holder.fenced:
+                continue
+            try:
+                await delivery.in_progress()
+            except TransportError as exc:
+                _log.debug("in_progress for %s failed: %s", delivery.subject, exc)

@@ -1,0 +1,409 @@
+"""The worker on a real nats-server: task messages in, lifecycle events out (no engine)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+
+from dagnats_trio._seams import Seam, SeamContext, install_hook
+from dagnats_trio.journal import (
+    RESTART_LIMIT_REASON,
+    CommittedIteration,
+    Fenced,
+    Replay,
+    ScriptedModel,
+    ToolCall,
+    check,
+    read_journal,
+)
+from dagnats_trio.protocol import (
+    InputPlacedRecord,
+    StepCompleted,
+    StepContinue,
+    StepFailed,
+    StepPaused,
+    TaskMessage,
+    Wait,
+)
+from dagnats_trio.transport import NatsTransport, NotFound
+from dagnats_trio.transport.layout import RUNS_BUCKET, TASK_STREAM, cancel_subject, run_key
+from dagnats_trio.worker import (
+    AlreadySettled,
+    CheckpointTooLarge,
+    Delay,
+    RunCancelled,
+    TaskContext,
+    Until,
+    UntilInput,
+    Worker,
+)
+
+from ._helpers import WAIT_S, history, make_task, publish_task, uid, wait_history
+
+ACK_WAIT_S = 1.0
+Handler = Callable[[TaskContext], Awaitable[None]]
+
+
+@asynccontextmanager
+async def running(worker: Worker) -> AsyncIterator[Worker]:
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        yield worker
+        nursery.cancel_scope.cancel()
+
+
+def worker_for(t: NatsTransport, task_type: str, handler: Handler, **kw: Any) -> Worker:
+    kw.setdefault("ack_wait_s", ACK_WAIT_S)
+    return Worker(t, {task_type: handler}, **kw)
+
+
+async def wait_acked(t: NatsTransport, seq: int) -> None:
+    """A work-queue message is gone once acked."""
+    with trio.fail_after(WAIT_S):
+        while True:
+            try:
+                await t.get_msg(TASK_STREAM, seq)
+            except NotFound:
+                return
+            await trio.sleep(0.02)
+
+
+async def run_one(
+    t: NatsTransport, handler: Handler, task: TaskMessage | None = None, **kw: Any
+) -> tuple[TaskMessage, list[Any]]:
+    """Publish one task, run a worker until the task is acked; return the run's events."""
+    task = task or make_task(uid(), task_type=uid("t"))
+    async with running(worker_for(t, task.task, handler, **kw)):
+        seq = await publish_task(t, task)
+        await wait_acked(t, seq)
+    return task, await history(t, task.run_id)
+
+
+async def test_settles_complete_fail_continue_pause_with_dispatch(
+    nats_transport: NatsTransport,
+) -> None:
+    async def complete(tc: TaskContext) -> None:
+        await tc.complete({"echo": tc.input})
+
+    task, (ev,) = await run_one(
+        nats_transport, complete, make_task(uid(), task_type=uid("t"), input=[1])
+    )
+    assert ev == StepCompleted(task.run_id, "agent", task.dispatch, output={"echo": [1]})
+
+    async def fail(tc: TaskContext) -> None:
+        await tc.fail("try again")
+
+    task, (ev,) = await run_one(nats_transport, fail)
+    assert ev == StepFailed(task.run_id, "agent", task.dispatch, error="try again")
+
+    async def fail_permanent(tc: TaskContext) -> None:
+        await tc.fail_permanent(ValueError("bad input"))
+
+    task, (ev,) = await run_one(nats_transport, fail_permanent)
+    assert isinstance(ev, StepFailed) and not ev.retriable
+    assert ev.error == "ValueError: bad input" and ev.dispatch == task.dispatch
+
+    async def cont(tc: TaskContext) -> None:
+        await tc.continue_("o", wait=(UntilInput(), Delay(hours=1), Until(2_000_000_000_000)))
+
+    task, (ev,) = await run_one(nats_transport, cont)
+    assert ev == StepContinue(
+        task.run_id,
+        "agent",
+        task.dispatch,
+        output="o",
+        wait=Wait(delay_ms=3_600_000, until_ms=2_000_000_000_000, until_input=True),
+    )
+
+    async def pause(tc: TaskContext) -> None:
+        await tc.pause(1.5)
+
+    task, (ev,) = await run_one(nats_transport, pause)
+    assert ev == StepPaused(task.run_id, "agent", task.dispatch, duration_ms=1500)
+
+
+async def test_return_completes_and_exception_fails(nats_transport: NatsTransport) -> None:
+    async def returns(tc: TaskContext) -> None:
+        return None
+
+    task, (ev,) = await run_one(nats_transport, returns)
+    assert ev == StepCompleted(task.run_id, "agent", task.dispatch, output=None)
+
+    async def raises(tc: TaskContext) -> None:
+        raise KeyError("missing")
+
+    task, (ev,) = await run_one(nats_transport, raises)
+    assert isinstance(ev, StepFailed) and ev.retriable and ev.dispatch == task.dispatch
+    assert ev.error == "KeyError: 'missing'"
+
+
+async def test_settling_twice_is_an_error(nats_transport: NatsTransport) -> None:
+    errors: list[Exception] = []
+
+    async def twice(tc: TaskContext) -> None:
+        await tc.complete(1)
+        try:
+            await tc.fail("again")
+        except AlreadySettled as exc:
+            errors.append(exc)
+
+    _, events = await run_one(nats_transport, twice)
+    assert len(events) == 1 and isinstance(events[0], StepCompleted)
+    assert len(errors) == 1 and "already settled" in str(errors[0])
+
+
+async def test_cancel_announcement_cancels_the_handler(nats_transport: NatsTransport) -> None:
+    started = trio.Event()
+    outcome: list[str] = []
+
+    async def forever(tc: TaskContext) -> None:
+        started.set()
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            outcome.append("cancelled")
+            raise
+
+    task = make_task(uid(), task_type=uid("t"))
+    async with running(worker_for(nats_transport, task.task, forever)):
+        seq = await publish_task(nats_transport, task)
+        with trio.fail_after(WAIT_S):
+            await started.wait()
+        await nats_transport.core_publish(cancel_subject(task.run_id), b"")
+        await wait_acked(nats_transport, seq)
+    assert outcome == ["cancelled"]
+    assert await history(nats_transport, task.run_id) == []
+
+
+async def test_dropped_announcement_is_caught_by_heartbeat(nats_transport: NatsTransport) -> None:
+    beats: list[str] = []
+
+    async def beating(tc: TaskContext) -> None:
+        while True:
+            try:
+                await tc.heartbeat()
+            except RunCancelled:
+                beats.append("cancelled")
+                raise
+            beats.append("beat")
+            if len(beats) == 2:
+                snapshot = {"run_id": tc.run_id, "status": "cancelled", "steps": {}}
+                await nats_transport.kv_put(
+                    RUNS_BUCKET, run_key(tc.run_id), json.dumps(snapshot).encode()
+                )
+
+    _, events = await run_one(nats_transport, beating)
+    assert beats == ["beat", "beat", "cancelled"]
+    assert events == []
+
+
+async def test_background_heartbeat_outlives_ack_wait(nats_transport: NatsTransport) -> None:
+    calls: list[int] = []
+
+    async def slow(tc: TaskContext) -> None:
+        calls.append(tc.num_delivered)
+        await trio.sleep(ACK_WAIT_S * 2.5)  # the work itself, longer than the AckWait
+        await tc.complete("slow")
+
+    _, events = await run_one(nats_transport, slow, concurrency=2)
+    assert calls == [1]
+    assert [type(e) for e in events] == [StepCompleted]
+
+
+async def test_kill_leaves_the_task_unacked_for_redelivery(nats_transport: NatsTransport) -> None:
+    calls: list[int] = []
+
+    async def handler(tc: TaskContext) -> None:
+        calls.append(tc.num_delivered)
+        await tc.complete(len(calls))
+
+    async def kill_first(ctx: SeamContext) -> None:
+        if ctx.seam is Seam.AFTER_LIFECYCLE_EVENT and len(calls) == 1:
+            raise RuntimeError("kill")
+
+    with install_hook(kill_first):
+        _, events = await run_one(nats_transport, handler)
+    assert calls == [1, 2]  # redelivered after the AckWait: the first was never acked
+    # one event per dispatch: the second publish of the same dispatch is deduplicated
+    assert [e.output for e in events] == [1]  # type: ignore[union-attr]
+
+
+async def test_checkpoint_in_kv_and_its_cap(nats_transport: NatsTransport) -> None:
+    seen: list[Any] = []
+
+    async def handler(tc: TaskContext) -> None:
+        seen.append(await tc.load_checkpoint())
+        await tc.checkpoint({"n": 1})
+        seen.append(await tc.load_checkpoint())
+        with pytest.raises(CheckpointTooLarge, match="loop_state_max_bytes is 32"):
+            await tc.checkpoint({"n": "x" * 100})
+        assert tc.key() == f"{tc.run_id}.{tc.step_id}.0"
+        assert tc.key("a", 2) == f"{tc.run_id}.{tc.step_id}.0.a.2"
+        with pytest.raises(RuntimeError, match="inputs not wired"):
+            await tc.place_inputs("steer")
+        await tc.put_stream("token")
+
+    task = make_task(uid(), task_type=uid("t"), loop_state_max_bytes=32)
+    _, events = await run_one(nats_transport, handler, task)
+    assert seen == [None, {"n": 1}]
+    assert [type(e) for e in events] == [StepCompleted]
+
+
+async def test_worker_arguments_are_checked(nats_transport: NatsTransport) -> None:
+    async def h(tc: TaskContext) -> None:
+        return None
+
+    for bad in (0, 1001, -1):
+        with pytest.raises(ValueError, match="restart_limit"):
+            Worker(nats_transport, {"t": h}, restart_limit=bad)
+    for ok in (1, 1000):
+        Worker(nats_transport, {"t": h}, restart_limit=ok)
+    with pytest.raises(ValueError, match="task type"):
+        Worker(nats_transport, {"a.b": h})
+    with pytest.raises(ValueError, match="concurrency"):
+        Worker(nats_transport, {"t": h}, concurrency=0)
+    with pytest.raises(ValueError, match="ack_wait_s"):
+        Worker(nats_transport, {"t": h}, ack_wait_s=0)
+
+
+# --- journal steps through the worker -------------------------------------------------------
+
+
+async def test_agent_loop_through_the_journal(nats_transport: NatsTransport) -> None:
+    model = ScriptedModel([{"tool": "search"}, {"done": True}])
+    committed: list[CommittedIteration] = []
+    tool_starts: list[str] = []
+
+    async def agent(tc: TaskContext) -> None:
+        j = await tc.journal()
+        history_ = await tc.load_checkpoint() or [tc.input]
+        if tc.iteration == 0:
+            await j.append(InputPlacedRecord(0, tc.attempt, j.claim_id, "req-1", "steer", "hi"))
+        reply = await j.model(model)
+        if reply.get("done"):
+            await tc.checkpoint([*history_, "answer"])
+            await tc.complete(history_)
+            return
+
+        async def search(call: ToolCall) -> Any:
+            tool_starts.append(call.key)
+            return ["hit"]
+
+        result = await j.tool(ToolCall("search", "q"), Replay.SAFE, search)
+        await tc.checkpoint([*history_, result.output])
+        await tc.continue_()
+
+    async def on_committed(info: CommittedIteration) -> None:
+        committed.append(info)
+
+    run, task_type = uid(), uid("t")
+    worker = worker_for(nats_transport, task_type, agent, on_committed=on_committed)
+    async with running(worker):
+        await publish_task(nats_transport, make_task(run, task_type=task_type, input="start"))
+        (ev0,) = await wait_history(nats_transport, run, 1)
+        assert isinstance(ev0, StepContinue) and ev0.journal_seq is not None
+        nxt = make_task(run, task_type=task_type, iteration=1, journal_seq=ev0.journal_seq)
+        await publish_task(nats_transport, nxt)
+        _, ev1 = await wait_history(nats_transport, run, 2)
+    assert isinstance(ev1, StepCompleted)
+    assert ev1.output == ["start", ["hit"]] and ev1.dispatch == nxt.dispatch
+    assert tool_starts == [f"{run}.agent.0.1"]
+    assert [(c.iteration, c.request_ids) for c in committed] == [(0, ("req-1",)), (1, ())]
+    report = check(await read_journal(nats_transport, run, "agent"), engine_iterations=2)
+    assert report.ok, report.render()
+
+
+async def test_stale_redelivery_is_acked_without_an_event(nats_transport: NatsTransport) -> None:
+    ran: list[int] = []
+
+    async def agent(tc: TaskContext) -> None:
+        await tc.journal()
+        ran.append(tc.iteration)
+        await tc.continue_()
+
+    run, task_type = uid(), uid("t")
+    async with running(worker_for(nats_transport, task_type, agent)):
+        await publish_task(nats_transport, make_task(run, task_type=task_type, iteration=1))
+        await wait_history(nats_transport, run, 1)
+        seq = await publish_task(nats_transport, make_task(run, task_type=task_type))
+        await wait_acked(nats_transport, seq)
+    assert ran == [1]
+    assert len(await history(nats_transport, run)) == 1
+
+
+async def test_restart_limit_one_through_the_worker(nats_transport: NatsTransport) -> None:
+    claims: list[int] = []
+
+    async def agent(tc: TaskContext) -> None:
+        await tc.journal()
+        await tc.complete("never")
+
+    async def kill_after_claim(ctx: SeamContext) -> None:
+        if ctx.seam is Seam.AFTER_CLAIM:
+            claims.append(1)
+            if len(claims) == 1:
+                raise RuntimeError("kill")
+
+    with install_hook(kill_after_claim):
+        task, events = await run_one(nats_transport, agent, restart_limit=1)
+    (ev,) = events
+    assert isinstance(ev, StepFailed) and ev.reason == RESTART_LIMIT_REASON and ev.retriable
+    assert ev.dispatch == task.dispatch and ev.journal_seq is not None
+    assert len(claims) == 2
+
+
+async def test_stalled_holder_is_fenced_by_its_successor(nats_transport: NatsTransport) -> None:
+    """Stall after the unsafe intent past the AckWait: the redelivery records interrupted and
+    settles; the zombie, released, may start its tool but writes nothing and publishes nothing."""
+    release = trio.Event()
+    successor_done = trio.Event()
+    zombie_fenced = trio.Event()
+    starts: list[int] = []
+    results: list[Any] = []
+
+    async def agent(tc: TaskContext) -> None:
+        j = await tc.journal()
+
+        async def charge(call: ToolCall) -> Any:
+            starts.append(tc.num_delivered)
+            return "charged"
+
+        try:
+            r = await j.tool(ToolCall("charge", 5), Replay.UNSAFE, charge)
+        except Fenced:
+            zombie_fenced.set()
+            raise
+        results.append((tc.num_delivered, r))
+        await tc.complete({"interrupted": r.interrupted})
+        successor_done.set()
+
+    stalls: list[int] = []
+
+    async def stall_first(ctx: SeamContext) -> None:
+        if ctx.seam is Seam.AFTER_TOOL_INTENT and not stalls:
+            stalls.append(1)
+            await release.wait()
+
+    task = make_task(uid(), task_type=uid("t"))
+    with install_hook(stall_first):
+        async with running(worker_for(nats_transport, task.task, agent, concurrency=2)):
+            await publish_task(nats_transport, task)
+            with trio.fail_after(WAIT_S):
+                await successor_done.wait()
+            release.set()
+            recs_before = await read_journal(nats_transport, task.run_id, "agent")
+            with trio.fail_after(WAIT_S):
+                await zombie_fenced.wait()
+    (ev,) = await history(nats_transport, task.run_id)
+    assert isinstance(ev, StepCompleted) and ev.dispatch == task.dispatch
+    assert ev.output == {"interrupted": True}
+    assert starts == [1]  # at most once, by the stalled holder
+    assert [n for n, _ in results] == [2]
+    recs = await read_journal(nats_transport, task.run_id, "agent")
+    assert recs == recs_before
+    assert check(recs, engine_iterations=1).ok
