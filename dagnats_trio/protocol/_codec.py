@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import typing
 from typing import Any, TypeVar
 
 import attrs
@@ -113,14 +114,19 @@ def from_json(data: bytes | str, cls: type[T] | Any, what: str | None = None) ->
 
 def from_obj(raw: Any, cls: type[T] | Any, what: str | None = None) -> T:
     """Structure an already-parsed JSON value as ``cls``; problems become :class:`DecodeError`."""
-    if (not isinstance(raw, dict) and attrs.has(cls)) or (
-        what is not None and not isinstance(raw, dict)
-    ):
-        raise DecodeError(f"not a valid {what or cls.__name__}: expected a JSON object")
+    if not isinstance(raw, dict) and _is_object_shape(cls):
+        got = type(raw).__name__
+        raise DecodeError(f"not a valid {what or _name(cls)}: expected a JSON object, got {got}")
     try:
         return converter.structure(raw, cls)  # type: ignore[no-any-return]
     except Exception as exc:  # cattrs raises ClassValidationError, KeyError, TypeError, ...
         raise DecodeError(f"not a valid {what or _name(cls)}: {_describe(exc)}") from None
+
+
+def _is_object_shape(cls: Any) -> bool:
+    """An attrs class, or a union of them (a tagged union): both need a JSON object."""
+    members = typing.get_args(cls) or (cls,)
+    return all(attrs.has(m) for m in members)
 
 
 def _name(cls: Any) -> str:

@@ -1,0 +1,144 @@
+"""Reading request bodies: bounded while reading, strict about shape, decoded into attrs classes.
+
+The size bound is enforced chunk by chunk as the body arrives (and up front from
+``Content-Length``), so an oversized body is refused without being held in memory. The protocol
+converter is lenient on purpose (it turns ``5`` into ``"5"`` for a ``str`` field and ignores
+unknown keys, which suits reading our own stored data); a client's body gets the strict check
+below first, so a typo or a wrong type is a 400 that names the field.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from typing import Any, TypeVar, Union
+
+import attrs
+from starlette.requests import ClientDisconnect, Request
+
+from ..protocol import DecodeError, JsonValue, from_obj
+from ._rest_errors import ApiError, bad_request
+
+T = TypeVar("T")
+
+#: Nesting depth beyond which a JSON body is refused (the stdlib parser recurses).
+MAX_JSON_DEPTH = 64
+
+
+def too_large(limit_bytes: int) -> ApiError:
+    return ApiError(413, "body_too_large", f"request body is larger than {limit_bytes} bytes")
+
+
+async def read_body(request: Request, limit_bytes: int) -> bytes:
+    """The raw body; 413 as soon as it is known to exceed ``limit_bytes``."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise bad_request("Content-Length is not a number") from None
+        if size > limit_bytes:
+            raise too_large(limit_bytes)
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > limit_bytes:
+                raise too_large(limit_bytes)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise bad_request("client disconnected while sending the body") from None
+    return b"".join(chunks)
+
+
+def parse_json(body: bytes, *, optional: bool = False) -> JsonValue:
+    """The JSON value of ``body``. An empty body is ``{}`` when ``optional`` (routes whose body
+    fields all have defaults), else a 400."""
+    if not body.strip():
+        if not optional:
+            raise bad_request("a JSON body is required", code="invalid_json")
+        return {}
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise bad_request(f"body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        raise bad_request("body is nested too deeply", code="invalid_json") from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise bad_request(
+            f"body is nested deeper than {MAX_JSON_DEPTH} levels", code="invalid_json"
+        )
+    return value
+
+
+def _depth(value: JsonValue) -> int:
+    deepest = 0
+    stack: list[tuple[JsonValue, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        if level > MAX_JSON_DEPTH:
+            break
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+    return deepest
+
+
+def decode_body(raw: JsonValue, cls: type[T]) -> T:
+    """``raw`` as an instance of the attrs class ``cls``, or a 400 naming what is wrong."""
+    name = cls.__name__
+    if not isinstance(raw, dict):
+        raise bad_request("body must be a JSON object", code="invalid_body")
+    fields = attrs.fields_dict(cls)  # type: ignore[arg-type]
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(str(k) for k in raw if k not in fields)
+    if unknown:
+        allowed = ", ".join(sorted(fields))
+        raise bad_request(
+            f"unknown field(s) {', '.join(unknown)}; allowed: {allowed}", code="invalid_body"
+        )
+    for field_name, field in fields.items():
+        if field_name not in raw:
+            if field.default is attrs.NOTHING:
+                raise bad_request(f"field {field_name!r} is required", code="invalid_body")
+            continue
+        expected = hints.get(field_name, Any)
+        if not _matches(raw[field_name], expected):
+            raise bad_request(
+                f"field {field_name!r} must be {_describe(expected)}", code="invalid_body"
+            )
+    try:
+        return from_obj(raw, cls, name)
+    except DecodeError as exc:
+        raise bad_request(str(exc), code="invalid_body") from None
+
+
+def _members(tp: Any) -> tuple[Any, ...]:
+    origin = typing.get_origin(tp)
+    if origin is Union or isinstance(tp, types.UnionType):
+        return typing.get_args(tp)
+    return (tp,)
+
+
+def _matches(value: Any, tp: Any) -> bool:
+    for member in _members(tp):
+        if member is Any:
+            return True
+        if member is type(None) and value is None:
+            return True
+        if member is str and isinstance(value, str):
+            return True
+        if member is bool and isinstance(value, bool):
+            return True
+        if member is int and isinstance(value, int) and not isinstance(value, bool):
+            return True
+    return False
+
+
+def _describe(tp: Any) -> str:
+    names = {str: "a string", int: "an integer", bool: "true or false", type(None): "null"}
+    return " or ".join(names.get(m, "a JSON value") for m in _members(tp))

@@ -1,0 +1,571 @@
+"""The route table of the REST API, and the OpenAPI document and Markdown reference built from it.
+
+Schemas are generated from the attrs classes the handlers decode and encode, so the document
+describes what the code does. ``docs/rest.md`` is :func:`render_markdown` of the document; a test
+keeps the file, the document and the app's routes in step.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import types
+import typing
+from typing import Any, Union
+
+import attrs
+
+from ..dag import WorkflowDef
+from ..inputs import Submission
+from ._rest_journal import JOURNAL_PAGE_LIMIT_DEFAULT, JOURNAL_PAGE_LIMIT_MAX
+from ._rest_views import (
+    CancelBody,
+    ErrorEnvelope,
+    Health,
+    InvalidWorkflowEnvelope,
+    JournalEntry,
+    JournalPage,
+    RunList,
+    RunStarted,
+    RunView,
+    SignalAccepted,
+    SignalBody,
+    StartRunBody,
+    SubmitInputBody,
+    WorkflowList,
+)
+from .service import LIST_RUNS_LIMIT_DEFAULT, LIST_RUNS_LIMIT_MAX
+
+OPENAPI_VERSION = "3.1.0"
+API_TITLE = "dagnats-trio REST API"
+API_VERSION = "1"
+
+JSON = "application/json"
+SSE = "text/event-stream"
+
+
+@attrs.frozen
+class Param:
+    name: str
+    location: str  # path, query or header
+    description: str
+    schema: dict[str, Any] = attrs.field(factory=lambda: {"type": "string"})
+    required: bool = False
+
+
+@attrs.frozen
+class Answer:
+    status: int
+    description: str
+    body: Any = None  # an attrs class, or None for no body
+    media: str = JSON
+
+
+@attrs.frozen
+class RouteDoc:
+    method: str
+    path: str
+    operation_id: str
+    summary: str
+    description: str = ""
+    params: tuple[Param, ...] = ()
+    body: Any = None
+    body_required: bool = True
+    body_description: str = ""
+    answers: tuple[Answer, ...] = ()
+    auth: bool = True
+
+
+def _path(name: str, description: str) -> Param:
+    return Param(name, "path", description, required=True)
+
+
+_RUN = _path("run_id", "The run id.")
+_STEP = _path("step_id", "The step id.")
+_REQUEST = _path("request_id", "The client's id of the input.")
+_INT = {"type": "integer", "minimum": 0}
+
+_BAD = Answer(400, "Bad JSON, a missing or wrong field, or a bad query parameter.", ErrorEnvelope)
+_NO_RUN = Answer(404, "Unknown run.", ErrorEnvelope)
+_NO_STEP = Answer(404, "Unknown run or step.", ErrorEnvelope)
+_TOO_LARGE = Answer(413, "The body is larger than the configured limit.", ErrorEnvelope)
+
+
+ROUTES: tuple[RouteDoc, ...] = (
+    RouteDoc(
+        "GET",
+        "/healthz",
+        "health",
+        "Liveness of the API process.",
+        answers=(Answer(200, "The process serves requests.", Health),),
+        auth=False,
+    ),
+    RouteDoc(
+        "GET",
+        "/openapi.json",
+        "openapi",
+        "This document.",
+        answers=(Answer(200, "The OpenAPI document.", None),),
+    ),
+    RouteDoc(
+        "POST",
+        "/workflows",
+        "register_workflow",
+        "Register (or replace) a workflow definition.",
+        body=WorkflowDef,
+        body_description=(
+            'A workflow definition. Durations may be strings such as "30s" or integer '
+            "milliseconds; they come back as milliseconds."
+        ),
+        answers=(
+            Answer(201, "Registered; the stored definition.", WorkflowDef),
+            Answer(
+                400,
+                "Bad JSON, or an invalid definition: `error.problems` lists every problem with "
+                "its step and field.",
+                InvalidWorkflowEnvelope,
+            ),
+            _TOO_LARGE,
+        ),
+    ),
+    RouteDoc(
+        "GET",
+        "/workflows",
+        "list_workflows",
+        "Every registered workflow.",
+        answers=(Answer(200, "The definitions.", WorkflowList),),
+    ),
+    RouteDoc(
+        "GET",
+        "/workflows/{name}",
+        "get_workflow",
+        "One workflow definition.",
+        params=(_path("name", "The workflow name."),),
+        answers=(
+            Answer(200, "The definition.", WorkflowDef),
+            Answer(404, "Unknown workflow.", ErrorEnvelope),
+        ),
+    ),
+    RouteDoc(
+        "POST",
+        "/runs",
+        "start_run",
+        "Start a run of a registered workflow.",
+        description="A repeat with the same `idempotency_key` returns the run the key started.",
+        body=StartRunBody,
+        answers=(
+            Answer(201, "Started; the run id.", RunStarted),
+            _BAD,
+            Answer(404, "Unknown workflow.", ErrorEnvelope),
+            _TOO_LARGE,
+        ),
+    ),
+    RouteDoc(
+        "GET",
+        "/runs",
+        "list_runs",
+        "Runs in run-id order, filtered and paged.",
+        params=(
+            Param("workflow", "query", "Only runs of this workflow."),
+            Param(
+                "status",
+                "query",
+                "Only runs in this status.",
+                {"type": "string", "enum": ["running", "completed", "failed", "cancelled"]},
+            ),
+            Param(
+                "limit",
+                "query",
+                f"Runs per page (1-{LIST_RUNS_LIMIT_MAX}, default {LIST_RUNS_LIMIT_DEFAULT}).",
+                {"type": "integer", "minimum": 1, "maximum": LIST_RUNS_LIMIT_MAX},
+            ),
+            Param("cursor", "query", "`next_cursor` of the previous page."),
+        ),
+        answers=(Answer(200, "One page of runs.", RunList), _BAD),
+    ),
+    RouteDoc(
+        "GET",
+        "/runs/{run_id}",
+        "get_run",
+        "A run with its steps (iteration, attempt, status, output, error of each).",
+        params=(_RUN,),
+        answers=(Answer(200, "The run.", RunView), _NO_RUN),
+    ),
+    RouteDoc(
+        "POST",
+        "/runs/{run_id}/cancel",
+        "cancel_run",
+        "Ask the engine to cancel a run (asynchronous).",
+        params=(_RUN,),
+        body=CancelBody,
+        body_required=False,
+        answers=(
+            Answer(202, "Cancellation requested; the run as it was.", RunView),
+            _BAD,
+            _NO_RUN,
+            Answer(409, "The run has already finished.", ErrorEnvelope),
+            _TOO_LARGE,
+        ),
+    ),
+    RouteDoc(
+        "POST",
+        "/runs/{run_id}/signal/{name}",
+        "send_signal",
+        "Send a named signal with a JSON payload to a run.",
+        params=(_RUN, _path("name", "The signal name.")),
+        body=SignalBody,
+        body_required=False,
+        answers=(Answer(202, "Signal stored.", SignalAccepted), _BAD, _NO_RUN, _TOO_LARGE),
+    ),
+    RouteDoc(
+        "POST",
+        "/runs/{run_id}/steps/{step_id}/inputs",
+        "submit_input",
+        "Submit an input (steer or follow_up) to a running step.",
+        description=(
+            "A repeat of the same `request_id` (within seven days) returns the original "
+            "submission, whatever its content, so a client may retry safely."
+        ),
+        params=(_RUN, _STEP),
+        body=SubmitInputBody,
+        answers=(
+            Answer(201, "A new submission, queued.", Submission),
+            Answer(200, "A repeat: the original submission.", Submission),
+            _BAD,
+            _NO_STEP,
+            Answer(409, "The step or run has finished.", ErrorEnvelope),
+            Answer(413, "The body or the content is too large.", ErrorEnvelope),
+        ),
+    ),
+    RouteDoc(
+        "GET",
+        "/runs/{run_id}/steps/{step_id}/inputs/{request_id}",
+        "get_input",
+        "An input's status; with `wait`, after it changes (long poll).",
+        params=(
+            _RUN,
+            _STEP,
+            _REQUEST,
+            Param(
+                "wait",
+                "query",
+                'Wait up to this long for a change: "30s", "500ms" or integer milliseconds '
+                "(bounded by the server's maximum).",
+            ),
+            Param(
+                "since",
+                "query",
+                "With `wait`: wait for a status other than this one (default: the current).",
+                {
+                    "type": "string",
+                    "enum": ["queued", "placed", "done", "withdrawn", "unanswered"],
+                },
+            ),
+        ),
+        answers=(
+            Answer(200, "The submission.", Submission),
+            _BAD,
+            Answer(404, "Unknown input.", ErrorEnvelope),
+        ),
+    ),
+    RouteDoc(
+        "DELETE",
+        "/runs/{run_id}/steps/{step_id}/inputs/{request_id}",
+        "withdraw_input",
+        "Withdraw a queued input; once answered 204, it is never placed.",
+        params=(_RUN, _STEP, _REQUEST),
+        answers=(
+            Answer(204, "Withdrawn (also for a repeated withdrawal)."),
+            _BAD,
+            Answer(404, "Unknown input.", ErrorEnvelope),
+            Answer(409, "Already placed (or settled otherwise).", ErrorEnvelope),
+        ),
+    ),
+    RouteDoc(
+        "GET",
+        "/runs/{run_id}/steps/{step_id}/journal",
+        "read_journal",
+        "A step's journal records: a page, or a server-sent event stream with `follow=1`.",
+        description=(
+            "A page holds records with sequence >= `from`; pass `next` back as `from` for the "
+            "next page. With `follow=1` the answer is `text/event-stream`: each event has "
+            "`id` = the record's sequence, `event` = the record type, `data` = the record entry "
+            "as JSON. The stream delivers new records as they are written and ends with an "
+            "`end` event once the step (or its run) has finished and every record was sent. A "
+            "client that reconnects with `Last-Event-ID` resumes right after that record, with "
+            "no gap and no repeat. The record kinds and their fields are in "
+            "docs/journal-wire-format.md."
+        ),
+        params=(
+            _RUN,
+            _STEP,
+            Param("from", "query", "First sequence to return (default 1).", _INT),
+            Param(
+                "limit",
+                "query",
+                f"Records per page (1-{JOURNAL_PAGE_LIMIT_MAX}, default "
+                f"{JOURNAL_PAGE_LIMIT_DEFAULT}); ignored with `follow`.",
+                {"type": "integer", "minimum": 1, "maximum": JOURNAL_PAGE_LIMIT_MAX},
+            ),
+            Param(
+                "follow",
+                "query",
+                "`1` or `true` for a server-sent event stream.",
+                {"type": "string", "enum": ["0", "1", "true", "false"]},
+            ),
+            Param(
+                "Last-Event-ID",
+                "header",
+                "With `follow`: resume after this sequence (wins over `from`).",
+                _INT,
+            ),
+        ),
+        answers=(
+            Answer(200, "A page of records (JSON), or the event stream.", JournalPage),
+            Answer(
+                200,
+                "With `follow=1`: events whose data is a journal entry.",
+                JournalEntry,
+                media=SSE,
+            ),
+            _BAD,
+            _NO_STEP,
+        ),
+    ),
+)
+
+
+# --- schemas from attrs classes --------------------------------------------------------------
+
+
+class _Schemas:
+    def __init__(self) -> None:
+        self.components: dict[str, dict[str, Any]] = {}
+
+    def ref(self, cls: Any) -> dict[str, Any]:
+        name = cls.__name__
+        if name not in self.components:
+            self.components[name] = {}  # placeholder: breaks recursion
+            self.components[name] = self._object(cls)
+        return {"$ref": f"#/components/schemas/{name}"}
+
+    def _object(self, cls: Any) -> dict[str, Any]:
+        hints = typing.get_type_hints(cls)
+        props: dict[str, Any] = {}
+        required: list[str] = []
+        for field in attrs.fields(cls):
+            props[field.name] = self.of(hints[field.name])
+            if field.default is attrs.NOTHING:
+                required.append(field.name)
+        schema: dict[str, Any] = {"type": "object", "properties": props}
+        if required:
+            schema["required"] = required
+        doc = (cls.__doc__ or "").strip()
+        if doc and not doc.startswith(f"{cls.__name__}("):
+            schema["description"] = " ".join(doc.split()).replace("``", "`")
+        return schema
+
+    def of(self, tp: Any) -> dict[str, Any]:
+        if tp is Any:
+            return {"description": "any JSON value"}
+        if tp is type(None):
+            return {"type": "null"}
+        origin = typing.get_origin(tp)
+        if origin is Union or isinstance(tp, types.UnionType):
+            return {"anyOf": [self.of(a) for a in typing.get_args(tp)]}
+        if tp is str:
+            return {"type": "string"}
+        if tp is bool:
+            return {"type": "boolean"}
+        if tp is int:
+            return {"type": "integer"}
+        if tp is float:
+            return {"type": "number"}
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):
+            return {"type": "string", "enum": [m.value for m in tp]}
+        if origin in (list, tuple):
+            args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+            return {"type": "array", "items": self.of(args[0]) if args else {}}
+        if origin is dict:
+            _, value = typing.get_args(tp)
+            return {"type": "object", "additionalProperties": self.of(value)}
+        if attrs.has(tp):
+            return self.ref(tp)
+        return {}
+
+
+def openapi_document() -> dict[str, Any]:
+    schemas = _Schemas()
+    schemas.ref(ErrorEnvelope)
+    paths: dict[str, dict[str, Any]] = {}
+    for route in ROUTES:
+        op: dict[str, Any] = {
+            "operationId": route.operation_id,
+            "summary": route.summary,
+        }
+        if route.description:
+            op["description"] = route.description
+        if route.params:
+            op["parameters"] = [
+                {
+                    "name": p.name,
+                    "in": p.location,
+                    "required": p.required,
+                    "description": p.description,
+                    "schema": p.schema,
+                }
+                for p in route.params
+            ]
+        if route.body is not None:
+            op["requestBody"] = {
+                "required": route.body_required,
+                "description": route.body_description or f"A {route.body.__name__}.",
+                "content": {JSON: {"schema": schemas.ref(route.body)}},
+            }
+        responses: dict[str, Any] = {}
+        for answer in (*route.answers, *_common_answers(route)):
+            key = str(answer.status)
+            slot = responses.setdefault(key, {"description": answer.description})
+            if slot["description"] != answer.description:
+                slot["description"] += " " + answer.description
+            if answer.body is not None:
+                slot.setdefault("content", {})[answer.media] = {"schema": schemas.ref(answer.body)}
+        op["responses"] = dict(sorted(responses.items()))
+        if not route.auth:
+            op["security"] = []
+        paths.setdefault(route.path, {})[route.method.lower()] = op
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": API_TITLE,
+            "version": API_VERSION,
+            "description": (
+                'Every error is JSON: {"error": {"code", "message"}}. When the server has a '
+                "token, every route but /healthz needs `Authorization: Bearer <token>`."
+            ),
+        },
+        "paths": paths,
+        "components": {
+            "schemas": dict(sorted(schemas.components.items())),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }
+
+
+#: Answers every route can give, listed per route in the document and once in the Markdown.
+COMMON_ANSWERS: tuple[Answer, ...] = (
+    Answer(401, "A token is configured and the request lacks it.", ErrorEnvelope),
+    Answer(405, "Method not allowed on this path.", ErrorEnvelope),
+    Answer(500, "Internal error (no details are given; see the server log).", ErrorEnvelope),
+    Answer(503, "NATS is unavailable or not provisioned.", ErrorEnvelope),
+)
+
+
+def _common_answers(route: RouteDoc) -> tuple[Answer, ...]:
+    return tuple(a for a in COMMON_ANSWERS if route.auth or a.status != 401)
+
+
+# --- the Markdown reference ------------------------------------------------------------------
+
+DOCS_HEADER = """\
+# REST API reference
+
+<!-- Generated from the OpenAPI document: `uv run python -m dagnats_trio.api._rest_openapi`
+     rewrites this file; tests/api/test_docs.py fails when it is out of date. -->
+
+The API serves JSON over HTTP (`dagnats dev` listens on `127.0.0.1:8080`). The machine-readable
+form of this page is `GET /openapi.json`.
+
+- **Errors** are `{"error": {"code": "...", "message": "..."}}` with the status below; an invalid
+  workflow adds `error.problems`, a list of `{step, field, message}`. No stack trace is ever sent:
+  an unexpected failure is `500` with code `internal`, and the details go to the server log.
+- **Authorization**: when a token is configured (`DAGNATS_API_TOKEN`), every route but
+  `/healthz` needs `Authorization: Bearer <token>`; without it the answer is `401`. The inputs
+  and journal routes need it like every other: an input writes into a running agent's context.
+- **Bounds**: request bodies larger than the server's limit are refused with `413` while they
+  are read; an input `wait` is cut to the server's maximum.
+- **Every route** may also answer `401` (token missing or wrong; not `/healthz`), `405` (wrong
+  method), `500` (internal) and `503` (NATS unavailable or not provisioned).
+- **Durations** in queries and bodies are strings such as `"30s"`, `"250ms"`, `"1h30m"`, or
+  integer milliseconds.
+"""
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    out = [DOCS_HEADER]
+    common = {(a.status, a.description) for a in COMMON_ANSWERS}
+    schemas: dict[str, Any] = doc["components"]["schemas"]
+    for path, methods in doc["paths"].items():
+        for method, op in methods.items():
+            out.append(f"\n## `{method.upper()} {path}`\n\n{op['summary']}\n")
+            if op.get("description"):
+                out.append(f"\n{op['description']}\n")
+            if op.get("security") == []:
+                out.append("\nNo token needed.\n")
+            params = op.get("parameters", [])
+            if params:
+                out.append("\n| parameter | in | required | description |\n|---|---|---|---|\n")
+                for p in params:
+                    req = "yes" if p["required"] else "no"
+                    out.append(f"| `{p['name']}` | {p['in']} | {req} | {p['description']} |\n")
+            body = op.get("requestBody")
+            if body is not None:
+                name = _ref_name(body["content"][JSON]["schema"])
+                req = "" if body["required"] else " (optional)"
+                out.append(f"\nBody{req}: [`{name}`](#{name.lower()}). {body['description']}\n")
+            out.append("\n| status | meaning | body |\n|---|---|---|\n")
+            for status, answer in op["responses"].items():
+                if (int(status), answer["description"]) in common:
+                    continue
+                bodies = ", ".join(
+                    f"`{media}` [`{_ref_name(c['schema'])}`](#{_ref_name(c['schema']).lower()})"
+                    for media, c in answer.get("content", {}).items()
+                )
+                out.append(f"| {status} | {answer['description']} | {bodies or '-'} |\n")
+    out.append("\n# Schemas\n")
+    for name, schema in schemas.items():
+        out.append(f"\n## {name}\n\n")
+        if schema.get("description"):
+            out.append(f"{schema['description']}\n\n")
+        required = set(schema.get("required", []))
+        out.append("| field | type | required |\n|---|---|---|\n")
+        for field, fschema in schema.get("properties", {}).items():
+            req = "yes" if field in required else "no"
+            out.append(f"| `{field}` | {_type_text(fschema)} | {req} |\n")
+    return "".join(out)
+
+
+def _ref_name(schema: dict[str, Any]) -> str:
+    return str(schema["$ref"]).rsplit("/", 1)[-1]
+
+
+def _type_text(schema: dict[str, Any]) -> str:
+    if "$ref" in schema:
+        name = _ref_name(schema)
+        return f"[{name}](#{name.lower()})"
+    if "anyOf" in schema:
+        return " or ".join(_type_text(s) for s in schema["anyOf"])
+    if "enum" in schema:
+        return " \\| ".join(f'`"{v}"`' for v in schema["enum"])
+    kind = schema.get("type")
+    if kind == "array":
+        return f"list of {_type_text(schema.get('items', {}))}"
+    if kind == "object" and "additionalProperties" in schema:
+        return f"map of {_type_text(schema['additionalProperties'])}"
+    if kind is None:
+        return "any JSON"
+    return str(kind)
+
+
+def openapi_json() -> bytes:
+    return json.dumps(openapi_document(), indent=2, ensure_ascii=False).encode() + b"\n"
+
+
+if __name__ == "__main__":  # pragma: no cover - the doc generator
+    import pathlib
+    import sys
+
+    target = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "docs/rest.md")
+    target.write_text(render_markdown(openapi_document()), encoding="utf-8")
+    print(f"wrote {target}")

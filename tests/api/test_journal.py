@@ -1,0 +1,201 @@
+"""The journal reader: pages with a cursor, and the live event stream with resume."""
+
+from __future__ import annotations
+
+import trio
+
+from dagnats_trio.engine import decode_snapshot
+from dagnats_trio.protocol import (
+    ClaimRecord,
+    CommitAction,
+    CommitRecord,
+    DispatchId,
+    JournalRecord,
+    ModelRecord,
+    StepCompleted,
+    encode_event,
+)
+from dagnats_trio.transport import layout
+
+from ._sse import SseEvent, sse_events
+from ._stack import RUN_FINISH_S, Stack, error_code, idle_run, unique
+
+#: Bound on each wait for an event of the stream.
+EVENT_WAIT_S = 5.0
+
+
+def model(call: int) -> ModelRecord:
+    return ModelRecord(iteration=0, attempt=1, claim_id="c1", call=call, response={"n": call})
+
+
+def claim() -> ClaimRecord:
+    return ClaimRecord(iteration=0, attempt=1, claim_id="c1", nonce="n1")
+
+
+def journal_path(run_id: str, step: str = "agent") -> str:
+    return f"/runs/{run_id}/steps/{step}/journal"
+
+
+async def current_dispatch(api: Stack, run_id: str) -> DispatchId:
+    """The agent step's dispatch, waiting (bounded) for the engine to make the first one."""
+    key = layout.run_key(run_id)
+    with trio.fail_after(RUN_FINISH_S):
+        # Watch first, then read: a change between the two is seen by the watch.
+        async with api.transport.kv_watch(layout.RUNS_BUCKET, key) as changes:
+            dispatch = (await api.service.get_run(run_id)).steps["agent"].dispatch
+            if dispatch is not None:
+                return dispatch
+            async for entry in changes:
+                if entry.key == key and entry.value is not None:
+                    dispatch = decode_snapshot(entry.value).steps["agent"].dispatch
+                    if dispatch is not None:
+                        return dispatch
+    raise AssertionError("the watch ended without a dispatch")
+
+
+async def finish_step(api: Stack, run_id: str) -> None:
+    """Complete the idle step the way its worker would, with the current dispatch."""
+    dispatch = await current_dispatch(api, run_id)
+    event = StepCompleted(run_id=run_id, step_id="agent", dispatch=dispatch, output="done")
+    await api.transport.publish(layout.history_subject(run_id), encode_event(event))
+
+
+async def test_pages_with_cursor(any_api: Stack) -> None:
+    run_id = await idle_run(any_api)
+    records: list[JournalRecord] = [claim(), model(0), model(1)]
+    seqs = [await any_api.append(run_id, "agent", r) for r in records]
+
+    r = await any_api.client.get(journal_path(run_id))
+    assert r.status_code == 200
+    page = r.json()
+    assert [e["seq"] for e in page["records"]] == seqs
+    assert [e["type"] for e in page["records"]] == ["claim", "model", "model"]
+    assert page["records"][1]["record"]["response"] == {"n": 0}
+    assert page["records"][1]["record"]["type"] == "model"
+    assert page["next"] == seqs[-1] + 1
+
+    r = await any_api.client.get(journal_path(run_id), params={"limit": "2"})
+    first = r.json()
+    assert [e["seq"] for e in first["records"]] == seqs[:2]
+    r = await any_api.client.get(journal_path(run_id), params={"from": str(first["next"])})
+    rest = r.json()
+    assert [e["seq"] for e in rest["records"]] == seqs[2:]
+    r = await any_api.client.get(journal_path(run_id), params={"from": str(rest["next"])})
+    assert r.json() == {"records": [], "next": rest["next"]}
+
+
+async def test_undecodable_record_is_reported_not_fatal(api: Stack) -> None:
+    run_id = await idle_run(api)
+    await api.transport.publish(layout.journal_subject(run_id, "agent"), b"{oops")
+    r = await api.client.get(journal_path(run_id))
+    assert r.status_code == 200
+    [entry] = r.json()["records"]
+    assert entry["record"] is None
+    assert "JSON" in entry["error"]
+
+
+async def test_journal_errors(api: Stack) -> None:
+    run_id = await idle_run(api)
+    r = await api.client.get(journal_path(run_id, "nostep"))
+    assert r.status_code == 404
+    assert error_code(r) == "step_not_found"
+    r = await api.client.get(journal_path(run_id, "bad.step"))
+    assert r.status_code == 404
+    r = await api.client.get(journal_path(unique("run")))
+    assert r.status_code == 404
+    assert error_code(r) == "run_not_found"
+    for bad in ({"from": "x"}, {"limit": "0"}, {"limit": "100000"}, {"follow": "maybe"}):
+        r = await api.client.get(journal_path(run_id), params=bad)
+        assert r.status_code == 400, bad
+    r = await api.client.get(
+        journal_path(run_id), params={"follow": "1"}, headers={"Last-Event-ID": "abc"}
+    )
+    assert r.status_code == 400
+    r = await api.client.post(journal_path(run_id))
+    assert r.status_code == 405
+
+
+async def test_stream_is_live_resumes_without_gap_and_ends(any_api: Stack) -> None:
+    run_id = await idle_run(any_api)
+    seqs = [await any_api.append(run_id, "agent", r) for r in (claim(), model(0))]
+    received: list[SseEvent] = []
+
+    # First connection: the two existing records, then one appended while connected.
+    with trio.fail_after(EVENT_WAIT_S * 3):
+        async with any_api.client.stream(
+            "GET", journal_path(run_id), params={"follow": "1"}
+        ) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            events = sse_events(response)
+            for _ in range(2):
+                received.append(await anext(events))
+            seqs.append(await any_api.append(run_id, "agent", model(1)))
+            received.append(await anext(events))
+    assert [int(e.id or 0) for e in received] == seqs
+    assert [e.event for e in received] == ["claim", "model", "model"]
+    assert received[2].json()["record"]["response"] == {"n": 1}
+    assert received[2].json()["seq"] == seqs[2]
+
+    # Records written while disconnected, then a reconnect with Last-Event-ID.
+    seqs.append(await any_api.append(run_id, "agent", model(2)))
+    seqs.append(await any_api.append(run_id, "agent", model(3)))
+    resumed: list[SseEvent] = []
+    ended: SseEvent | None = None
+    with trio.fail_after(EVENT_WAIT_S * 4):
+        async with any_api.client.stream(
+            "GET",
+            journal_path(run_id),
+            params={"follow": "1", "from": "1"},
+            headers={"Last-Event-ID": str(received[-1].id)},
+        ) as response:
+            events = sse_events(response)
+            for _ in range(2):
+                resumed.append(await anext(events))
+            commit = CommitRecord(
+                iteration=0,
+                attempt=1,
+                claim_id="c1",
+                nonce="n1",
+                action=CommitAction.COMPLETE,
+                output="done",
+            )
+            seqs.append(await any_api.append(run_id, "agent", commit))
+            resumed.append(await anext(events))
+            await finish_step(any_api, run_id)
+            async for event in events:
+                ended = event
+                break
+    assert [int(e.id or 0) for e in received + resumed] == seqs  # no gap, no repeat
+    assert resumed[-1].event == "commit"
+    assert ended is not None and ended.event == "end"
+    assert ended.json()["step_status"] == "completed"
+
+
+async def test_stream_of_finished_step_sends_all_then_ends(any_api: Stack) -> None:
+    run_id = await idle_run(any_api)
+    seqs = [await any_api.append(run_id, "agent", r) for r in (claim(), model(0))]
+    await finish_step(any_api, run_id)
+    await any_api.service.wait_for_run(run_id, RUN_FINISH_S)
+    with trio.fail_after(EVENT_WAIT_S):
+        async with any_api.client.stream(
+            "GET", journal_path(run_id), params={"follow": "1"}
+        ) as response:
+            got = [e async for e in sse_events(response)]
+    assert [int(e.id or 0) for e in got[:-1]] == seqs
+    assert got[-1].event == "end"
+    assert got[-1].id is None
+
+
+async def test_stream_disconnect_leaves_server_serving(any_api: Stack) -> None:
+    run_id = await idle_run(any_api)
+    await any_api.append(run_id, "agent", claim())
+    for _ in range(3):
+        with trio.fail_after(EVENT_WAIT_S):
+            async with any_api.client.stream(
+                "GET", journal_path(run_id), params={"follow": "1"}
+            ) as response:
+                first = await anext(sse_events(response))
+                assert first.event == "claim"
+    r = await any_api.client.get("/healthz")
+    assert r.status_code == 200
