@@ -1,0 +1,164 @@
+"""The scripted tool-using agent every verification harness shares.
+
+The model is a pure function of the conversation (which turn it is), so a reused response and a
+fresh request give the same reply, and a crash-free run and a recovered run end with the same
+answer. The tools count in :class:`AgentCounters`, which lives outside the journal: that is how a
+harness sees whether an unsafe tool started twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import trio
+
+from ..journal import Journal, Replay, ToolCall
+from ..protocol import JsonValue
+from ..worker import Handler, TaskContext
+
+AGENT_TASK = "scripted-agent"
+AGENT_STEP_ID = "agent"
+#: Iterations the scripted workflow allows: the script needs four; the rest is headroom.
+AGENT_MAX_ITERATIONS = 20
+
+
+@attrs.frozen
+class Turn:
+    """One scripted model reply: a tool call (``tool`` set) or the final ``answer``."""
+
+    tool: str | None = None
+    replay: Replay = Replay.SAFE
+    input: JsonValue = None
+    answer: str | None = None
+
+    def reply(self) -> JsonValue:
+        if self.tool is None:
+            return {"done": True, "answer": self.answer}
+        return {"done": False, "tool": self.tool, "input": self.input}
+
+
+DEFAULT_SCRIPT: tuple[Turn, ...] = (
+    Turn(tool="search", replay=Replay.SAFE, input={"q": "who is on call"}),
+    Turn(tool="send_message", replay=Replay.UNSAFE, input={"to": "ops", "text": "deploying"}),
+    Turn(tool="lookup", replay=Replay.SAFE, input={"id": "deploy-42"}),
+    Turn(answer="deployed; ops notified"),
+)
+
+
+def expected_answer(script: tuple[Turn, ...] = DEFAULT_SCRIPT) -> JsonValue:
+    """The output of a run of ``script``, with or without crashes."""
+    tools = [t.tool for t in script if t.tool is not None]
+    return {"answer": script[-1].answer, "tools": tools}
+
+
+def agent_workflow(name: str = "scripted-agent", *, task: str = AGENT_TASK) -> dict[str, Any]:
+    """A workflow with one ``agent_loop`` step running the scripted agent."""
+    return {
+        "name": name,
+        "version": 1,
+        "steps": [
+            {
+                "id": AGENT_STEP_ID,
+                "task": task,
+                "type": "agent_loop",
+                "retry": {"max_attempts": 5, "strategy": "fixed", "initial_delay": 100},
+                "agent_loop": {"max_iterations": AGENT_MAX_ITERATIONS},
+            }
+        ],
+    }
+
+
+@attrs.define
+class AgentCounters:
+    """Counts kept outside the journal, per run id."""
+
+    model_requests: dict[str, int] = attrs.field(factory=dict)
+    tool_starts: dict[tuple[str, str], int] = attrs.field(factory=dict)
+    tool_effects: dict[tuple[str, str], int] = attrs.field(factory=dict)
+    answers: dict[str, JsonValue] = attrs.field(factory=dict)
+
+    def starts(self, run_id: str, tool: str) -> int:
+        return self.tool_starts.get((run_id, tool), 0)
+
+    def effects(self, run_id: str, tool: str) -> int:
+        return self.tool_effects.get((run_id, tool), 0)
+
+    def _bump(self, table: dict[Any, int], key: Any) -> None:
+        table[key] = table.get(key, 0) + 1
+
+
+class ScriptedAgent:
+    """One turn per iteration: ask the model, run the tool it names, checkpoint, continue.
+
+    A harness kills or stalls a holder with the crash seams (``INSIDE_TOOL`` is reached after the
+    intent is recorded and before the tool starts).
+    """
+
+    def __init__(
+        self,
+        script: tuple[Turn, ...] = DEFAULT_SCRIPT,
+        *,
+        task: str = AGENT_TASK,
+        counters: AgentCounters | None = None,
+    ) -> None:
+        if not script or script[-1].tool is not None:
+            raise ValueError("a script must end with an answer")
+        self.script = script
+        self.task = task
+        self.counters = counters if counters is not None else AgentCounters()
+
+    @property
+    def handlers(self) -> dict[str, Handler]:
+        return {self.task: self.turn}
+
+    async def turn(self, tc: TaskContext) -> None:
+        j = await tc.journal()
+        history = await tc.load_checkpoint()
+        if history is None:
+            history = [{"role": "user", "content": tc.input}]
+        reply = await j.model(lambda: self._model(tc.run_id, history))
+        turn = self._turn_of(reply)
+        if turn.tool is None:
+            tools = [h["name"] for h in history if h.get("role") == "tool"]
+            answer = {"answer": turn.answer, "tools": tools}
+            self.counters.answers[tc.run_id] = answer
+            await tc.checkpoint([*history, {"role": "assistant", "content": reply}])
+            await tc.complete(answer)
+            return
+        result = await self._tool(j, tc.run_id, turn)
+        entry = {
+            "role": "tool",
+            "name": turn.tool,
+            "output": result.output,
+            "error": result.error,
+            "interrupted": result.interrupted,
+        }
+        await tc.checkpoint([*history, {"role": "assistant", "content": reply}, entry])
+        await tc.continue_()
+
+    async def _model(self, run_id: str, history: list[JsonValue]) -> JsonValue:
+        self.counters._bump(self.counters.model_requests, run_id)
+        await trio.lowlevel.checkpoint()
+        asked = sum(1 for h in history if h.get("role") == "assistant")
+        return self.script[min(asked, len(self.script) - 1)].reply()
+
+    def _turn_of(self, reply: JsonValue) -> Turn:
+        if reply.get("done"):
+            return Turn(answer=reply["answer"])
+        for t in self.script:
+            if t.tool == reply["tool"]:
+                return t
+        raise ValueError(f"the model named an unknown tool {reply['tool']!r}")
+
+    async def _tool(self, j: Journal, run_id: str, turn: Turn) -> Any:
+        assert turn.tool is not None
+        name = turn.tool
+
+        async def run(call: ToolCall) -> JsonValue:
+            self.counters._bump(self.counters.tool_starts, (run_id, name))
+            await trio.lowlevel.checkpoint()
+            self.counters._bump(self.counters.tool_effects, (run_id, name))
+            return {"tool": name, "key": call.key, "ok": True}
+
+        return await j.tool(ToolCall(name, turn.input), turn.replay, run)
