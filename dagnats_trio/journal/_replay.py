@@ -329,7 +329,7 @@ def _origins(segment: Sequence[JournalRecord], attempt: int) -> tuple[Origin, ..
         for _, c in sorted(k for k in tools if k[0] == b):
             t = tools[(b, c)]
             key = _input_json(t.intent.input)
-            match = _first_match(prior, consumed, t.intent.name, key)
+            match = _first_match(prior, consumed, c, t.intent.name, key, t.intent.replay)
             if match is not None:
                 consumed.add(match)
             elif t.intent.replay is Replay.UNSAFE:
@@ -345,12 +345,25 @@ def _input_json(value: JsonValue) -> str:
 
 
 def _first_match(
-    origins: Sequence[Origin], consumed: set[int] | frozenset[int], name: str, input_json: str
+    origins: Sequence[Origin],
+    consumed: set[int] | frozenset[int],
+    call: int,
+    name: str,
+    input_json: str,
+    replay: Replay,
 ) -> int | None:
+    """The earlier unsafe start a call honours: one at the same position first; an unsafe call
+    also takes one from another position (calls may shift between attempts), a call declared
+    safe does not, so a safe call can never use up the honour an unsafe call needs."""
+    fallback: int | None = None
     for idx, o in enumerate(origins):
-        if idx not in consumed and o.name == name and o.input_json == input_json:
+        if idx in consumed or o.name != name or o.input_json != input_json:
+            continue
+        if o.call == call:
             return idx
-    return None
+        if fallback is None and replay is Replay.UNSAFE:
+            fallback = idx
+    return fallback
 
 
 def _placed(segment: Sequence[JournalRecord]) -> tuple[InputPlacedRecord, ...]:
@@ -446,7 +459,7 @@ def decide_tool(
                 f"recorded at position {call}, not {name!r} with input {input_json}"
             ),
         ), consumed
-    match = _first_match(view.origins, consumed, name, input_json)
+    match = _first_match(view.origins, consumed, call, name, input_json, replay)
     if match is not None:
         consumed = consumed | {match}
     if rec is not None and rec.result is not None:

@@ -17,8 +17,9 @@ The rules, precisely (``rule`` names in parentheses):
    result (``duplicate-result``), a result or partial output only after an intent
    (``result-without-intent``, ``output-without-intent``), no model record and tool intent at one
    position (``position-reused``), and every intent answered by its result before its attempt
-   commits (``unanswered-intent``). An intent left unanswered by an attempt that never committed
-   is allowed: a retry honours it.
+   commits with continue, complete or pause (``unanswered-intent``). An intent left unanswered
+   by an attempt that never committed, or that committed a failure (the restart limit does so
+   over crashed holders' intents), is allowed: a retry honours it.
 4. Inputs. Each ``request_id`` is placed once in the whole journal (``input-placed-twice``).
 5. Iterations. ``engine_iterations``, the engine's count of ended iterations of the step
    (``StepState.iterations``), equals the continue plus complete commits
@@ -196,8 +197,16 @@ def check(
                     f"committed again (first at seq {commit_of[ck]})",
                 )
             commit_of.setdefault(ck, seq)
+            # A failure commit abandons its attempt (the restart limit commits one over the
+            # unanswered intents of crashed holders); a retry honours its unsafe starts.
+            answered_required = rec.action is not CommitAction.FAIL
             for (ii, aa, cc), iseq in intents.items():
-                if ii == i and aa == rec.attempt and (ii, aa, cc) not in results:
+                if (
+                    answered_required
+                    and ii == i
+                    and aa == rec.attempt
+                    and (ii, aa, cc) not in results
+                ):
                     bad(
                         "unanswered-intent",
                         iseq,

@@ -205,7 +205,12 @@ def test_retry_honours_unsafe_starts_by_name_and_input(
     consumed: frozenset[int] = frozenset()
     for pos, (name, inp, rp) in enumerate(current, start=offset):
         d, consumed = decide_tool(view, consumed, pos, name, canonical_json(inp), rp)
-        match = next((u for u in unconsumed if u[:2] == (name, canonical_json(inp))), None)
+        same = [u for u in unconsumed if u[:2] == (name, canonical_json(inp))]
+        # The start at this position first; an unsafe call also takes one from elsewhere, a call
+        # declared safe does not (so it cannot use up the honour an unsafe call needs).
+        match = next((u for u in same if u[3] == pos), None)
+        if match is None and rp is Replay.UNSAFE and same:
+            match = same[0]
         if match is None:
             assert d.action is ToolAction.RUN
             continue
