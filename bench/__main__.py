@@ -1,17 +1,21 @@
 """``python -m bench [section ...]``: run benchmark sections, ``append_ratio=`` printed last.
 
 To add a section, add its module to :data:`SECTIONS`; the module has ``run() -> dict[str, float]``
-that prints its own report and returns its headline figures.
+(optionally ``run(*, quick: bool)``, for ``--quick``) that prints its own report and returns its
+headline figures.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from collections.abc import Callable
 
 #: Section name -> module with a ``run()``. Order is the order they run in.
 SECTIONS: dict[str, str] = {
+    "loop": "bench.loop",
+    "agent": "bench.agent",
     "append": "bench.append",
 }
 
@@ -19,16 +23,22 @@ SECTIONS: dict[str, str] = {
 LAST_FIGURE = "append_ratio"
 
 
+#: Flags: ``--quick`` asks every section that takes ``quick`` for a shorter measurement.
+QUICK_FLAG = "--quick"
+
+
 def main(argv: list[str]) -> int:
-    names = argv or list(SECTIONS)
+    quick = QUICK_FLAG in argv
+    names = [arg for arg in argv if arg != QUICK_FLAG] or list(SECTIONS)
     unknown = [name for name in names if name not in SECTIONS]
     if unknown:
         print(f"unknown section(s) {unknown}; known: {list(SECTIONS)}", file=sys.stderr)
         return 2
     figures: dict[str, float] = {}
     for name in names:
-        run: Callable[[], dict[str, float]] = importlib.import_module(SECTIONS[name]).run
-        figures.update(run())
+        run: Callable[..., dict[str, float]] = importlib.import_module(SECTIONS[name]).run
+        takes_quick = "quick" in inspect.signature(run).parameters
+        figures.update(run(quick=quick) if takes_quick else run())
         print()
     print("== summary")
     for key, value in figures.items():

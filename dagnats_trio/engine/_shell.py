@@ -3,7 +3,8 @@
 Several engines may share the durable consumer. Correctness never rests on a lock: a snapshot is
 written only with compare-and-set on the revision this process last saw, and a loser reloads and
 decides again. The hot path keeps the revision it wrote in a small cache, so an agent-loop
-iteration costs one KV write, one task publish and one ack.
+iteration costs one KV write and one task publish that wait for the server, and one ack that does
+not (see :meth:`Engine._settle`).
 """
 
 from __future__ import annotations
@@ -281,7 +282,7 @@ class Engine:
                     log.debug(
                         "dropped %s for run %s: %s", type(event).__name__, run_id, out.dropped
                     )
-                await self._settle(d.ack)
+                await self._settle(d.ack_nowait)
                 return
             try:
                 new_rev = await self._save(out.snapshot, snap, rev)
@@ -306,7 +307,7 @@ class Engine:
                     )
                 )
             await self._execute(out.effects)
-            await self._settle(d.ack)
+            await self._settle(d.ack_nowait)
             return
         log.warning(
             "run %s: %d compare-and-set conflicts in a row; redelivering", run_id, CAS_ATTEMPTS_MAX
@@ -446,13 +447,20 @@ class Engine:
         await self.transport.publish(layout.history_subject(event.run_id), d.data, msg_id=tid)
         self.stats.timers_fired += 1
         self._counted()
-        await self._settle(d.ack)
+        await self._settle(d.ack_nowait)
 
     # --- helpers -------------------------------------------------------------------------------
 
     @staticmethod
     async def _settle(fn: Any, *args: Any) -> None:
-        """Ack/nak/term: a failure here only means the server will redeliver."""
+        """Ack/nak/term: a failure here only means the server will redeliver.
+
+        Acks do not wait for the server (``ack_nowait``): each is sent only after every effect
+        of the event is stored, so a lost ack is a redelivery, which the outbox replays
+        idempotently (tasks and events carry msg ids; the acceptance rule drops the rest), and
+        a dropped or replayed event is dropped or replayed again. Waiting would only add a round
+        trip before the next fetch.
+        """
         try:
             await fn(*args)
         except TransportError as exc:

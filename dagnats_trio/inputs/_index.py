@@ -66,4 +66,6 @@ def without(index: StepIndex, request_ids: frozenset[str]) -> StepIndex:
 
 
 def closed(index: StepIndex) -> StepIndex:
-    return attrs.evolve(index, closed=True, queued=())
+    """Closed to new inputs. The entries stay until settlement has settled them and drops them,
+    so a settlement repeated after a crash still finds what it has to settle."""
+    return attrs.evolve(index, closed=True)

@@ -17,7 +17,8 @@ Round trips (each KV or stream call is one):
   one (usually 2);
 - listing the queued inputs of a step: 1 + one get per indexed entry (settled submissions are
   not indexed, so this does not grow with history);
-- ``withdraw``: 4 (get, CAS, index get + CAS); ``settle_unanswered``: 2 + 2 per queued input.
+- ``withdraw``: 4 (get, CAS, index get + CAS); ``settle_unanswered``: 4 + 2 per queued input
+  (plus a read of the journal when a claim was left unrecorded).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
 from dagnats_trio.protocol import InputSubmitted, JsonValue, encode_event, from_json, to_json
 from dagnats_trio.transport import KeyExists, RevisionMismatch, Transport, layout
 
-from . import _index
+from . import _index, _journal
 from ._index import IndexEntry, StepIndex
 from ._snapshot import FINISHED_STEP_STATUSES, decode_run_view
 from .errors import (
@@ -49,9 +50,11 @@ from .submission import (
     Submission,
     SubmissionStatus,
     new_submission,
+    to_adopted,
     to_done,
     to_placed,
     to_unanswered,
+    to_unanswered_unrecorded,
     to_withdrawn,
 )
 
@@ -264,16 +267,31 @@ class InputsService:
         return False
 
     async def settle_unanswered(self, run_id: str, step_id: str) -> None:
-        """The step finished: close it to new inputs; every queued input becomes unanswered."""
+        """The step finished: close it to new inputs; every queued input becomes unanswered.
+
+        So does a claim no journal record backs (its holder died between claim and record and no
+        later placement adopted it): the agent never saw it. (A holder of a cancelled or timed
+        out step may still be running and record it afterwards; its iteration never commits, so
+        the input stays unanswered, and the journal still places it at most once.) Idempotent:
+        the index keeps its entries until they are settled, so a repeat after a crash settles
+        what is left.
+        """
         listed = await self._index_close(run_id, step_id)
         now = self._env.wall_ms()
+        recorded: dict[str, int] | None = None
         for entry in listed:
             stored = await self._read(submission_key(run_id, step_id, entry.request_id))
-            if stored is None or stored.submission.status is not SubmissionStatus.QUEUED:
-                # Not queued any more, or a submission in flight that will see the closed index
-                # and settle itself.
-                continue
-            await self._transition(stored, lambda s: to_unanswered(s, now))
+            if stored is None:
+                continue  # a submission in flight: it sees the closed index and settles itself
+            status = stored.submission.status
+            if status is SubmissionStatus.QUEUED:
+                await self._transition(stored, lambda s: to_unanswered(s, now))
+            elif status is SubmissionStatus.PLACED:
+                if recorded is None:
+                    recorded = await self.recorded_placements(run_id, step_id)
+                if entry.request_id not in recorded:
+                    await self._transition(stored, lambda s: to_unanswered_unrecorded(s, now))
+        await self.drop_from_index(run_id, step_id, [e.request_id for e in listed])
 
     async def mark_done(
         self, run_id: str, step_id: str, request_ids: Iterable[str]
@@ -326,6 +344,23 @@ class InputsService:
         except RevisionMismatch:
             return None
         return StoredSubmission(new, revision)
+
+    async def adopt(self, stored: StoredSubmission, iteration: int) -> StoredSubmission | None:
+        """placed (by an earlier iteration, never recorded) -> placed by ``iteration``, by
+        compare-and-set; None when the submission changed meanwhile."""
+        new = to_adopted(stored.submission, iteration)
+        try:
+            revision = await self._t.kv_update(
+                layout.INPUTS_BUCKET, self._key_of(new), to_json(new), stored.revision
+            )
+        except RevisionMismatch:
+            return None
+        return StoredSubmission(new, revision)
+
+    async def recorded_placements(self, run_id: str, step_id: str) -> dict[str, int]:
+        """``request_id -> iteration`` of the step's ``input.placed`` records (a full read of
+        its journal: only the repair of a lost claim needs it)."""
+        return await _journal.recorded_placements(self._t, run_id, step_id)
 
     async def reread(self, sub: Submission) -> StoredSubmission | None:
         return await self._read(self._key_of(sub))

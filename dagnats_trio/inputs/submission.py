@@ -43,7 +43,9 @@ _SETTLED = frozenset(
     {SubmissionStatus.DONE, SubmissionStatus.WITHDRAWN, SubmissionStatus.UNANSWERED}
 )
 
-#: Every allowed move, for documentation and tests; the functions below are the enforcement.
+#: Every allowed move of the ordinary life, for documentation and tests; the functions below are
+#: the enforcement. Two repairs of a claim the journal never recorded (see ``placement``) are
+#: outside it on purpose: :func:`to_adopted` and :func:`to_unanswered_unrecorded`.
 TRANSITIONS: frozenset[tuple[SubmissionStatus, SubmissionStatus]] = frozenset(
     {
         (SubmissionStatus.QUEUED, SubmissionStatus.PLACED),
@@ -136,3 +138,27 @@ def to_unanswered(sub: Submission, now_ms: int) -> Submission:
 def to_done(sub: Submission, now_ms: int) -> Submission:
     _require(sub, SubmissionStatus.PLACED, SubmissionStatus.DONE)
     return attrs.evolve(sub, status=SubmissionStatus.DONE, settled_at_ms=now_ms)
+
+
+def to_adopted(sub: Submission, iteration: int) -> Submission:
+    """A later iteration takes over a claim that no journal record backs (its holder died
+    between the claim and the record): the input stays placed, now by ``iteration``.
+
+    Only the placement code calls this, after reading the journal; the record is the truth.
+    """
+    _require(sub, SubmissionStatus.PLACED, SubmissionStatus.PLACED)
+    if sub.placed_iteration is not None and iteration <= sub.placed_iteration:
+        raise ValueError(
+            f"input {sub.request_id!r} was claimed by iteration {sub.placed_iteration}; "
+            f"iteration {iteration} cannot adopt it"
+        )
+    return attrs.evolve(sub, placed_iteration=iteration)
+
+
+def to_unanswered_unrecorded(sub: Submission, now_ms: int) -> Submission:
+    """The step finished and this claim was never recorded: the agent never saw the input, so
+    it ends unanswered like a queued one (settlement calls this after reading the journal)."""
+    _require(sub, SubmissionStatus.PLACED, SubmissionStatus.UNANSWERED)
+    return attrs.evolve(
+        sub, status=SubmissionStatus.UNANSWERED, placed_iteration=None, settled_at_ms=now_ms
+    )

@@ -132,6 +132,14 @@ class Delivery(Protocol):
     async def ack(self) -> None:
         """Acknowledge and wait for the server to confirm (double ack)."""
 
+    async def ack_nowait(self) -> None:
+        """Acknowledge without waiting for the server's confirmation (no round trip).
+
+        For an ack whose loss is harmless: the message is only redelivered after the AckWait,
+        and the caller's next delivery of it is idempotent (the engine's outbox replay, the
+        journal's ``Committed``).
+        """
+
     async def nak(self, delay_s: float | None = None) -> None:
         """Ask for redelivery, after ``delay_s`` seconds when given."""
 

@@ -243,6 +243,13 @@ class NatsDelivery:
         await self._transport._request(self._reply, b"+ACK", None, "ack")
         self._settled = True
 
+    async def ack_nowait(self) -> None:
+        if self._settled:
+            return
+        if not self._transport._write_now(self._reply, b"+ACK"):
+            await self._transport.core_publish(self._reply, b"+ACK")
+        self._settled = True
+
     async def nak(self, delay_s: float | None = None) -> None:
         if self._settled:
             return
@@ -448,6 +455,26 @@ class NatsTransport:
                 raise _NoResponders(f"{what}: no responders")
             return msg
         return await self._aio(nc.request(subject, payload, timeout, False, headers), what)
+
+    def _write_now(self, subject: str, payload: bytes) -> bool:
+        """A core publish written straight to the socket, as the request fast path writes
+        (no asyncio step); False when it must go through nats-py (something is queued there,
+        so writing now would reorder commands, or the connection is not up)."""
+        nc = self._nc
+        if (
+            self._closed
+            or self._mux is None
+            or nc._pending_data_size != 0
+            or not nc.is_connected
+            or not _ReplyMux.encodable(subject, None)
+        ):
+            return False
+        writer: Any = nc._transport
+        try:
+            writer.write(f"PUB {subject} {len(payload)}\r\n".encode() + payload + b"\r\n")
+        except (OSError, RuntimeError, AttributeError):
+            return False
+        return True
 
     async def _start_fast_path(self) -> None:
         """Subscribe the reply mux; without the nats-py internals it needs, stay on nc.request."""

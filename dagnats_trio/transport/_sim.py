@@ -483,6 +483,11 @@ class SimDelivery:
         await self._conn._call()
         self._conn._server._settle(self._stream, self._durable, self.stream_seq, remove=True)
 
+    async def ack_nowait(self) -> None:
+        if not await self._conn._fire_and_forget():
+            return
+        self._conn._server._settle(self._stream, self._durable, self.stream_seq, remove=True)
+
     async def nak(self, delay_s: float | None = None) -> None:
         if not await self._conn._fire_and_forget():
             return

@@ -2,7 +2,7 @@
 
 from dagnats_trio.journal import JournalSettled
 
-from ._context import InputsPending, TaskContext
+from ._context import InputsPending, InputsUnavailable, TaskContext
 from ._errors import AlreadySettled, CheckpointTooLarge, InputsQueued, InvalidWait, RunCancelled
 from ._waits import MAX_WAIT_MS, Delay, Until, UntilInput, WaitArg, WaitSpec, build_wait
 from ._worker import (
@@ -26,6 +26,7 @@ __all__ = [
     "Handler",
     "InputsPending",
     "InputsQueued",
+    "InputsUnavailable",
     "InvalidWait",
     "JournalSettled",
     "RunCancelled",

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import attrs
 
 from dagnats_trio._env import RuntimeEnv
 from dagnats_trio._seams import Seam
+from dagnats_trio.inputs import InputsService, Mode, PlacedInput, PlacementState
+from dagnats_trio.inputs import place_inputs as _place_inputs
 from dagnats_trio.journal import (
     Holder,
     Journal,
@@ -53,6 +54,11 @@ from ._waits import WaitArg, build_wait
 InputsPending = Callable[[str, str], Awaitable[bool]]
 
 
+class InputsUnavailable(RuntimeError):
+    """``place_inputs`` cannot run: the worker has no inputs service, or the handler has not
+    opened the journal (placement is recorded there)."""
+
+
 @attrs.frozen
 class _Services:
     transport: Transport
@@ -60,6 +66,7 @@ class _Services:
     restart_limit: int
     on_committed: OnCommitted | None
     inputs_pending: InputsPending | None
+    inputs: InputsService | None = None
 
 
 def _to_json(what: str, value: JsonValue) -> bytes:
@@ -84,6 +91,7 @@ class TaskContext:
         self._holder = holder
         self._journal: Journal | None = None
         self._settling = False
+        self._placement = PlacementState()
 
     # --- what the task is ---------------------------------------------------------------------
 
@@ -151,9 +159,28 @@ class TaskContext:
             )
         return self._journal
 
-    async def place_inputs(self, mode: Any) -> list[Any]:
-        """Place queued inputs of ``mode`` (steer, follow_up) into this iteration."""
-        raise RuntimeError("inputs not wired")
+    async def place_inputs(self, mode: Mode | str) -> list[PlacedInput]:
+        """Claim the queued inputs of ``mode`` (``Mode.STEER``, ``Mode.FOLLOW_UP`` or their
+        values) and record them in the journal, in submission order.
+
+        A redelivery of the iteration first gets what an earlier delivery placed, once. Needs
+        ``await tc.journal()`` first, and a worker built with ``inputs=``.
+        """
+        parsed = _parse_mode(mode)
+        inputs = self._svc.inputs
+        if inputs is None:
+            raise InputsUnavailable(
+                "this worker was built without inputs: pass inputs=InputsService(transport) "
+                "to Worker to use place_inputs"
+            )
+        if self._journal is None:
+            raise InputsUnavailable(
+                "place_inputs needs the journal: call `await tc.journal()` first (placement is "
+                "recorded there)"
+            )
+        if self._settling or self.settled:
+            raise AlreadySettled("the task is settled; inputs can no longer be placed")
+        return await _place_inputs(self._journal, inputs, parsed, state=self._placement)
 
     # --- state --------------------------------------------------------------------------------
 
@@ -310,6 +337,18 @@ class TaskContext:
         if action is CommitAction.PAUSE:
             return StepPaused(run, step, d, duration_ms=pause_ms or 0)
         return StepFailed(run, step, d, error=error or "", retriable=retriable)
+
+
+def _parse_mode(mode: Mode | str) -> Mode:
+    if isinstance(mode, Mode):
+        return mode
+    if isinstance(mode, str):
+        try:
+            return Mode(mode)
+        except ValueError:
+            pass
+    allowed = ", ".join(repr(m.value) for m in Mode)
+    raise ValueError(f"mode must be a Mode or one of {allowed}, got {mode!r}")
 
 
 def _error_text(error: str | BaseException) -> str:

@@ -10,8 +10,10 @@ from typing import Final
 import trio
 
 from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
+from dagnats_trio.inputs import InputsService
 from dagnats_trio.journal import (
     DEFAULT_RESTART_LIMIT,
+    CommittedIteration,
     Holder,
     OnCommitted,
     Settlement,
@@ -60,9 +62,11 @@ CANCEL_SUBJECTS: Final = cancel_subject("*")
 class Worker:
     """Runs handlers for task types: ``await nursery.start(worker.run)``.
 
-    ``on_committed`` is told, after each journal commit stores (not failures), which inputs the
-    iteration placed, so they become ``done``. ``inputs_pending`` lets ``continue_`` with
-    ``UntilInput()`` raise ``InputsQueued``. Both default to nothing.
+    ``inputs`` wires the inputs service: ``tc.place_inputs`` places through it, each commit marks
+    the inputs its iteration placed ``done``, and ``continue_`` with ``UntilInput()`` raises
+    ``InputsQueued`` while inputs are queued. ``on_committed`` (told after each journal commit
+    stores, not failures) and ``inputs_pending`` are the raw hooks under that: a given
+    ``on_committed`` runs after the marking, a given ``inputs_pending`` replaces the check.
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class Worker:
         worker_id: str | None = None,
         on_committed: OnCommitted | None = None,
         inputs_pending: InputsPending | None = None,
+        inputs: InputsService | None = None,
     ) -> None:
         if not handlers:
             raise ValueError("a worker needs at least one handler")
@@ -102,8 +107,13 @@ class Worker:
             transport=transport,
             env=env,
             restart_limit=check_restart_limit(restart_limit),
-            on_committed=on_committed,
-            inputs_pending=inputs_pending,
+            on_committed=_with_mark_done(inputs, on_committed),
+            inputs_pending=(
+                inputs.has_queued
+                if inputs is not None and inputs_pending is None
+                else inputs_pending
+            ),
+            inputs=inputs,
         )
         self._live: dict[str, set[Holder]] = {}
 
@@ -245,8 +255,11 @@ class Worker:
         if holder.killed or holder.fenced:
             return
         if holder.settlement is Settlement.ACK or holder.cancelled:
+            # Not waiting for the server: the event (if any) is already stored, so a lost ack
+            # is a redelivery that the journal answers with Committed (or Stale), and that the
+            # engine's acceptance rule makes harmless for a plain step.
             try:
-                await delivery.ack()
+                await delivery.ack_nowait()
             except TransportError as exc:
                 _log.warning("ack of %s failed: %s", delivery.subject, exc)
         else:
@@ -262,3 +275,26 @@ class Worker:
                 await delivery.in_progress()
             except TransportError as exc:
                 _log.debug("in_progress for %s failed: %s", delivery.subject, exc)
+
+
+def _with_mark_done(
+    inputs: InputsService | None, on_committed: OnCommitted | None
+) -> OnCommitted | None:
+    """The commit hook: mark the iteration's placed inputs done, then tell the user's hook.
+
+    Marking is idempotent (already done ids are skipped), so a hook told twice for one commit
+    is harmless.
+    """
+    if inputs is None:
+        return on_committed
+    service = inputs
+
+    async def committed(info: CommittedIteration) -> None:
+        try:
+            if info.request_ids:
+                await service.mark_done(info.run_id, info.step_id, info.request_ids)
+        finally:
+            if on_committed is not None:
+                await on_committed(info)
+
+    return committed

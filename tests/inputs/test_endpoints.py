@@ -19,7 +19,7 @@ from dagnats_trio.inputs import (
     SubmissionStatus,
     decode_reply,
 )
-from dagnats_trio.transport import CoreMsg, Transport
+from dagnats_trio.transport import Transport
 
 from ._helpers import new_run_id, write_snapshot
 
@@ -160,25 +160,29 @@ async def test_a_configured_token_is_required(transport: Transport) -> None:
     run_id = new_run_id()
     await write_snapshot(transport, run_id, {STEP: "running"})
     body = {"run_id": run_id, "step_id": STEP, "request_id": "r1", "mode": "steer", "content": 1}
+    data = json.dumps(body).encode()
     with trio.fail_after(TEST_DEADLINE_S):
-        async with serving(transport, token=TOKEN) as endpoints:
+        async with serving(transport, token=TOKEN):
             reply = await call(transport, SUBMIT_SUBJECT, body)
             assert isinstance(reply, ErrorReply)
             assert (reply.status, reply.error.code) == (401, "unauthorized")
             assert await InputsService(transport).list(run_id, STEP) == []
 
-            # Transport.request sends no headers, so hand the endpoint a request the way the
-            # subscription delivers one, with a real reply subject.
-            inbox = f"_INBOX.inputs-test.{new_run_id()}"
-            async with transport.subscribe(inbox) as replies:
-                for headers, expected in (
-                    ({"Authorization": "Bearer wrong"}, 401),
-                    ({"Authorization": f"Basic {TOKEN}"}, 401),
-                    ({"authorization": f"Bearer {TOKEN}"}, 201),
-                ):
-                    msg = CoreMsg(SUBMIT_SUBJECT, json.dumps(body).encode(), headers, inbox)
-                    await endpoints.handle(msg)
-                    answer = decode_reply((await anext(aiter(replies))).data)
-                    assert answer.status == expected
+            # The token travels as a header of the request, over the server like any client's.
+            for headers, expected in (
+                ({"Authorization": "Bearer wrong"}, 401),
+                ({"Authorization": f"Basic {TOKEN}"}, 401),
+                ({"authorization": f"Bearer {TOKEN}"}, 201),
+                ({"Authorization": f"Bearer {TOKEN}"}, 200),
+            ):
+                raw = await transport.request(
+                    SUBMIT_SUBJECT, data, timeout_s=REQUEST_TIMEOUT_S, headers=headers
+                )
+                answer = decode_reply(raw)
+                assert answer.status == expected, (headers, answer)
+                if expected >= 400:
+                    assert isinstance(answer, ErrorReply)
+                    assert answer.error.code == "unauthorized"
+                    assert await InputsService(transport).list(run_id, STEP) == []
     [stored] = await InputsService(transport).list(run_id, STEP)
     assert stored.request_id == "r1"

@@ -119,14 +119,74 @@ async def test_a_crash_between_claim_and_record_keeps_the_input(transport: Trans
     assert [r.request_id for r in await placed_records(transport, run_id)] == ["a", "b"]
 
 
-async def test_a_claim_by_another_iteration_is_not_placed_again(transport: Transport) -> None:
+async def test_a_recorded_placement_of_an_earlier_iteration_is_not_placed_again(
+    transport: Transport,
+) -> None:
     service, run_id = await setup(transport)
     await service.submit(run_id, STEP, "a", "steer", 1)
-    [cand] = await service.placement_candidates(run_id, STEP, Mode.STEER)
-    assert await service.claim(cand, iteration=1) is not None
-    journal = await FakeJournal.open(transport, run_id, STEP, iteration=2)
-    assert await place_inputs(journal, service, Mode.STEER, state=PlacementState()) == []
-    assert await placed_records(transport, run_id) == []
+    first = await FakeJournal.open(transport, run_id, STEP, iteration=1)
+    assert ids(await place_inputs(first, service, Mode.STEER, state=PlacementState())) == ["a"]
+    # Iteration 1 committed, but its ``done`` was lost, and the index still lists the input
+    # (a crash before the index update): the next iteration must not place it again.
+    await service._index_add(run_id, STEP, "a", Mode.STEER)
+    assert (await service.get(run_id, STEP, "a")).status is SubmissionStatus.PLACED
+
+    nxt = await FakeJournal.open(transport, run_id, STEP, iteration=2)
+    with trio.fail_after(TEST_DEADLINE_S):
+        assert await place_inputs(nxt, service, Mode.STEER, state=PlacementState()) == []
+    assert [r.request_id for r in await placed_records(transport, run_id)] == ["a"]
+    assert (await service.get(run_id, STEP, "a")).status is SubmissionStatus.DONE
+
+
+async def test_an_unrecorded_claim_is_adopted_by_a_later_iteration(transport: Transport) -> None:
+    """The known gap, closed: iteration 1 claimed "a" and died before recording it, and no
+    delivery of iteration 1 asked for steer inputs again. Iteration 3 records it."""
+    service, run_id = await setup(transport)
+    await service.submit(run_id, STEP, "a", "steer", "lost?")
+    await service.submit(run_id, STEP, "b", "steer", "next")
+    [cand_a, _] = await service.placement_candidates(run_id, STEP, Mode.STEER)
+    assert await service.claim(cand_a, iteration=1) is not None
+
+    # A stale holder (iteration 0) leaves the claim alone.
+    stale = await FakeJournal.open(transport, run_id, STEP, iteration=0)
+    with trio.fail_after(TEST_DEADLINE_S):
+        assert ids(await place_inputs(stale, service, Mode.FOLLOW_UP, state=PlacementState())) == []
+        later = await FakeJournal.open(transport, run_id, STEP, iteration=3)
+        # Another mode does not take it.
+        assert await place_inputs(later, service, Mode.FOLLOW_UP, state=PlacementState()) == []
+        placed = await place_inputs(later, service, Mode.STEER, state=PlacementState())
+    assert ids(placed) == ["a", "b"]
+    assert [p.iteration for p in placed] == [3, 3]
+    records = await placed_records(transport, run_id)
+    assert [(r.request_id, r.iteration) for r in records] == [("a", 3), ("b", 3)]
+    got = await service.get(run_id, STEP, "a")
+    assert (got.status, got.placed_iteration) == (SubmissionStatus.PLACED, 3)
+    assert not await service.has_queued(run_id, STEP)
+
+
+async def test_settlement_makes_an_unrecorded_claim_unanswered(transport: Transport) -> None:
+    service, run_id = await setup(transport)
+    for rid in ("lost", "kept", "queued"):
+        await service.submit(run_id, STEP, rid, "follow_up", rid)
+    lost, kept, _ = await service.placement_candidates(run_id, STEP, Mode.FOLLOW_UP)
+    assert await service.claim(lost, iteration=0) is not None
+    # "kept" is claimed and recorded (its iteration's commit is what makes it done).
+    journal = await FakeJournal.open(transport, run_id, STEP, iteration=0)
+    claimed = await service.claim(kept, iteration=0)
+    assert claimed is not None
+    await journal.append(InputPlacedRecord(0, 1, journal.claim_id, "kept", "follow_up", "kept"))
+
+    with trio.fail_after(TEST_DEADLINE_S):
+        await service.settle_unanswered(run_id, STEP)
+        await service.settle_unanswered(run_id, STEP)  # repeated after a crash: harmless
+    statuses = {s.request_id: s.status for s in await service.list(run_id, STEP)}
+    assert statuses == {
+        "lost": SubmissionStatus.UNANSWERED,
+        "kept": SubmissionStatus.PLACED,
+        "queued": SubmissionStatus.UNANSWERED,
+    }
+    assert (await service.get(run_id, STEP, "lost")).placed_iteration is None
+    assert [r.request_id for r in await placed_records(transport, run_id)] == ["kept"]
 
 
 async def test_withdrawn_and_settled_inputs_are_never_placed(transport: Transport) -> None:

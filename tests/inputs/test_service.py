@@ -15,10 +15,10 @@ from dagnats_trio.inputs import (
     NotFoundError,
     SubmissionStatus,
 )
-from dagnats_trio.protocol import InputSubmitted, decode_event
+from dagnats_trio.protocol import InputPlacedRecord, InputSubmitted, decode_event
 from dagnats_trio.transport import Transport, layout
 
-from ._helpers import new_run_id, write_snapshot
+from ._helpers import FakeJournal, new_run_id, write_snapshot
 
 #: Every wait in these tests is bounded by this.
 TEST_DEADLINE_S = 10.0
@@ -213,6 +213,9 @@ async def test_settle_unanswered_and_mark_done(transport: Transport) -> None:
     assert [c.submission.request_id for c in candidates] == ["a", "b", "c", "d"]
     placed = await service.claim(candidates[0], iteration=2)
     assert placed is not None
+    # ...and recorded (a claim no record backs would be settled as unanswered: see placement).
+    journal = await FakeJournal.open(transport, run_id, STEP, iteration=2)
+    await journal.append(InputPlacedRecord(2, 1, journal.claim_id, "a", "steer", "a"))
     await service.withdraw(run_id, STEP, "b")
     # A placed input cannot be withdrawn.
     with pytest.raises(ConflictError) as info:

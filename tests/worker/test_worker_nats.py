@@ -244,7 +244,7 @@ async def test_checkpoint_in_kv_and_its_cap(nats_transport: NatsTransport) -> No
             await tc.checkpoint({"n": "x" * 100})
         assert tc.key() == f"{tc.run_id}.{tc.step_id}.0"
         assert tc.key("a", 2) == f"{tc.run_id}.{tc.step_id}.0.a.2"
-        with pytest.raises(RuntimeError, match="inputs not wired"):
+        with pytest.raises(RuntimeError, match="built without inputs"):
             await tc.place_inputs("steer")
         await tc.put_stream("token")
 

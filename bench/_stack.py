@@ -1,0 +1,132 @@
+"""One engine, one worker and a client, each on its own transport, on an embedded server.
+
+Separate transports so each side's NATS round trips are counted apart. Runs are watched
+through one long-lived KV watch on the client, so waiting for a run costs no round trips of its
+own: the per-run figures are what the product spends, not what the benchmark spends observing.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from dagnats_trio.api.service import Service
+from dagnats_trio.engine import Engine, decode_snapshot
+from dagnats_trio.engine.snapshot import RunSnapshot
+from dagnats_trio.server import open_nats_server
+from dagnats_trio.transport import NatsTransport, open_nats_transport, provision
+from dagnats_trio.transport.layout import RUNS_BUCKET
+from dagnats_trio.worker import Handler, Worker
+
+#: Bound on one run of a benchmark; a run that takes longer is a failure, not a figure.
+RUN_TIMEOUT_S = 30.0
+#: Worker concurrency in benchmarks: every run of the concurrent burst can be in flight at once.
+BENCH_WORKER_CONCURRENCY = 64
+#: AckWait of the benchmark's worker (nothing crashes here; it only bounds a lost delivery).
+BENCH_ACK_WAIT_S = 10.0
+#: Prefix of run snapshot keys in ``workflow_runs``.
+_RUN_KEY_PREFIX = "run."
+
+
+@attrs.define
+class Counts:
+    """Round trips of each side, as counted by its transport."""
+
+    engine: int
+    worker: int
+    client: int
+
+    @property
+    def total(self) -> int:
+        return self.engine + self.worker + self.client
+
+    def __sub__(self, other: Counts) -> Counts:
+        return Counts(
+            self.engine - other.engine, self.worker - other.worker, self.client - other.client
+        )
+
+
+class Stack:
+    """Start runs and wait for their end; see the module docstring."""
+
+    def __init__(
+        self, engine_tp: NatsTransport, worker_tp: NatsTransport, client_tp: NatsTransport
+    ) -> None:
+        self.engine_tp = engine_tp
+        self.worker_tp = worker_tp
+        self.client_tp = client_tp
+        self.service = Service(client_tp)
+        self._done: dict[str, trio.Event] = {}
+        self.finished: dict[str, RunSnapshot] = {}
+
+    def counts(self) -> Counts:
+        return Counts(
+            self.engine_tp.round_trips, self.worker_tp.round_trips, self.client_tp.round_trips
+        )
+
+    async def _watch(self, *, task_status: trio.TaskStatus[None]) -> None:
+        async with self.client_tp.kv_watch(RUNS_BUCKET, _RUN_KEY_PREFIX) as changes:
+            task_status.started()
+            async for entry in changes:
+                if entry.value is None:
+                    continue
+                snap = decode_snapshot(entry.value)
+                if snap.status.finished and snap.run_id not in self.finished:
+                    self.finished[snap.run_id] = snap
+                    event = self._done.get(snap.run_id)
+                    if event is not None:
+                        event.set()
+
+    async def run(self, workflow: str, input: Any = None) -> RunSnapshot:
+        """Start a run and wait (bounded) until its snapshot says it finished."""
+        with trio.fail_after(RUN_TIMEOUT_S):
+            run_id = await self.service.start_run(workflow, input)
+            event = self._done.setdefault(run_id, trio.Event())
+            if run_id not in self.finished:
+                await event.wait()
+            self._done.pop(run_id, None)
+            return self.finished.pop(run_id)
+
+
+@asynccontextmanager
+async def open_stack(
+    *,
+    sync_always: bool,
+    handlers: Mapping[str, Handler],
+    workflows: list[dict[str, Any]],
+) -> AsyncIterator[Stack]:
+    async with (
+        open_nats_server(sync_always=sync_always) as server,
+        open_nats_transport(server.url, name="bench-engine") as engine_tp,
+        open_nats_transport(server.url, name="bench-worker") as worker_tp,
+        open_nats_transport(server.url, name="bench-client") as client_tp,
+        trio.open_nursery() as nursery,
+    ):
+        await provision(client_tp)
+        stack = Stack(engine_tp, worker_tp, client_tp)
+        for wf in workflows:
+            await stack.service.register_workflow(wf)
+        engine = Engine(engine_tp, legacy_step_events=False)
+        worker = Worker(
+            worker_tp,
+            handlers,
+            concurrency=BENCH_WORKER_CONCURRENCY,
+            ack_wait_s=BENCH_ACK_WAIT_S,
+        )
+        await nursery.start(engine.run)
+        await nursery.start(worker.run)
+        await nursery.start(stack._watch)
+        yield stack
+        nursery.cancel_scope.cancel()
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100), interpolated; for small samples p99 is near the maximum."""
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q) - 1]

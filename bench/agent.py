@@ -1,0 +1,167 @@
+"""The scripted agent of the crash matrix, crash-free, on a real server (issue 4).
+
+Four iterations: model + safe tool, model + unsafe tool, model + safe tool, model + answer
+(4 model calls, 3 tool calls). Sequential runs for ``SEQUENTIAL_S`` seconds give p50/p99 ms per
+run and round trips per run; then ``BURST_RUNS`` runs started at once give runs per second.
+Both durability settings are measured; see ``MIN_ROUND_TRIPS_DERIVATION`` for the floor the spec
+sets. The measured count also holds the idle polls of the engine's timer loop and of the pull
+loops (about one a second each), so it sits a fraction above the floor.
+"""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expected_answer
+
+from ._stack import Counts, Stack, open_stack, percentile
+
+AGENT_WORKFLOW = "bench-agent"
+SEQUENTIAL_S = 10.0
+SEQUENTIAL_S_QUICK = 2.0
+WARMUP_RUNS = 5
+BURST_RUNS = 50
+
+#: What the spec requires, and which of it must wait on the critical path.
+MIN_ROUND_TRIPS_DERIVATION = """
+A round trip is a request that waits for the server's answer, as NatsTransport counts it.
+
+Per tool iteration of a journal step (model call + tool call):
+ worker  pull request       counted, but left waiting before the task is stored, so the task
+                            arrives with no request on the critical path.
+         tail read          required: "reads the journal tail from the stream leader" (the Stale
+                            check, and the sequence the claim is fenced on). In the fast path the
+                            tail IS the previous commit, so it is also the state read by
+                            journal_seq: one get, not two.
+         claim              required: a fenced append; it needs the tail's sequence.
+         model tail read    required: "reads the tail first, so a holder that is already fenced
+                            does not spend a model call". It cannot overlap the call (that would
+                            spend it) nor the claim (a read racing the claim says nothing about
+                            what came after the claim), and nothing else is in flight then.
+         model record       required: fenced append (each append needs the previous one's
+         tool intent        sequence, and the stream's sequence is shared by every run, so no
+         tool result        two appends of one writer can be pipelined).
+         commit             required: fenced append, before the event.
+         lifecycle event    required: stored before the task is acked (the event carries the
+                            commit's sequence, so it also waits for the commit).
+         task ack           NOT a round trip: sent without waiting (ack_nowait) once the event is
+                            stored; a lost ack is a redelivery that the journal answers with
+                            Committed and the stream's msg id / the engine's acceptance rule drop.
+ engine  pull request       counted, left waiting, as for the worker.
+         snapshot CAS       required: the dispatch is saved before the task is published.
+         task publish       required: stored before the event is acked (else a crash after the
+                            ack would lose the dispatch).
+         event ack          NOT a round trip: ack_nowait after the task is stored; a lost ack is
+                            a redelivery that the snapshot's outbox replays idempotently.
+ => 12 counted per tool iteration (10 waited on + 2 pull requests); an answer iteration has no
+    intent, result or next task: worker 7, engine 2 (CAS + pull).
+
+Per run (3 tool iterations, 1 answer iteration):
+ client  definition read + snapshot create + workflow.started      3  (the definition may be
+                                                                       re-registered at any time:
+                                                                       reading it is the only
+                                                                       way to start the current)
+ engine  workflow.started: pull + snapshot read + CAS + task        4  (the read: the engine does
+                                                                       not know the revision the
+                                                                       service created)
+ worker  3 x 9 (tool iterations) + 7 (answer)                       34
+ engine  3 x step.continue (pull + CAS + task) + step.completed     11
+         (pull + CAS)
+ => 52 counted, of which 9 are pull requests left waiting: 43 on the critical path.
+"""
+#: Requests counted per run at the floor of MIN_ROUND_TRIPS_DERIVATION.
+MIN_ROUND_TRIPS_PER_RUN = 3 + 4 + (3 * 9 + 7) + (3 * 3 + 2)
+#: Of those, the pull requests (one per delivery), left waiting before their message arrives.
+PULLS_PER_RUN = 5 + 4
+#: Per tool iteration: worker 8 waited on + 1 pull, engine 2 waited on + 1 pull.
+MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 12
+
+#: Peers' published figures on this 2-core machine, same 4-model-call, 3-tool-call run.
+PEERS = (
+    ("LangGraph in-process + SQLite checkpointer", "8.5 ms p50"),
+    ("Restate", "13.0 ms p50, 142 runs/s with 50 at once"),
+    ("DBOS", "17-25 ms"),
+)
+
+
+async def _sequential(stack: Stack, seconds: float) -> tuple[list[float], Counts]:
+    answer = expected_answer()
+    for _ in range(WARMUP_RUNS):
+        await stack.run(AGENT_WORKFLOW, {"task": "deploy"})
+    times: list[float] = []
+    before = stack.counts()
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        start = time.perf_counter()
+        snap = await stack.run(AGENT_WORKFLOW, {"task": "deploy"})
+        times.append((time.perf_counter() - start) * 1000)
+        outputs = snap.outputs()
+        if outputs.get("agent") != answer:
+            raise RuntimeError(f"wrong answer {outputs!r} (status {snap.status.value})")
+    return times, stack.counts() - before
+
+
+async def _burst(stack: Stack) -> float:
+    answer = expected_answer()
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+
+        async def one() -> None:
+            snap = await stack.run(AGENT_WORKFLOW, {"task": "deploy"})
+            if snap.outputs().get("agent") != answer:
+                raise RuntimeError(f"wrong answer {snap.outputs()!r}")
+
+        for _ in range(BURST_RUNS):
+            nursery.start_soon(one)
+    return BURST_RUNS / (time.perf_counter() - start)
+
+
+async def _measure(sync_always: bool, seconds: float) -> tuple[list[float], Counts, float]:
+    agent = ScriptedAgent()
+    async with open_stack(
+        sync_always=sync_always,
+        handlers={AGENT_TASK: agent.turn},
+        workflows=[agent_workflow(AGENT_WORKFLOW)],
+    ) as stack:
+        times, counts = await _sequential(stack, seconds)
+        rate = await _burst(stack)
+        return times, counts, rate
+
+
+def run(*, quick: bool = False) -> dict[str, float]:
+    seconds = SEQUENTIAL_S_QUICK if quick else SEQUENTIAL_S
+    print(f"== agent: scripted agent (4 model calls, 3 tool calls), crash-free; sequential "
+          f"for {seconds:.0f} s, then {BURST_RUNS} runs at once")  # fmt: skip
+    figures: dict[str, float] = {}
+    for sync_always, label, key in (
+        (True, "single node, sync_interval always", "agent_fsync"),
+        (False, "sync_interval default (a cluster relies on replicas)", "agent"),
+    ):
+        times, counts, rate = trio.run(_measure, sync_always, seconds)
+        n = len(times)
+        p50, p99 = percentile(times, 50), percentile(times, 99)
+        per = (counts.engine / n, counts.worker / n, counts.client / n)
+        total = sum(per)
+        print(f"  {label}:")
+        print(f"    {n} sequential runs: p50 {p50:.1f} ms, p99 {p99:.1f} ms per run")
+        waited = MIN_ROUND_TRIPS_PER_RUN - PULLS_PER_RUN
+        print(f"    round trips per run: {total:.1f} measured (engine {per[0]:.1f}, worker "
+              f"{per[1]:.1f}, client {per[2]:.1f}) | spec minimum {MIN_ROUND_TRIPS_PER_RUN} "
+              f"({waited} waited on + {PULLS_PER_RUN} pull requests; "
+              f"{MIN_ROUND_TRIPS_PER_TOOL_ITERATION} per tool iteration)")  # fmt: skip
+        print(f"    {BURST_RUNS} runs at once: {rate:.0f} runs/s")
+        figures[f"{key}_p50_ms"] = round(p50, 2)
+        figures[f"{key}_p99_ms"] = round(p99, 2)
+        figures[f"{key}_round_trips_per_run"] = round(total, 1)
+        figures[f"{key}_burst_runs_per_s"] = round(rate, 1)
+    figures["agent_min_round_trips_per_run"] = MIN_ROUND_TRIPS_PER_RUN
+    print("  peers' published figures (not measured here), same run on this 2-core machine:")
+    for name, figure in PEERS:
+        print(f"    {name}: {figure}")
+    return figures
+
+
+if __name__ == "__main__":
+    run()

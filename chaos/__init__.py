@@ -1,0 +1,56 @@
+"""The chaos soak of the spec's "How it is verified": ``python -m chaos`` (``just chaos``).
+
+Many scripted-agent runs at once, on several engines sharing the history consumer and several
+workers, under a schedule of kills and stalls at the crash seams, duplicate and dropped
+deliveries, lost publish acks and stream-leader step-downs drawn from one seed. After every run
+the answer, ``journal check`` and the unsafe tool's start count are checked.
+
+On the simulation (the default) the seed fixes the schedule and Trio's scheduling order, so one
+seed gives one trace hash. ``--real`` and ``--cluster`` run the same shape of schedule on real
+nats-servers.
+"""
+
+from ._backends import (
+    RealBackend,
+    SimBackend,
+    open_real_backend,
+    real_backend,
+    sim_backend,
+    sim_soak,
+)
+from ._faults import FaultyTransport, ProxyFaults, ProxyInjector, SimInjector
+from ._schedule import Fault, FaultKind, RunPlan, Target, draw_schedule
+from ._soak import (
+    Backend,
+    ChaosKill,
+    RunOutcome,
+    SoakConfig,
+    SoakResult,
+    deterministic_scheduling,
+    soak,
+)
+
+__all__ = [
+    "Backend",
+    "ChaosKill",
+    "Fault",
+    "FaultKind",
+    "FaultyTransport",
+    "ProxyFaults",
+    "ProxyInjector",
+    "RealBackend",
+    "RunOutcome",
+    "RunPlan",
+    "SimBackend",
+    "SimInjector",
+    "SoakConfig",
+    "SoakResult",
+    "Target",
+    "deterministic_scheduling",
+    "draw_schedule",
+    "open_real_backend",
+    "real_backend",
+    "sim_backend",
+    "sim_soak",
+    "soak",
+]

@@ -1,0 +1,195 @@
+"""``python -m chaos [--seed N] [--runs N] [--real] [--cluster] [--duration S]`` (``just chaos``).
+
+Prints the seed first, a summary at the end and ``trace=<sha256>``; exits 1 on any violation,
+naming the failing run and the seed. On the simulation the same seed gives the same trace.
+"""
+
+from __future__ import annotations
+
+import _thread
+import argparse
+import functools
+import logging
+import secrets
+import sys
+import threading
+import time
+
+import trio
+import trio.testing
+
+from dagnats_trio._env import DEFAULT_ENV
+
+from ._backends import open_real_backend, sim_soak
+from ._soak import SoakConfig, SoakResult, deterministic_scheduling, soak
+
+#: Runs by mode when ``--runs`` is not given.
+SIM_RUNS_DEFAULT = 50
+REAL_RUNS_DEFAULT = 12
+CLUSTER_RUNS_DEFAULT = 8
+#: ``--duration`` defaults (wall seconds). On the simulation it is a watchdog only (the trace
+#: never depends on it); on real servers no run starts after it, and the whole soak, server start
+#: and final checks included, must end within it plus the grace below.
+SIM_DURATION_DEFAULT_S = 300.0
+REAL_DURATION_DEFAULT_S = 60.0
+CLUSTER_DURATION_DEFAULT_S = 90.0
+REAL_GRACE_S = 90.0
+#: Real servers: short AckWaits so that stalls and kills resolve in seconds.
+REAL_WORKER_ACK_WAIT_S = 1.5
+REAL_ENGINE_ACK_WAIT_S = 2.0
+REAL_RUN_DEADLINE_S = 60.0
+REAL_PARALLEL_RUNS = 6
+#: Seeds drawn when none is given are below this.
+SEED_MAX = 2**32
+#: Exit codes.
+EXIT_OK = 0
+EXIT_VIOLATION = 1
+EXIT_OVERTIME = 2
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m chaos", description=__doc__)
+    p.add_argument("--seed", type=int, default=None, help="schedule seed (default: a new one)")
+    p.add_argument("--runs", type=int, default=None, help="runs (sim 50, real 12, cluster 8)")
+    p.add_argument("--parallel", type=int, default=None, help="runs in flight at once")
+    p.add_argument("--real", action="store_true", help="on an embedded nats-server")
+    p.add_argument("--cluster", action="store_true", help="on a 3-node cluster (implies --real)")
+    p.add_argument("--duration", type=float, default=None, help="time bound in wall seconds")
+    p.add_argument("--trace", action="store_true", help="print the trace lines")
+    p.add_argument("-v", "--verbose", action="store_true", help="show the runtime's logs")
+    ns = p.parse_args(argv)
+    if ns.runs is not None and ns.runs < 1:
+        p.error("--runs must be at least 1")
+    if ns.parallel is not None and ns.parallel < 1:
+        p.error("--parallel must be at least 1")
+    if ns.duration is not None and ns.duration <= 0:
+        p.error("--duration must be positive")
+    if ns.seed is not None and ns.seed < 0:
+        p.error("--seed must not be negative")
+    return ns
+
+
+def _summary(result: SoakResult, wall_s: float, reproduce: str) -> int:
+    finished = sum(1 for o in result.outcomes if o.status != "unfinished")
+    ok = sum(1 for o in result.outcomes if not o.problems)
+    injected = " ".join(f"{k}={n}" for k, n in result.injected.items())
+    fired = " ".join(f"{k}={n}" for k, n in result.fired.items())
+    print(
+        f"runs: {result.planned} planned, {len(result.outcomes)} started, {finished} finished, "
+        f"{ok} ok"
+    )
+    print(f"faults injected: {injected} (total {sum(result.injected.values())})")
+    print(f"faults fired at their seam: {fired}; never reached: {result.unfired}")
+    if result.mode == "real" and result.fired.get("step_down"):
+        print(
+            f"  ({result.fired['step_down']} step-downs were no-ops: a single server has no "
+            "other leader; --cluster makes them real)"
+        )
+    print(f"violations: {len(result.violations)}")
+    for v in result.violations:
+        print(f"  {v}")
+    clock = "simulated" if result.mode == "sim" else "elapsed"
+    print(f"time: {clock} {result.elapsed_s:.2f} s, wall {wall_s:.2f} s")
+    print(f"trace={result.trace_hash}")
+    if result.violations:
+        print(f"FAILED (seed {result.seed}); reproduce with: {reproduce}")
+        return EXIT_VIOLATION
+    return EXIT_OK
+
+
+class _Watchdog:
+    """Interrupts the main thread once ``seconds`` of wall time pass (the simulated soak never
+    reads the wall clock itself, so this cannot change its trace)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.fired = False
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def _fire(self) -> None:
+        self.fired = True
+        _thread.interrupt_main()
+
+    def __enter__(self) -> _Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+
+def _run_sim(config: SoakConfig, watchdog: _Watchdog) -> SoakResult:
+    """The deterministic soak: autojump clock and seeded scheduler."""
+    with watchdog, deterministic_scheduling(config.seed):
+        return trio.run(sim_soak, config, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+async def _real(config: SoakConfig, cluster: bool, total_s: float) -> SoakResult:
+    with trio.fail_after(total_s):
+        async with open_real_backend(cluster=cluster) as backend:
+            return await soak(config, backend, DEFAULT_ENV)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = _args(argv)
+    seed = ns.seed if ns.seed is not None else secrets.randbelow(SEED_MAX)
+    real = ns.real or ns.cluster
+    mode = "cluster" if ns.cluster else "real" if real else "sim"
+    print(f"seed={seed}", flush=True)
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("dagnats_trio").setLevel(logging.DEBUG if ns.verbose else logging.CRITICAL)
+    logging.getLogger("chaos").setLevel(logging.DEBUG if ns.verbose else logging.WARNING)
+    runs_default = {"sim": SIM_RUNS_DEFAULT, "real": REAL_RUNS_DEFAULT}.get(
+        mode, CLUSTER_RUNS_DEFAULT
+    )
+    duration_default = {"sim": SIM_DURATION_DEFAULT_S, "real": REAL_DURATION_DEFAULT_S}.get(
+        mode, CLUSTER_DURATION_DEFAULT_S
+    )
+    runs = ns.runs if ns.runs is not None else runs_default
+    duration = ns.duration if ns.duration is not None else duration_default
+    base = SoakConfig(seed=seed, runs=runs)
+    if real:
+        config = SoakConfig(
+            seed=seed,
+            runs=runs,
+            parallel_runs=ns.parallel or REAL_PARALLEL_RUNS,
+            worker_ack_wait_s=REAL_WORKER_ACK_WAIT_S,
+            engine_ack_wait_s=REAL_ENGINE_ACK_WAIT_S,
+            run_deadline_s=REAL_RUN_DEADLINE_S,
+            budget_s=duration,
+        )
+    else:
+        config = SoakConfig(seed=seed, runs=runs, parallel_runs=ns.parallel or base.parallel_runs)
+    print(
+        f"mode={mode} runs={config.runs} engines={config.engines} workers={config.workers} "
+        f"parallel={config.parallel_runs} ack_wait={config.worker_ack_wait_s}s",
+        flush=True,
+    )
+    reproduce = f"python -m chaos --seed {seed} --runs {runs}" + (
+        " --cluster" if ns.cluster else " --real" if real else ""
+    )
+    started = time.perf_counter()
+    watchdog = _Watchdog(duration)
+    try:
+        if real:
+            result = trio.run(functools.partial(_real, config, ns.cluster, duration + REAL_GRACE_S))
+        else:
+            result = _run_sim(config, watchdog)
+    except BaseException as exc:
+        overtime = isinstance(exc, trio.TooSlowError) or (
+            watchdog.fired and isinstance(exc, KeyboardInterrupt | BaseExceptionGroup)
+        )
+        if not overtime:
+            raise
+        wall = time.perf_counter() - started
+        print(f"the soak did not end within its bound ({wall:.1f} s wall); seed {seed}")
+        return EXIT_OVERTIME
+    wall = time.perf_counter() - started
+    if ns.trace:
+        for line in result.trace:
+            print(f"  | {line}")
+    return _summary(result, wall, reproduce)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

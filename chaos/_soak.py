@@ -1,0 +1,481 @@
+"""The soak: many scripted-agent runs at once on engines and workers that share one store, under
+the schedule of :mod:`._schedule`, each run checked when it ends and once more at the very end.
+
+It is one ``async`` function, :func:`soak`, over a :class:`Backend` (the simulation, or real
+nats-servers); it never calls ``trio.run``. Determinism is the caller's part: on the simulation,
+run it under ``MockClock(autojump_threshold=0)`` inside :func:`deterministic_scheduling` with an
+env from ``deterministic_env(seed)``, and one seed gives one trace.
+
+After every run: the answer equals ``expected_answer()``, ``journal check`` passes with the
+engine's iteration count, and the unsafe tool started at most once. After the last run, once every
+stalled holder has woken and been fenced, the journal and the counters are checked again: a zombie
+that woke late must not have written or started anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, contextmanager
+from typing import Any, Protocol, TypeVar
+
+import attrs
+import trio
+
+from dagnats_trio._env import RuntimeEnv
+from dagnats_trio._seams import Seam, SeamContext, install_hook
+from dagnats_trio.api import Service
+from dagnats_trio.api.service import WAIT_FOR_RUN_MAX_S, RunWaitTimeout
+from dagnats_trio.engine import Engine, RunSnapshot
+from dagnats_trio.journal import check, read_journal
+from dagnats_trio.protocol import RunStatus
+from dagnats_trio.testing import (
+    AGENT_STEP_ID,
+    AgentCounters,
+    ScriptedAgent,
+    Turn,
+    agent_workflow,
+    expected_answer,
+)
+from dagnats_trio.transport import (
+    TemporarilyUnavailable,
+    Transport,
+    TransportTimeout,
+    provision,
+)
+from dagnats_trio.worker import Worker
+
+from ._faults import TRANSPORT_KINDS, Injector
+from ._schedule import STALL_ACK_WAITS_MAX, FaultKind, RunPlan, draw_schedule
+from ._trace import Trace
+
+log = logging.getLogger("chaos")
+
+WORKFLOW_NAME = "chaos-agent"
+UNSAFE_TOOL = "send_message"
+#: The scripted agent's tools, in script order (the trace reports their starts).
+SCRIPT_TOOLS = ("search", UNSAFE_TOOL, "lookup")
+#: Runs in flight at once.
+PARALLEL_RUNS = 8
+#: Engines sharing the history consumer, and workers sharing the task consumer.
+ENGINES = 2
+WORKERS = 3
+#: Short AckWaits: a stall past them hands the task (or event) to a successor.
+WORKER_ACK_WAIT_S = 2.0
+ENGINE_ACK_WAIT_S = 2.0
+#: Bound on one run, from start to its checks (Trio seconds: free on the autojump clock).
+RUN_DEADLINE_S = 600.0
+#: Pause between attempts of a harness call that met a step-down or a lost ack.
+HARNESS_RETRY_S = 0.1
+#: Bound on one harness call, retries included (longer than any step-down window).
+HARNESS_CALL_MAX_S = 60.0
+#: After the last run: how long a stalled holder may still sleep, at most.
+DRAIN_MARGIN_S = 1.0
+
+T = TypeVar("T")
+
+
+class ChaosKill(Exception):
+    """Raised by the seam hook: the holder that reached the seam dies there."""
+
+
+class Backend(Protocol):
+    """Where the soak runs: ``connect()`` opens one more connection to the shared store."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def injector(self) -> Injector: ...
+
+    @property
+    def replicas(self) -> int: ...
+
+    def connect(self) -> AbstractAsyncContextManager[Transport]: ...
+
+
+@attrs.frozen
+class SoakConfig:
+    seed: int
+    runs: int = 50
+    parallel_runs: int = PARALLEL_RUNS
+    engines: int = ENGINES
+    workers: int = WORKERS
+    worker_ack_wait_s: float = WORKER_ACK_WAIT_S
+    engine_ack_wait_s: float = ENGINE_ACK_WAIT_S
+    run_deadline_s: float = RUN_DEADLINE_S
+    #: Stop starting runs once this much Trio time has passed (None: start them all).
+    budget_s: float | None = None
+    #: The agent's script (None: the default safe, unsafe, safe, answer). Tests use it to break
+    #: a guard on purpose, e.g. declare the unsafe tool safe, and see the soak catch it.
+    script: tuple[Turn, ...] | None = None
+    #: A schedule to run instead of the one drawn from the seed (tests pin exact faults).
+    schedule: tuple[RunPlan, ...] | None = None
+
+
+@attrs.frozen
+class RunOutcome:
+    index: int
+    run_id: str
+    status: str
+    iterations: int
+    tool_starts: tuple[tuple[str, int], ...]
+    model_requests: int
+    records: int
+    problems: tuple[str, ...]
+
+    def line(self) -> str:
+        starts = ",".join(f"{name}:{n}" for name, n in self.tool_starts)
+        verdict = "ok" if not self.problems else "VIOLATION " + " | ".join(self.problems)
+        return (
+            f"run {self.index} {self.run_id} {self.status} iterations={self.iterations} "
+            f"starts={starts} model={self.model_requests} records={self.records} {verdict}"
+        )
+
+
+@attrs.frozen
+class SoakResult:
+    seed: int
+    mode: str
+    planned: int
+    outcomes: tuple[RunOutcome, ...]
+    #: Faults that fired at their seam, by kind (transport faults: armed at that moment).
+    fired: dict[str, int]
+    #: Transport faults that took effect (an armed duplicate that no delivery used is not here).
+    consumed: dict[str, int]
+    unfired: int
+    violations: tuple[str, ...]
+    trace_hash: str
+    elapsed_s: float
+    #: The lines hashed into ``trace_hash``, in order.
+    trace: tuple[str, ...] = attrs.field(repr=False, eq=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    @property
+    def injected(self) -> dict[str, int]:
+        """Faults that really happened, by kind: kills and stalls as fired, the transport faults
+        as consumed."""
+        out = {}
+        for kind in FaultKind:
+            source = self.consumed if kind in TRANSPORT_KINDS else self.fired
+            out[kind.value] = source.get(kind.value, 0)
+        return out
+
+
+class _Faults:
+    """The seam hook and its bookkeeping: which faults are still to fire, and the stalls."""
+
+    def __init__(
+        self, config: SoakConfig, plans: tuple[RunPlan, ...], injector: Injector, trace: Trace
+    ) -> None:
+        self._config = config
+        self._pending = {p.run_id: list(p.faults) for p in plans}
+        self._index = {p.run_id: p.index for p in plans}
+        self._injector = injector
+        self._trace = trace
+        self.fired = {k: 0 for k in FaultKind}
+        self.t0 = trio.current_time()
+        self.stalls = 0
+        self._stalls_changed = trio.Event()
+
+    def unfired(self) -> int:
+        return sum(len(left) for left in self._pending.values())
+
+    async def hook(self, ctx: SeamContext) -> None:
+        pending = self._pending.get(ctx.run_id)
+        if not pending:
+            return
+        for i, fault in enumerate(pending):
+            if fault.seam is ctx.seam and fault.iteration == ctx.iteration:
+                del pending[i]
+                break
+        else:
+            return
+        self.fired[fault.kind] += 1
+        engine = ctx.seam is Seam.ENGINE_AFTER_DISPATCH_SAVED
+        who = "engine" if engine else ctx.worker_id
+        head = (
+            f"fault t={trio.current_time() - self.t0:.6f} run={self._index[ctx.run_id]} "
+            f"attempt={ctx.attempt} by={who}: {fault.describe()}"
+        )
+        if fault.kind is FaultKind.KILL:
+            self._trace.add(head)
+            raise ChaosKill(f"chaos: {fault.describe()}")
+        if fault.kind is FaultKind.STALL:
+            ack_wait = self._config.engine_ack_wait_s if engine else self._config.worker_ack_wait_s
+            self._trace.add(head)
+            self.stalls += 1
+            try:
+                await trio.sleep(fault.stall_ack_waits * ack_wait)
+            finally:
+                self.stalls -= 1
+                self._stalls_changed.set()
+                self._stalls_changed = trio.Event()
+            return
+        note = await self._injector.arm(fault, ctx.run_id)
+        self._trace.add(head, "->", note)
+
+    async def wait_no_stalls(self) -> None:
+        while self.stalls:
+            await self._stalls_changed.wait()
+
+
+@contextmanager
+def deterministic_scheduling(seed: int) -> Iterator[None]:
+    """Make Trio's scheduler a function of ``seed`` while the block runs, the way Trio's own
+    Hypothesis plugin does: sort each batch of runnable tasks by spawn order, then shuffle it
+    with the module's ``_r`` seeded from ``seed``. Restores both afterwards."""
+    run_mod: Any = trio._core._run
+    flag = run_mod._ALLOW_DETERMINISTIC_SCHEDULING
+    state = run_mod._r.getstate()
+    run_mod._ALLOW_DETERMINISTIC_SCHEDULING = True
+    run_mod._r.seed(seed)
+    try:
+        yield
+    finally:
+        run_mod._ALLOW_DETERMINISTIC_SCHEDULING = flag
+        run_mod._r.setstate(state)
+
+
+async def _retrying(fn: Callable[[], Awaitable[T]]) -> T:
+    """A harness call through a step-down or a lost ack: retried until it answers, for at most
+    ``HARNESS_CALL_MAX_S`` (every call retried here is idempotent)."""
+    with trio.fail_after(HARNESS_CALL_MAX_S):
+        while True:
+            try:
+                return await fn()
+            except (TemporarilyUnavailable, TransportTimeout) as exc:
+                log.debug("harness call: %s; retrying", exc)
+                await trio.sleep(HARNESS_RETRY_S)
+
+
+async def _wait_finished(service: Service, run_id: str, deadline: float) -> RunSnapshot:
+    while True:
+        remaining = deadline - trio.current_time()
+        if remaining <= 0:
+            raise RunWaitTimeout(run_id, 0)
+        try:
+            return await service.wait_for_run(run_id, min(remaining, WAIT_FOR_RUN_MAX_S))
+        except (TemporarilyUnavailable, TransportTimeout) as exc:
+            log.debug("waiting for %s: %s; retrying", run_id, exc)
+            await trio.sleep(HARNESS_RETRY_S)
+
+
+class _Soak:
+    def __init__(self, config: SoakConfig, backend: Backend, env: RuntimeEnv) -> None:
+        self.config = config
+        self.backend = backend
+        self.env = env
+        self.trace = Trace()
+        self.plans = (
+            config.schedule
+            if config.schedule is not None
+            else draw_schedule(config.seed, config.runs)
+        )
+        self.by_index = {p.index: p for p in self.plans}
+        if len(self.by_index) != len(self.plans) or len({p.run_id for p in self.plans}) != len(
+            self.plans
+        ):
+            raise ValueError("every run of a schedule needs its own index and run id")
+        self.counters = AgentCounters()
+        self.expected = (
+            expected_answer(config.script) if config.script is not None else expected_answer()
+        )
+        self.outcomes: dict[int, RunOutcome] = {}
+        self.violations: list[str] = []
+        self.control: Transport | None = None
+
+    async def run(self) -> SoakResult:
+        cfg = self.config
+        self.trace.add("soak", self.backend.name, f"seed={cfg.seed}", f"runs={len(self.plans)}")
+        for plan in self.plans:
+            self.trace.add("plan", plan.index, plan.run_id, *(f.describe() for f in plan.faults))
+        faults = _Faults(cfg, self.plans, self.backend.injector, self.trace)
+        agent = (
+            ScriptedAgent(cfg.script, counters=self.counters)
+            if cfg.script is not None
+            else ScriptedAgent(counters=self.counters)
+        )
+        async with AsyncExitStack() as stack:
+            control = await stack.enter_async_context(self.backend.connect())
+            self.control = control
+            await provision(control, replicas=self.backend.replicas)
+            await Service(control, self.env).register_workflow(agent_workflow(WORKFLOW_NAME))
+            # Every connection is opened here, outside the nursery: a real one holds cancel
+            # scopes of its own, which must nest around the nursery, not inside it.
+            conns = [
+                await stack.enter_async_context(self.backend.connect())
+                for _ in range(cfg.engines + cfg.workers)
+            ]
+            with install_hook(faults.hook):
+                async with trio.open_nursery() as nursery:
+                    for conn in conns[: cfg.engines]:
+                        engine = Engine(
+                            conn,
+                            env=self.env,
+                            legacy_step_events=False,
+                            ack_wait_s=cfg.engine_ack_wait_s,
+                            timer_ack_wait_s=cfg.engine_ack_wait_s,
+                        )
+                        await nursery.start(engine.run)
+                    for k, conn in enumerate(conns[cfg.engines :]):
+                        worker = Worker(
+                            conn,
+                            agent.handlers,
+                            env=self.env,
+                            ack_wait_s=cfg.worker_ack_wait_s,
+                            worker_id=f"w{k}",
+                        )
+                        await nursery.start(worker.run)
+                    await self._drive(faults)
+                    await self._drain(faults)
+                    await self._final_checks()
+                    nursery.cancel_scope.cancel()
+        elapsed = trio.current_time() - faults.t0
+        outcomes = tuple(self.outcomes[i] for i in sorted(self.outcomes))
+        for kind in FaultKind:
+            self.trace.add("fired", kind.value, faults.fired[kind])
+        consumed = self.backend.injector.consumed()
+        for kind in TRANSPORT_KINDS:
+            self.trace.add("consumed", kind.value, consumed[kind])
+        self.trace.add("unfired", faults.unfired())
+        for v in self.violations:
+            self.trace.add("violation", v)
+        return SoakResult(
+            seed=cfg.seed,
+            mode=self.backend.name,
+            planned=len(self.plans),
+            outcomes=outcomes,
+            fired={k.value: n for k, n in faults.fired.items()},
+            consumed={k.value: n for k, n in consumed.items()},
+            unfired=faults.unfired(),
+            violations=tuple(self.violations),
+            trace_hash=self.trace.digest(),
+            elapsed_s=elapsed,
+            trace=self.trace.lines,
+        )
+
+    async def _drive(self, faults: _Faults) -> None:
+        cfg = self.config
+        slots = trio.Semaphore(cfg.parallel_runs)
+        async with trio.open_nursery() as runs:
+            for plan in self.plans:
+                await slots.acquire()
+                if cfg.budget_s is not None and trio.current_time() - faults.t0 > cfg.budget_s:
+                    slots.release()
+                    self.trace.add("budget spent: runs from", plan.index, "not started")
+                    break
+                runs.start_soon(self._one_run, plan, slots, faults)
+
+    async def _one_run(self, plan: RunPlan, slots: trio.Semaphore, faults: _Faults) -> None:
+        try:
+            await self._run_and_check(plan, faults)
+        finally:
+            slots.release()
+
+    async def _run_and_check(self, plan: RunPlan, faults: _Faults) -> None:
+        assert self.control is not None
+        run_id = plan.run_id
+        # The service takes its run id from the schedule, so the faults are keyed before it runs.
+        env = RuntimeEnv(wall_ms=self.env.wall_ms, new_id=lambda: run_id)
+        service = Service(self.control, env)
+        deadline = trio.current_time() + self.config.run_deadline_s
+        self.trace.add(f"start t={trio.current_time() - faults.t0:.6f} run={plan.index}")
+        snap: RunSnapshot | None = None
+        with trio.move_on_at(deadline):
+            await _retrying(lambda: service.start_run(WORKFLOW_NAME, {"run": plan.index}))
+            try:
+                snap = await _wait_finished(service, run_id, deadline)
+            except RunWaitTimeout:
+                snap = None
+        if snap is None:
+            # Still audit what there is: the journal and the counters of a hung run say where.
+            snap = await _retrying(functools.partial(service.get_run, run_id))
+            outcome = await self._check(plan, snap, finished=False)
+        else:
+            outcome = await self._check(plan, snap)
+        self.trace.add(f"end t={trio.current_time() - faults.t0:.6f}", outcome.line())
+        self._record(outcome, "at its end")
+
+    async def _check(self, plan: RunPlan, snap: RunSnapshot, finished: bool = True) -> RunOutcome:
+        assert self.control is not None
+        control = self.control
+        run_id = plan.run_id
+        problems: list[str] = []
+        step = snap.steps.get(AGENT_STEP_ID)
+        iterations = step.iterations if step is not None else 0
+        if not finished:
+            dispatch = step.dispatch if step is not None else None
+            problems.append(
+                f"did not finish within {self.config.run_deadline_s} s (status "
+                f"{snap.status.value}, {iterations} iterations ended, dispatch {dispatch})"
+            )
+        elif snap.status is not RunStatus.COMPLETED:
+            problems.append(f"run ended {snap.status.value}: {snap.error}")
+        elif snap.output != self.expected:
+            problems.append(f"answer {snap.output!r} != expected {self.expected!r}")
+        records = await _retrying(lambda: read_journal(control, run_id, AGENT_STEP_ID))
+        report = check(records, engine_iterations=iterations)
+        problems.extend(f"journal check: {v}" for v in report.violations)
+        unsafe = self.counters.starts(run_id, UNSAFE_TOOL)
+        if unsafe > 1:
+            problems.append(f"unsafe tool {UNSAFE_TOOL} started {unsafe} times")
+        starts = tuple((t, self.counters.starts(run_id, t)) for t in SCRIPT_TOOLS)
+        return RunOutcome(
+            plan.index,
+            run_id,
+            snap.status.value if finished else "unfinished",
+            iterations,
+            starts,
+            self.counters.model_requests.get(run_id, 0),
+            len(records),
+            tuple(problems),
+        )
+
+    def _record(self, outcome: RunOutcome, when: str) -> None:
+        self.outcomes[outcome.index] = outcome
+        for p in outcome.problems:
+            self._report(outcome, p, when)
+
+    def _report(self, outcome: RunOutcome, problem: str, when: str) -> None:
+        self.violations.append(
+            f"run {outcome.index} ({outcome.run_id}, seed {self.config.seed}) {when}: {problem}"
+        )
+
+    async def _drain(self, faults: _Faults) -> None:
+        """Let every stalled holder wake, find itself fenced and stop."""
+        cfg = self.config
+        longest = STALL_ACK_WAITS_MAX * max(cfg.worker_ack_wait_s, cfg.engine_ack_wait_s)
+        with trio.move_on_after(longest + DRAIN_MARGIN_S):
+            await faults.wait_no_stalls()
+        await trio.sleep(cfg.worker_ack_wait_s)
+        self.trace.add(f"drained t={trio.current_time() - faults.t0:.6f} stalls={faults.stalls}")
+
+    async def _final_checks(self) -> None:
+        assert self.control is not None
+        service = Service(self.control, self.env)
+        with trio.move_on_after(self.config.run_deadline_s) as scope:
+            for index in sorted(self.outcomes):
+                before = self.outcomes[index]
+                if before.status == "unfinished":
+                    continue
+                plan = self.by_index[index]
+                snap = await _retrying(functools.partial(service.get_run, plan.run_id))
+                after = await self._check(plan, snap)
+                # The outcome kept is the final one; a problem is reported once.
+                self.outcomes[index] = after
+                for p in after.problems:
+                    if p not in before.problems:
+                        self._report(after, p, "after the drain")
+                self.trace.add("final", after.line())
+        if scope.cancelled_caught:
+            self.violations.append(f"final checks did not finish (seed {self.config.seed})")
+
+
+async def soak(config: SoakConfig, backend: Backend, env: RuntimeEnv) -> SoakResult:
+    """Run the soak on ``backend``; see the module docstring."""
+    return await _Soak(config, backend, env).run()

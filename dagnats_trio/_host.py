@@ -1,0 +1,317 @@
+"""Composing the parts of a process in one Trio nursery.
+
+``dagnats dev``, ``serve``, ``worker`` and ``demo`` all host some subset of: an embedded
+nats-server (or given URLs), a transport, provisioning, the engine, the REST API, the NATS inputs
+endpoints and workers. Writing that composition once keeps the order of start-up (server before
+transport, provisioning before anything that makes consumers, the engine before the API accepts
+runs) and the wiring of the inputs service into the engine and the workers in one place, so an
+embedding service gets the same process ``dagnats dev`` runs with ``await nursery.start(host.run)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from ._env import DEFAULT_ENV, RuntimeEnv
+from .api import Service
+from .api.rest import create_app
+from .api.server import ApiServer
+from .engine import Engine
+from .inputs import InputsEndpoints, InputsService
+from .server import NatsServer
+from .transport import (
+    TemporarilyUnavailable,
+    Transport,
+    TransportTimeout,
+    open_nats_transport,
+    provision,
+)
+from .worker import DEFAULT_ACK_WAIT_S, Handler, Worker
+
+#: Where ``dagnats dev`` serves the REST API unless told otherwise.
+DEFAULT_LISTEN_HOST = "127.0.0.1"
+DEFAULT_LISTEN_PORT = 8080
+#: The embedded server picks a free client port when none is asked for.
+ANY_NATS_PORT = -1
+#: Longest the parts of a host may take to start (server, connect, provision, engine, API).
+HOST_START_TIMEOUT_S = 30.0
+#: Pause between provisioning attempts while a fresh cluster elects its meta leader.
+PROVISION_RETRY_INTERVAL_S = 0.5
+#: Highest replica count JetStream accepts for a stream.
+MAX_REPLICAS = 5
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ANY_NATS_PORT",
+    "DEFAULT_LISTEN_HOST",
+    "DEFAULT_LISTEN_PORT",
+    "HOST_START_TIMEOUT_S",
+    "MAX_REPLICAS",
+    "Host",
+    "HostConfig",
+    "HostInfo",
+    "HostSetupError",
+    "Listen",
+    "load_handlers",
+    "merge_handlers",
+    "parse_listen",
+    "parse_nats_urls",
+    "wired_worker",
+]
+
+
+class HostSetupError(ValueError):
+    """A setting of the host is unusable (a bad address, a module that does not load)."""
+
+
+@attrs.frozen
+class Listen:
+    """An address for the REST API; port 0 picks a free one."""
+
+    host: str = DEFAULT_LISTEN_HOST
+    port: int = DEFAULT_LISTEN_PORT
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def parse_listen(text: str) -> Listen:
+    """``HOST:PORT``, ``[V6]:PORT`` or ``:PORT`` (loopback)."""
+    raw = text.strip()
+    host, sep, port_text = raw.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise HostSetupError(f"listen address {text!r} must look like 127.0.0.1:8080")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise HostSetupError(f"listen port {port} is not from 0 to 65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return Listen(host or DEFAULT_LISTEN_HOST, port)
+
+
+def parse_nats_urls(text: str) -> tuple[str, ...]:
+    """``URL[,URL...]``; a bare ``host:port`` gets the ``nats://`` scheme."""
+    urls = []
+    for part in text.split(","):
+        url = part.strip()
+        if not url:
+            continue
+        if "://" not in url:
+            url = f"nats://{url}"
+        scheme = url.split("://", 1)[0]
+        if scheme not in ("nats", "tls", "ws", "wss"):
+            raise HostSetupError(f"NATS URL {part.strip()!r} must start with nats:// or tls://")
+        urls.append(url)
+    if not urls:
+        raise HostSetupError("no NATS URL given (--nats or DAGNATS_NATS_URL)")
+    return tuple(urls)
+
+
+def load_handlers(spec: str) -> Mapping[str, Handler]:
+    """``module:attr`` names a ``Mapping[str, Handler]`` (task type -> async handler).
+
+    The current directory is importable, as it is for ``python -m``, so ``--worker
+    myagent:handlers`` finds ``./myagent.py`` when the command runs from a console script.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise HostSetupError(f"worker {spec!r} must be module:attribute, e.g. myagent:handlers")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise HostSetupError(f"cannot import {module_name!r} for worker {spec!r}: {exc}") from None
+    value: Any = module
+    for name in attr.split("."):
+        try:
+            value = getattr(value, name)
+        except AttributeError:
+            raise HostSetupError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if not isinstance(value, Mapping):
+        raise HostSetupError(
+            f"{spec} must be a mapping of task type to handler, got {type(value).__name__}"
+        )
+    out: dict[str, Handler] = {}
+    for task_type, handler in value.items():
+        if not isinstance(task_type, str) or not callable(handler):
+            raise HostSetupError(f"{spec}: {task_type!r} must map a task type to a callable")
+        out[task_type] = handler
+    if not out:
+        raise HostSetupError(f"{spec} has no handlers")
+    return out
+
+
+def merge_handlers(specs: list[Mapping[str, Handler]]) -> dict[str, Handler]:
+    """One mapping from several modules; a task type named twice is a mistake, not an override."""
+    merged: dict[str, Handler] = {}
+    for handlers in specs:
+        for task_type, handler in handlers.items():
+            if task_type in merged and merged[task_type] is not handler:
+                raise HostSetupError(f"task type {task_type!r} has two handlers")
+            merged[task_type] = handler
+    return merged
+
+
+def wired_worker(
+    transport: Transport,
+    inputs: InputsService,
+    handlers: Mapping[str, Handler],
+    *,
+    env: RuntimeEnv = DEFAULT_ENV,
+    ack_wait_s: float = DEFAULT_ACK_WAIT_S,
+    worker_id: str | None = None,
+) -> Worker:
+    """A worker wired to the inputs service: ``tc.place_inputs`` works, committed iterations
+    mark their placed inputs done, and ``continue_(wait=UntilInput())`` sees queued inputs."""
+    return Worker(
+        transport,
+        handlers,
+        env=env,
+        ack_wait_s=ack_wait_s,
+        worker_id=worker_id,
+        inputs=inputs,
+    )
+
+
+async def _provision_when_ready(transport: Transport, replicas: int) -> None:
+    """Provision, retrying while JetStream is not yet ready (a cluster that just started takes
+    a few seconds before it can place replicated streams); the caller's deadline bounds it."""
+    while True:
+        try:
+            await provision(transport, replicas=replicas)
+            return
+        except (TemporarilyUnavailable, TransportTimeout) as exc:
+            log.info("JetStream not ready for provisioning (%s); retrying", exc)
+            await trio.sleep(PROVISION_RETRY_INTERVAL_S)
+
+
+@attrs.frozen
+class HostConfig:
+    """What one process hosts.
+
+    No ``nats_urls`` means an embedded nats-server: its store is ``data_dir`` (kept) or a
+    temporary directory (removed at stop), with ``sync_interval: always`` since a single server
+    has no replica to fall back on. ``listen`` None means no REST API. ``provision`` creates the
+    streams and buckets with ``replicas`` (a worker-only process leaves that to the servers).
+    """
+
+    nats_urls: tuple[str, ...] = ()
+    data_dir: Path | None = None
+    nats_port: int = ANY_NATS_PORT
+    provision: bool = True
+    replicas: int = 1
+    engine: bool = True
+    legacy_step_events: bool | None = None
+    listen: Listen | None = Listen()
+    token: str | None = None
+    inputs_endpoints: bool = True
+    handlers: Mapping[str, Handler] = attrs.field(factory=dict)
+    worker_ack_wait_s: float = DEFAULT_ACK_WAIT_S
+    client_name: str = "dagnats"
+
+    def __attrs_post_init__(self) -> None:
+        if not 1 <= self.replicas <= MAX_REPLICAS:
+            raise HostSetupError(f"replicas must be from 1 to {MAX_REPLICAS}, got {self.replicas}")
+
+
+@attrs.frozen
+class HostInfo:
+    """What a started host runs; ``api_url`` is None without an API, ``server`` None on given
+    URLs, ``worker`` None without handlers."""
+
+    nats_urls: tuple[str, ...]
+    api_url: str | None
+    transport: Transport
+    service: Service
+    inputs: InputsService
+    server: NatsServer | None
+    engine: Engine | None
+    worker: Worker | None
+
+
+class Host:
+    """``info = await nursery.start(Host(config).run)``; cancel the nursery to stop everything
+    (the embedded nats-server is stopped even then: its stop is shielded)."""
+
+    def __init__(self, config: HostConfig, *, env: RuntimeEnv = DEFAULT_ENV) -> None:
+        self.config = config
+        self.env = env
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[HostInfo] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        cfg = self.config
+        async with trio.open_nursery() as nursery:
+            with trio.fail_after(HOST_START_TIMEOUT_S):
+                server: NatsServer | None = None
+                urls = cfg.nats_urls
+                if not urls:
+                    store = cfg.data_dir / "jetstream" if cfg.data_dir is not None else None
+                    server = await nursery.start(
+                        NatsServer(store_dir=store, sync_always=True, port=cfg.nats_port).run
+                    )
+                    urls = (server.url,)
+            await nursery.start(self._serve, urls, server, task_status)
+
+    async def _serve(
+        self,
+        urls: tuple[str, ...],
+        server: NatsServer | None,
+        host_status: trio.TaskStatus[HostInfo],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        cfg = self.config
+        async with (
+            open_nats_transport(list(urls), name=cfg.client_name) as transport,
+            trio.open_nursery() as nursery,
+        ):
+            with trio.fail_after(HOST_START_TIMEOUT_S):
+                if cfg.provision:
+                    await _provision_when_ready(transport, cfg.replicas)
+                service = Service(transport, env=self.env)
+                inputs = InputsService(transport, env=self.env)
+                engine: Engine | None = None
+                if cfg.engine:
+                    engine = Engine(
+                        transport,
+                        env=self.env,
+                        inputs=inputs,
+                        legacy_step_events=cfg.legacy_step_events,
+                    )
+                    await nursery.start(engine.run)
+                if cfg.inputs_endpoints:
+                    endpoints = InputsEndpoints(transport, inputs, token=cfg.token)
+                    await nursery.start(endpoints.run)
+                worker: Worker | None = None
+                if cfg.handlers:
+                    worker = wired_worker(
+                        transport,
+                        inputs,
+                        cfg.handlers,
+                        env=self.env,
+                        ack_wait_s=cfg.worker_ack_wait_s,
+                    )
+                    await nursery.start(worker.run)
+                api_url: str | None = None
+                if cfg.listen is not None:
+                    app = create_app(service, inputs, transport, token=cfg.token)
+                    api = ApiServer(app, cfg.listen.host, cfg.listen.port)
+                    api_url = await nursery.start(api.run)
+            task_status.started()
+            host_status.started(
+                HostInfo(urls, api_url, transport, service, inputs, server, engine, worker)
+            )

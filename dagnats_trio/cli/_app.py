@@ -1,0 +1,29 @@
+"""The ``dagnats`` command: the typer app and its one entry point."""
+
+from __future__ import annotations
+
+import typer
+
+from ._processes import demo, dev, serve, worker
+from ._verbs import inputs_app, journal_app, run_app, workflow_app
+
+app = typer.Typer(
+    name="dagnats",
+    help="A durable workflow and agent runtime for Trio, on NATS JetStream.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.command("demo")(demo)
+app.command("dev")(dev)
+app.command("serve")(serve)
+app.command("worker")(worker)
+app.add_typer(workflow_app, name="workflow")
+app.add_typer(run_app, name="run")
+app.add_typer(inputs_app, name="inputs")
+app.add_typer(journal_app, name="journal")
+
+
+def main() -> None:
+    """The console script ``dagnats``."""
+    app(prog_name="dagnats")

@@ -1,0 +1,125 @@
+"""What every command shares: consoles, the one ``trio.run``, and turning failures into exit codes.
+
+A user mistake (bad JSON, an unknown run, a server that is down) ends with one readable line on
+stderr and a meaningful exit code, never a stack trace; only a bug in this program shows one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import trio
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from ..dag import DurationError, parse_duration
+from ..protocol import JsonValue, to_json
+from ._client import EXIT_FAILED, ApiFailure, ClientError, UsageError
+
+#: Width used when output is not a terminal (pipes, tests), so tables do not fold at 80.
+PIPE_WIDTH_CHARS = 120
+#: Exit code after Ctrl-C in a command that is not a long-running process.
+EXIT_INTERRUPTED = 130
+
+
+def console(stderr: bool = False) -> Console:
+    out = Console(stderr=stderr)
+    if not out.is_terminal:
+        out = Console(stderr=stderr, width=PIPE_WIDTH_CHARS)
+    return out
+
+
+def echo_json(value: Any, cls: Any = None) -> None:
+    typer.echo(to_json(value, cls).decode())
+
+
+def fail(message: str, code: int, detail: tuple[str, ...] = ()) -> NoReturn:
+    err = console(stderr=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    for line in detail:
+        err.print(f"  - {escape(line)}", highlight=False)
+    raise typer.Exit(code)
+
+
+def leaf(exc: BaseException) -> BaseException:
+    """The one exception inside nested groups of one (Trio nurseries wrap what they raise)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def run_async(fn: Callable[[], Awaitable[int | None]]) -> NoReturn:
+    """The CLI's ``trio.run``: run ``fn`` and exit with its code (None is 0)."""
+    try:
+        code = trio.run(fn)
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except BaseException as exc:
+        inner = leaf(exc)
+        if isinstance(inner, ApiFailure):
+            fail(f"{inner.message} ({inner.status} {inner.code})", inner.exit_code, inner.detail)
+        if isinstance(inner, ClientError):
+            fail(inner.message, inner.exit_code)
+        if isinstance(inner, KeyboardInterrupt):
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        if isinstance(inner, typer.Exit):
+            raise inner from None
+        raise
+    raise typer.Exit(code or 0)
+
+
+def parse_json_arg(text: str, what: str) -> JsonValue:
+    """A JSON value from the command line, or ``@FILE`` for one read from a file."""
+    source = text
+    if text.startswith("@"):
+        source = read_text(Path(text[1:]), what)
+    try:
+        value: JsonValue = json.loads(source)
+    except ValueError as exc:
+        hint = " (quote it for the shell, e.g. '{\"a\": 1}')" if not text.startswith("@") else ""
+        raise UsageError(f"{what} is not valid JSON: {exc}{hint}") from None
+    return value
+
+
+def read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{what}: no such file {str(path)!r}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{what}: cannot read {str(path)!r}: {exc}") from None
+
+
+def parse_wait_s(text: str | None) -> float | None:
+    """``--wait 30s`` / ``250ms`` / integer milliseconds, in seconds."""
+    if text is None or not text.strip():
+        return None
+    raw = text.strip()
+    try:
+        ms = parse_duration(int(raw) if raw.isdigit() else raw)
+    except (DurationError, ValueError) as exc:
+        raise UsageError(f"--wait {text!r}: {exc}") from None
+    return ms / 1000.0
+
+
+def stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "console",
+    "echo_json",
+    "fail",
+    "leaf",
+    "parse_json_arg",
+    "parse_wait_s",
+    "read_text",
+    "run_async",
+]

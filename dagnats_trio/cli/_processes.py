@@ -1,0 +1,291 @@
+"""The long-running commands: ``dev``, ``serve``, ``worker``, and ``demo``.
+
+Each builds a :class:`HostConfig` and runs :class:`Host` until SIGINT or SIGTERM. The signals are
+taken with ``trio.open_signal_receiver`` rather than left to Trio's KeyboardInterrupt, so a stop
+always goes through cancellation: every part unwinds in order and the embedded nats-server child
+is stopped by its (shielded) ``finally``, whichever moment the signal arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Final
+
+import trio
+import typer
+from rich.logging import RichHandler
+
+from .._host import (
+    DEFAULT_LISTEN_HOST,
+    DEFAULT_LISTEN_PORT,
+    Host,
+    HostConfig,
+    HostInfo,
+    HostSetupError,
+    load_handlers,
+    merge_handlers,
+    parse_listen,
+    parse_nats_urls,
+)
+from ..server import NatsServerError
+from ..transport import (
+    NotProvisioned,
+    TemporarilyUnavailable,
+    TransportError,
+    TransportTimeout,
+)
+from ..worker import DEFAULT_ACK_WAIT_S, Handler
+from ._client import EXIT_CANNOT_CONNECT, EXIT_FAILED, EXIT_USAGE
+from ._common import console, fail, leaf
+
+DEFAULT_DATA_DIR: Final = "./.dagnats"
+DEFAULT_LISTEN: Final = f"{DEFAULT_LISTEN_HOST}:{DEFAULT_LISTEN_PORT}"
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+
+ListenOpt = Annotated[
+    str, typer.Option("--listen", envvar="DAGNATS_LISTEN", help="Address of the REST API.")
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="DAGNATS_API_TOKEN",
+        help="Require this bearer token on every route but /healthz.",
+        show_default=False,
+    ),
+]
+LegacyOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--legacy-step-events/--no-legacy-step-events",
+        envvar="DAGNATS_LEGACY_STEP_EVENTS",
+        help="Accept lifecycle events without a dispatch identity (default on; turn off once "
+        "every worker is upgraded).",
+        show_default=False,
+    ),
+]
+WorkerOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--worker",
+        help="module:attr naming a Mapping[str, Handler] (task type -> handler); repeatable.",
+        show_default=False,
+    ),
+]
+NatsOpt = Annotated[
+    str,
+    typer.Option("--nats", envvar="DAGNATS_NATS_URL", help="NATS server URL(s), comma separated."),
+]
+AckWaitOpt = Annotated[
+    float, typer.Option("--ack-wait", min=0.1, help="Workers' AckWait in seconds.")
+]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details.")]
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(name)s: %(message)s",
+        handlers=[RichHandler(console=console(stderr=True), show_path=False)],
+    )
+
+
+def _banner(title: str, info: HostInfo, extra: list[tuple[str, str]]) -> None:
+    out = console()
+    out.print(f"[bold]dagnats {title}[/]", highlight=False)
+    rows = [("nats", ",".join(info.nats_urls))]
+    if info.server is not None:
+        rows.append(("nats-server pid", str(info.server.pid)))
+    if info.api_url is not None:
+        rows.append(("api", info.api_url))
+    if info.worker is not None:
+        rows.append(("worker", info.worker.worker_id))
+    rows.extend(extra)
+    for name, value in rows:
+        # One plain line per setting: easy to read, and to parse from a script.
+        out.print(f"  {name + ':':<17}{value}", highlight=False, soft_wrap=True)
+    out.print("  ready (Ctrl-C to stop)", highlight=False)
+
+
+async def _host_until_signal(config: HostConfig, title: str, extra: list[tuple[str, str]]) -> None:
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async with trio.open_nursery() as nursery:
+            # Watching from the start: a Ctrl-C during a slow start-up stops it too.
+            nursery.start_soon(_cancel_on_signal, signals, nursery.cancel_scope)
+            info: HostInfo = await nursery.start(Host(config).run)
+            _banner(title, info, extra)
+
+
+async def _cancel_on_signal(signals: AsyncIterator[int], scope: trio.CancelScope) -> None:
+    async for signum in signals:
+        console(stderr=True).print(f"{signal.Signals(signum).name}: stopping", highlight=False)
+        scope.cancel()
+        return
+
+
+def _run_host(config: HostConfig, title: str, extra: list[tuple[str, str]]) -> None:
+    try:
+        trio.run(_host_until_signal, config, title, extra)
+    except BaseException as exc:
+        inner = leaf(exc)
+        if isinstance(inner, HostSetupError):
+            fail(str(inner), EXIT_USAGE)
+        if isinstance(inner, TemporarilyUnavailable | TransportTimeout):
+            fail(f"cannot connect to NATS: {inner}", EXIT_CANNOT_CONNECT)
+        if isinstance(inner, NotProvisioned):
+            fail(
+                f"the JetStream streams are missing ({inner}); start `dagnats serve` (which "
+                "provisions them) first",
+                EXIT_FAILED,
+            )
+        if isinstance(inner, NatsServerError):
+            fail(f"the embedded nats-server failed: {inner}", EXIT_FAILED)
+        if isinstance(inner, TransportError):
+            fail(f"NATS refused: {inner}", EXIT_FAILED)
+        if isinstance(inner, OSError):
+            fail(f"cannot listen on {config.listen}: {inner.strerror or inner}", EXIT_FAILED)
+        if isinstance(inner, trio.TooSlowError):
+            fail("start-up took too long (is NATS reachable?)", EXIT_CANNOT_CONNECT)
+        if isinstance(inner, KeyboardInterrupt):
+            raise typer.Exit(0) from None
+        raise
+    console(stderr=True).print("stopped", highlight=False)
+
+
+def _handlers(specs: list[str] | None) -> dict[str, Handler]:
+    try:
+        return dict(merge_handlers([load_handlers(s) for s in specs or []]))
+    except HostSetupError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+def dev(
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            "--data-dir", envvar="DAGNATS_DATA_DIR", help="Where the embedded server keeps data."
+        ),
+    ] = Path(DEFAULT_DATA_DIR),
+    listen: ListenOpt = DEFAULT_LISTEN,
+    worker: WorkerOpt = None,
+    token: TokenOpt = None,
+    legacy_step_events: LegacyOpt = None,
+    nats_port: Annotated[
+        int, typer.Option("--nats-port", help="Client port of the embedded server (0: any).")
+    ] = 0,
+    ack_wait: AckWaitOpt = DEFAULT_ACK_WAIT_S,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Everything in one process on an embedded nats-server (engine, API, workers)."""
+    _setup_logging(verbose)
+    try:
+        config = HostConfig(
+            data_dir=data_dir.resolve(),
+            nats_port=nats_port if nats_port > 0 else -1,
+            listen=parse_listen(listen),
+            token=token or None,
+            legacy_step_events=legacy_step_events,
+            handlers=_handlers(worker),
+            worker_ack_wait_s=ack_wait,
+        )
+    except HostSetupError as exc:
+        fail(str(exc), EXIT_USAGE)
+    tasks = ", ".join(sorted(config.handlers)) or "none"
+    _run_host(
+        config,
+        "dev",
+        [("data dir", str(config.data_dir)), ("sync", "always (single node)"), ("tasks", tasks)],
+    )
+
+
+def serve(
+    nats: NatsOpt,
+    listen: ListenOpt = DEFAULT_LISTEN,
+    replicas: Annotated[
+        int, typer.Option("--replicas", min=1, max=5, help="Replicas of streams and buckets.")
+    ] = 1,
+    token: TokenOpt = None,
+    legacy_step_events: LegacyOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Engine, REST API and inputs endpoints against an existing NATS server or cluster."""
+    _setup_logging(verbose)
+    try:
+        config = HostConfig(
+            nats_urls=parse_nats_urls(nats),
+            replicas=replicas,
+            listen=parse_listen(listen),
+            token=token or None,
+            legacy_step_events=legacy_step_events,
+        )
+    except HostSetupError as exc:
+        fail(str(exc), EXIT_USAGE)
+    _run_host(config, "serve", [("replicas", str(replicas))])
+
+
+def worker(
+    handlers: Annotated[
+        list[str], typer.Argument(metavar="MODULE:HANDLERS...", help="module:attr, repeatable.")
+    ],
+    nats: NatsOpt,
+    ack_wait: AckWaitOpt = DEFAULT_ACK_WAIT_S,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Workers only, against an existing NATS server or cluster (provisioned by serve/dev)."""
+    _setup_logging(verbose)
+    try:
+        config = HostConfig(
+            nats_urls=parse_nats_urls(nats),
+            provision=False,
+            engine=False,
+            listen=None,
+            inputs_endpoints=False,
+            handlers=_handlers(handlers),
+            worker_ack_wait_s=ack_wait,
+        )
+    except HostSetupError as exc:
+        fail(str(exc), EXIT_USAGE)
+    _run_host(config, "worker", [("tasks", ", ".join(sorted(config.handlers)))])
+
+
+def demo(verbose: VerboseOpt = False) -> None:
+    """An agent's worker dies mid unsafe tool call; a new one recovers; journal and check."""
+    from ..demo import run_demo
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.ERROR,
+        format="%(name)s: %(message)s",
+        handlers=[RichHandler(console=console(stderr=True), show_path=False)],
+    )
+    out = console()
+
+    async def go() -> bool:
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def stop_on_signal() -> None:
+                    async for _ in signals:
+                        nursery.cancel_scope.cancel()
+                        return
+
+                nursery.start_soon(stop_on_signal)
+                result = await run_demo(out)
+                nursery.cancel_scope.cancel()
+                return result.ok
+        return False
+
+    try:
+        ok = trio.run(go)
+    except BaseException as exc:
+        inner = leaf(exc)
+        if isinstance(inner, NatsServerError):
+            fail(f"the embedded nats-server failed: {inner}", EXIT_FAILED)
+        if isinstance(inner, trio.TooSlowError):
+            fail("the demo took too long", EXIT_FAILED)
+        raise
+    if not ok:
+        out.print("[bold red]the demo did not end as expected[/]")
+    raise typer.Exit(0 if ok else EXIT_FAILED)

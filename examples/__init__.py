@@ -1,0 +1,1 @@
+"""Runnable examples (``dagnats dev --worker examples.agent_turn:handlers``)."""

@@ -1,0 +1,147 @@
+"""The chaos soak in the normal suite: small, on the simulation (deterministic) and once on a
+real nats-server of the test's own.
+
+The simulated soaks run through ``trio.run`` with an autojumping ``MockClock`` and the seeded
+scheduler, exactly as ``python -m chaos`` runs them, so each starts from Trio time 0 and the
+trace hash can be compared between soaks.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from trio.testing import MockClock
+
+from chaos import (
+    Fault,
+    FaultKind,
+    RunPlan,
+    SoakConfig,
+    SoakResult,
+    Target,
+    deterministic_scheduling,
+    draw_schedule,
+    real_backend,
+    sim_soak,
+    soak,
+)
+from dagnats_trio._env import DEFAULT_ENV
+from dagnats_trio._seams import Seam
+from dagnats_trio.journal import Replay
+from dagnats_trio.server import NatsServer
+from dagnats_trio.testing import Turn
+
+SEEDS = (20240611, 7)
+#: Enough runs that every fault kind is scheduled twice (the coverage rounds).
+RUNS = 12
+#: Bound on the real-server soak (wall seconds).
+REAL_SOAK_TIMEOUT_S = 60.0
+
+
+def run_sim(config: SoakConfig) -> SoakResult:
+    with deterministic_scheduling(config.seed):
+        return trio.run(sim_soak, config, clock=MockClock(autojump_threshold=0))
+
+
+def test_sim_soak_is_clean_injects_every_kind_and_is_reproducible() -> None:
+    first = {seed: run_sim(SoakConfig(seed=seed, runs=RUNS)) for seed in SEEDS}
+    for seed, result in first.items():
+        assert result.ok, "\n".join(result.violations)
+        assert len(result.outcomes) == RUNS
+        assert all(o.status == "completed" and not o.problems for o in result.outcomes)
+        assert all(dict(o.tool_starts)["send_message"] <= 1 for o in result.outcomes)
+        for kind in FaultKind:
+            assert result.injected[kind.value] > 0, (seed, kind, result.injected)
+        assert len(result.trace_hash) == 64
+    again = run_sim(SoakConfig(seed=SEEDS[0], runs=RUNS))
+    assert again.trace_hash == first[SEEDS[0]].trace_hash
+    assert again.trace == first[SEEDS[0]].trace
+    assert first[SEEDS[0]].trace_hash != first[SEEDS[1]].trace_hash
+
+
+def _pinned(*faults: Fault) -> tuple[RunPlan, ...]:
+    return (RunPlan(0, "pinned-00000", faults),)
+
+
+#: The holder stalls after recording the unsafe intent, past its AckWait: its successor must
+#: record "interrupted" instead of starting the tool; the zombie then starts it once.
+STALL_AFTER_UNSAFE_INTENT = Fault(FaultKind.STALL, Seam.INSIDE_TOOL, 1, stall_ack_waits=2.0)
+
+
+def test_stall_inside_the_unsafe_tool_starts_it_once() -> None:
+    result = run_sim(SoakConfig(seed=1, schedule=_pinned(STALL_AFTER_UNSAFE_INTENT)))
+    assert result.ok, "\n".join(result.violations)
+    assert result.fired["stall"] == 1
+    (outcome,) = result.outcomes
+    assert dict(outcome.tool_starts)["send_message"] == 1
+
+
+def test_soak_catches_an_unsafe_tool_declared_safe() -> None:
+    """Break a guard on purpose: with send_message declared safe, the successor runs it again,
+    and the zombie starts it once more when it wakes. The soak must say so and fail."""
+    script = (
+        Turn(tool="search", replay=Replay.SAFE, input={"q": "who is on call"}),
+        Turn(tool="send_message", replay=Replay.SAFE, input={"to": "ops", "text": "deploying"}),
+        Turn(tool="lookup", replay=Replay.SAFE, input={"id": "deploy-42"}),
+        Turn(answer="deployed; ops notified"),
+    )
+    config = SoakConfig(seed=1, script=script, schedule=_pinned(STALL_AFTER_UNSAFE_INTENT))
+    result = run_sim(config)
+    assert not result.ok
+    assert any("send_message started 2 times" in v for v in result.violations), result.violations
+    assert any("seed 1" in v and "run 0" in v for v in result.violations)
+
+
+def test_schedule_is_a_function_of_the_seed() -> None:
+    a, b = draw_schedule(5, 30), draw_schedule(5, 30)
+    assert a == b and a != draw_schedule(6, 30)
+    assert len({p.run_id for p in a}) == 30
+    first_kinds = {p.faults[0].kind for p in a[: len(FaultKind)]}
+    assert first_kinds == set(FaultKind)
+    for plan in a:
+        for fault in plan.faults:
+            assert 0 <= fault.iteration <= 3
+            if fault.kind in (FaultKind.KILL, FaultKind.STALL):
+                assert fault.target is None
+            else:
+                assert (
+                    fault.target is not None and fault.seam is not Seam.ENGINE_AFTER_DISPATCH_SAVED
+                )
+    with pytest.raises(ValueError, match="at least one run"):
+        draw_schedule(1, 0)
+
+
+async def test_soak_on_a_real_server(fresh_nats_server: NatsServer) -> None:
+    schedule = (
+        RunPlan(0, "real-00000", (Fault(FaultKind.KILL, Seam.AFTER_CLAIM, 1),)),
+        RunPlan(
+            1,
+            "real-00001",
+            (Fault(FaultKind.STALL, Seam.AFTER_TOOL_INTENT, 1, stall_ack_waits=1.5),),
+        ),
+        RunPlan(
+            2,
+            "real-00002",
+            (
+                Fault(FaultKind.DUPLICATE, Seam.AFTER_COMMIT, 0, target=Target.TASKS),
+                Fault(FaultKind.LOST_ACK, Seam.AFTER_CLAIM, 2, target=Target.JOURNAL),
+                Fault(FaultKind.DROP, Seam.AFTER_COMMIT, 2, target=Target.TASKS),
+            ),
+        ),
+        RunPlan(3, "real-00003", ()),
+    )
+    config = SoakConfig(
+        seed=3,
+        schedule=schedule,
+        worker_ack_wait_s=1.0,
+        engine_ack_wait_s=1.0,
+        run_deadline_s=30.0,
+    )
+    with trio.fail_after(REAL_SOAK_TIMEOUT_S):
+        result = await soak(config, real_backend([fresh_nats_server.url]), DEFAULT_ENV)
+    assert result.ok, "\n".join(result.violations)
+    assert [o.status for o in result.outcomes] == ["completed"] * 4
+    assert result.fired["kill"] == 1 and result.fired["stall"] == 1
+    for kind in ("duplicate", "lost_ack", "drop"):
+        assert result.injected[kind] == 1, result.injected
+    assert all(dict(o.tool_starts)["send_message"] == 1 for o in result.outcomes)

@@ -1,0 +1,57 @@
+"""``dagnats dev`` as a user runs it: starts, answers, runs a worker module, stops on Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from ._dev import HERE, dagnats_command, port_open, process_alive, start_dev
+
+#: Bound of the wait for a run of the echo worker to complete.
+RUN_DONE_TIMEOUT_S = 15.0
+
+
+def test_dev_serves_runs_and_stops_cleanly_on_sigint(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    dev = start_dev(
+        ["--data-dir", str(data_dir), "--listen", "127.0.0.1:0", "--worker", "_workers:handlers"]
+    )
+    try:
+        assert dev.banner["tasks"] == "cli_corrupt, cli_echo, cli_journaled"
+        assert dev.banner["sync"].startswith("always")
+        assert process_alive(dev.nats_pid)
+        with httpx.Client(base_url=dev.api_url, timeout=5.0) as http:
+            assert http.get("/healthz").json() == {"status": "ok"}
+            wf = {"name": "dev-echo", "steps": [{"id": "e", "task": "cli_echo"}]}
+            assert http.post("/workflows", content=json.dumps(wf)).status_code == 201
+            run_id = http.post("/runs", json={"workflow": "dev-echo", "input": 5}).json()["run_id"]
+            deadline = time.monotonic() + RUN_DONE_TIMEOUT_S
+            while (run := http.get(f"/runs/{run_id}").json())["status"] == "running":
+                assert time.monotonic() < deadline, run
+                time.sleep(0.05)
+            assert run["status"] == "completed" and run["output"] == {"echo": 5}
+    finally:
+        code = dev.stop()
+    assert code == 0
+    assert not process_alive(dev.nats_pid), "the nats-server child outlived dagnats dev"
+    assert not port_open(dev.nats_url)
+    assert not port_open(dev.api_url)
+    # The data is kept under the data dir (a durable store), not in a temporary directory.
+    assert (data_dir / "jetstream" / "jetstream").is_dir()
+
+
+def test_dev_rejects_a_bad_worker_module_without_a_traceback(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [*dagnats_command(), "dev", "--data-dir", str(tmp_path), "--worker", "no_such_mod:h"],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 2
+    assert "cannot import 'no_such_mod'" in out.stderr
+    assert "Traceback" not in out.stderr + out.stdout

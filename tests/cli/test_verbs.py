@@ -1,0 +1,191 @@
+"""The verbs over the REST API, against a running ``dagnats dev`` (exit codes, --json, output)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from dagnats_trio.cli import (
+    EXIT_CANNOT_CONNECT,
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    app,
+)
+
+from ._dev import DevProcess, start_dev
+
+#: Bound of waits on a run's state in these tests.
+WAIT_S = 15.0
+AGENT_WF = "cli-idle-agent"
+JOURNAL_WF = "cli-journaled"
+CORRUPT_WF = "cli-corrupt"
+ECHO_WF = "cli-echo"
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
+    data = tmp_path_factory.mktemp("dev-data")
+    proc = start_dev(
+        ["--data-dir", str(data), "--listen", "127.0.0.1:0", "--worker", "_workers:handlers"]
+    )
+    try:
+        yield proc
+    finally:
+        assert proc.stop() == 0
+
+
+def cli(dev: DevProcess | None, *args: str) -> Result:
+    env = {"DAGNATS_API_URL": dev.api_url if dev else "http://127.0.0.1:1", "COLUMNS": "200"}
+    result = CliRunner().invoke(app, list(args), env=env)
+    out = result.stdout + (result.stderr or "")
+    assert "Traceback" not in out, out
+    assert result.exception is None or isinstance(result.exception, SystemExit), out
+    return result
+
+
+def as_json(result: Result) -> Any:
+    assert result.exit_code == EXIT_OK, result.stdout + result.stderr
+    return json.loads(result.stdout)
+
+
+def register(dev: DevProcess, tmp_path: Path, definition: dict[str, Any]) -> Result:
+    path = tmp_path / f"{definition['name']}.json"
+    path.write_text(json.dumps(definition))
+    return cli(dev, "workflow", "register", str(path))
+
+
+def wait_run(dev: DevProcess, run_id: str, done: Any) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        run: dict[str, Any] = as_json(cli(dev, "run", "get", run_id, "--json"))
+        if done(run):
+            return run
+        assert time.monotonic() < deadline, run
+        time.sleep(0.05)
+
+
+def test_workflow_register(dev: DevProcess, tmp_path: Path) -> None:
+    ok = register(dev, tmp_path, {"name": ECHO_WF, "steps": [{"id": "e", "task": "cli_echo"}]})
+    assert ok.exit_code == EXIT_OK and f"registered workflow {ECHO_WF} (1 steps)" in ok.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    res = cli(dev, "workflow", "register", str(bad))
+    assert res.exit_code == EXIT_USAGE and "is not valid JSON" in res.stderr
+    res = cli(dev, "workflow", "register", str(tmp_path / "missing.json"))
+    assert res.exit_code == EXIT_USAGE and "no such file" in res.stderr
+    invalid = {"name": "x", "steps": [{"id": "a", "task": "t", "depends_on": ["nope"]}]}
+    res = register(dev, tmp_path, invalid)
+    assert res.exit_code == EXIT_USAGE
+    assert "nope" in res.stderr  # the problem is listed
+
+
+def test_run_start_watch_get_cancel(dev: DevProcess, tmp_path: Path) -> None:
+    register(dev, tmp_path, {"name": ECHO_WF, "steps": [{"id": "e", "task": "cli_echo"}]})
+    started = cli(dev, "run", "start", ECHO_WF, '{"n": 1}', "--watch", "--json")
+    run = as_json(started)
+    assert run["status"] == "completed" and run["output"] == {"echo": {"n": 1}}
+    plain = cli(dev, "run", "start", ECHO_WF, "7")
+    assert plain.exit_code == EXIT_OK
+    run_id = plain.stdout.strip()
+    done = wait_run(dev, run_id, lambda r: r["status"] == "completed")
+    assert done["steps"][0]["output"] == {"echo": 7}
+    shown = cli(dev, "run", "get", run_id)
+    assert shown.exit_code == EXIT_OK and "completed" in shown.stdout and run_id in shown.stdout
+    # Cancelling a finished run is refused (409): exit 1 with the reason.
+    res = cli(dev, "run", "cancel", run_id)
+    assert res.exit_code == EXIT_FAILED and "already completed" in res.stderr
+
+
+def test_run_errors_have_meaningful_exit_codes(dev: DevProcess) -> None:
+    res = cli(dev, "run", "get", "no-such-run")
+    assert res.exit_code == EXIT_NOT_FOUND and "does not exist" in res.stderr
+    res = cli(dev, "run", "start", "no-such-workflow")
+    assert res.exit_code == EXIT_NOT_FOUND
+    res = cli(dev, "run", "start", ECHO_WF, "{bad json")
+    assert res.exit_code == EXIT_USAGE and "INPUT_JSON is not valid JSON" in res.stderr
+    res = cli(None, "run", "get", "whatever")
+    assert res.exit_code == EXIT_CANNOT_CONNECT and "cannot connect" in res.stderr
+    res = cli(dev, "run", "get", "x", "--api", "http://127.0.0.1:1")
+    assert res.exit_code == EXIT_CANNOT_CONNECT
+
+
+def test_inputs_send_get_withdraw(dev: DevProcess, tmp_path: Path) -> None:
+    # No worker serves this task type, so the agent step stays running and accepts inputs.
+    register(
+        dev,
+        tmp_path,
+        {
+            "name": AGENT_WF,
+            "steps": [
+                {
+                    "id": "agent",
+                    "task": "cli_nobody",
+                    "type": "agent_loop",
+                    "agent_loop": {"max_iterations": 3},
+                }
+            ],
+        },
+    )
+    run_id = cli(dev, "run", "start", AGENT_WF).stdout.strip()
+    wait_run(dev, run_id, lambda r: r["steps"][0]["status"] == "running")
+    send = ["inputs", "send", run_id, "agent", "--request-id", "m1", "--mode", "steer"]
+    sub = as_json(cli(dev, *send, '{"text": "hi"}', "--json"))
+    assert sub["status"] == "queued" and sub["content"] == {"text": "hi"}
+    again = cli(dev, *send, '{"text": "other"}')
+    assert again.exit_code == EXIT_OK and "already submitted" in again.stdout
+    got = as_json(cli(dev, "inputs", "get", run_id, "agent", "m1", "--wait", "100ms", "--json"))
+    assert got["status"] == "queued" and got["content"] == {"text": "hi"}
+    assert cli(dev, "inputs", "withdraw", run_id, "agent", "m1").exit_code == EXIT_OK
+    got = as_json(cli(dev, "inputs", "get", run_id, "agent", "m1", "--json"))
+    assert got["status"] == "withdrawn"
+    res = cli(dev, "inputs", "get", run_id, "agent", "nope")
+    assert res.exit_code == EXIT_NOT_FOUND
+    res = cli(dev, *send[:-1], "loud", "{}")
+    assert res.exit_code == EXIT_USAGE  # not a mode
+    res = cli(dev, "inputs", "send", run_id, "agent", "--request-id", "m2", "--mode", "steer", "{")
+    assert res.exit_code == EXIT_USAGE and "CONTENT_JSON is not valid JSON" in res.stderr
+    res = cli(dev, "inputs", "get", run_id, "agent", "m1", "--wait", "soon")
+    assert res.exit_code == EXIT_USAGE
+    assert cli(dev, "run", "cancel", run_id).exit_code == EXIT_OK
+
+
+def test_journal_tail_and_check(dev: DevProcess, tmp_path: Path) -> None:
+    register(dev, tmp_path, {"name": JOURNAL_WF, "steps": [{"id": "j", "task": "cli_journaled"}]})
+    run = as_json(cli(dev, "run", "start", JOURNAL_WF, "21", "--watch", "--json"))
+    assert run["status"] == "completed" and run["output"] == 42
+    run_id = run["run_id"]
+
+    lines = cli(dev, "journal", "tail", run_id, "j", "--json").stdout.splitlines()
+    types = [json.loads(line)["type"] for line in lines]
+    assert types == ["claim", "tool.intent", "tool.result", "commit"]
+    table = cli(dev, "journal", "tail", run_id, "j")
+    assert table.exit_code == EXIT_OK and "double(21) safe" in table.stdout
+    followed = cli(dev, "journal", "tail", run_id, "j", "--follow")
+    assert followed.exit_code == EXIT_OK
+    assert "tool.result" in followed.stdout and "the journal is complete" in followed.stdout
+    assert cli(dev, "journal", "tail", run_id, "nope").exit_code == EXIT_NOT_FOUND
+
+    checked = cli(dev, "journal", "check", run_id)
+    assert checked.exit_code == EXIT_OK
+    assert "j: journal ok: 4 records, 1 commits, 1 ended" in checked.stdout
+    report = as_json(cli(dev, "journal", "check", run_id, "--json"))
+    assert report["ok"] is True and report["steps"][0]["violations"] == []
+    assert cli(dev, "journal", "check", "no-such-run").exit_code == EXIT_NOT_FOUND
+
+
+def test_journal_check_fails_on_a_violation(dev: DevProcess, tmp_path: Path) -> None:
+    register(dev, tmp_path, {"name": CORRUPT_WF, "steps": [{"id": "c", "task": "cli_corrupt"}]})
+    run = as_json(cli(dev, "run", "start", CORRUPT_WF, "--watch", "--json"))
+    checked = cli(dev, "journal", "check", run["run_id"])
+    assert checked.exit_code == EXIT_FAILED
+    assert "result-without-intent" in checked.stdout
+    report = json.loads(cli(dev, "journal", "check", run["run_id"], "--json").stdout)
+    assert report["ok"] is False

@@ -1,0 +1,84 @@
+"""``Delivery.ack_nowait``: an ack that does not wait for the server still settles the message.
+
+Both backends: the message is not redelivered after the AckWait, and a work-queue message is
+removed; it costs no round trip.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from dagnats_trio.transport import ConsumerConfig, NotFound, Transport
+from dagnats_trio.transport.layout import HISTORY_STREAM, TASK_STREAM, history_subject, task_subject
+
+from .test_conformance import (
+    ACK_WAIT_S,
+    SHORT_WAIT_S,
+    TEST_BOUND_S,
+    fetch_one,
+    history_consumer,
+)
+
+#: How long a settled message must stay away: past its AckWait, with room to spare.
+AFTER_ACK_WAIT_S = ACK_WAIT_S + SHORT_WAIT_S
+
+
+async def test_ack_nowait_settles_without_a_round_trip(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    durable = await history_consumer(transport, uid)
+    await transport.publish(history_subject(uid), b"event")
+    with trio.fail_after(TEST_BOUND_S):
+        delivery = await fetch_one(transport, HISTORY_STREAM, durable)
+        before = transport.round_trips
+        await delivery.ack_nowait()
+        await delivery.ack_nowait()  # settling twice is harmless
+        assert transport.round_trips == before
+        assert await transport.fetch(HISTORY_STREAM, durable, 1, AFTER_ACK_WAIT_S) == []
+
+
+async def test_unacked_delivery_comes_back(transport: Transport, clock: object, uid: str) -> None:
+    """The negative case of the test above: without the ack, the AckWait redelivers."""
+    durable = await history_consumer(transport, uid)
+    seq = await transport.publish(history_subject(uid), b"event")
+    with trio.fail_after(TEST_BOUND_S):
+        await fetch_one(transport, HISTORY_STREAM, durable)
+        again = await fetch_one(transport, HISTORY_STREAM, durable)
+        assert (again.stream_seq, again.num_delivered) == (seq, 2)
+        await again.ack_nowait()
+
+
+async def test_ack_nowait_removes_a_work_queue_message(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    durable = f"workers-{uid}"
+    await transport.ensure_consumer(
+        ConsumerConfig(TASK_STREAM, durable, f"task.{uid}.*", ACK_WAIT_S)
+    )
+    seq = await transport.publish(task_subject(uid, "run1"), b"task")
+    with trio.fail_after(TEST_BOUND_S):
+        delivery = await fetch_one(transport, TASK_STREAM, durable)
+        await delivery.ack_nowait()
+        # The server applies the ack asynchronously: wait (bounded) until the message is gone.
+        while True:
+            try:
+                await transport.get_msg(TASK_STREAM, seq)
+            except NotFound:
+                break
+            await trio.sleep(0.01)
+        assert await transport.fetch(TASK_STREAM, durable, 1, SHORT_WAIT_S) == []
+
+
+@pytest.mark.parametrize("settle", ["ack", "ack_nowait"])
+async def test_settled_then_ack_nowait_is_a_no_op(
+    transport: Transport, clock: object, uid: str, settle: str
+) -> None:
+    durable = await history_consumer(transport, uid)
+    await transport.publish(history_subject(uid), b"event")
+    with trio.fail_after(TEST_BOUND_S):
+        delivery = await fetch_one(transport, HISTORY_STREAM, durable)
+        await getattr(delivery, settle)()
+        await delivery.term()
+        await delivery.ack_nowait()
+        assert await transport.fetch(HISTORY_STREAM, durable, 1, AFTER_ACK_WAIT_S) == []
