@@ -669,6 +669,9 @@ async def open_journal(
             raise Stale(plan.reason)
         if plan.kind is PlanKind.COMMITTED:
             await _republish(transport, ident, holder, tail, on_committed)
+        if plan.kind is PlanKind.ADOPT:
+            assert plan.commit is not None
+            await _republish(transport, ident, holder, plan.commit, on_committed)
     assert plan.view is not None
     await holder.seam(Seam.BEFORE_CLAIM)
     journal = Journal(
@@ -705,7 +708,9 @@ async def _republish(
     tail: Entry,
     on_committed: OnCommitted | None,
 ) -> None:
-    """This dispatch committed and crashed before (or while) publishing: publish again."""
+    """This dispatch committed and crashed before (or while) publishing, or an earlier attempt
+    ended the iteration after the engine moved on (``ADOPT``): publish the commit's event under
+    this dispatch's identity."""
     seq, commit = tail
     assert isinstance(commit, CommitRecord)
     if on_committed is not None and commit.action is not CommitAction.FAIL:

@@ -189,6 +189,10 @@ class PlanKind(enum.Enum):
     PROCEED = "proceed"
     STALE = "stale"
     COMMITTED = "committed"
+    #: An earlier attempt's commit ended the iteration after the engine gave up on that attempt
+    #: (a step timeout, or a holder that failed outside the journal): the commit is the state of
+    #: record, so this dispatch republishes it under its own identity instead of doing it again.
+    ADOPT = "adopt"
     NEED_FULL_READ = "need_full_read"
 
 
@@ -200,6 +204,8 @@ class ClaimPlan:
     #: iteration: the claim is appended, then the failure is committed.
     restart_limit: bool = False
     reason: str = ""
+    #: For ADOPT: the commit that ended the iteration.
+    commit: Entry | None = None
 
 
 def _ends_iteration(rec: CommitRecord) -> bool:
@@ -227,10 +233,16 @@ def plan_claim(
         return ClaimPlan(PlanKind.COMMITTED)
 
     mine = [(s, r) for s, r in entries if r.iteration == i]
-    for _, rec in mine:
+    for seq, rec in mine:
         if isinstance(rec, CommitRecord) and rec.nonce == task.nonce:
             return ClaimPlan(PlanKind.STALE, reason="this dispatch committed; a later one holds it")
         if isinstance(rec, CommitRecord) and _ends_iteration(rec):
+            if rec.attempt < task.attempt:
+                return ClaimPlan(
+                    PlanKind.ADOPT,
+                    reason=f"attempt {rec.attempt} ended iteration {i} at sequence {seq}",
+                    commit=(seq, rec),
+                )
             return ClaimPlan(PlanKind.STALE, reason=f"iteration {i} already ended")
         if rec.attempt > task.attempt:
             return ClaimPlan(

@@ -3,7 +3,14 @@
 from dagnats_trio.journal import JournalSettled
 
 from ._context import InputsPending, InputsUnavailable, TaskContext
-from ._errors import AlreadySettled, CheckpointTooLarge, InputsQueued, InvalidWait, RunCancelled
+from ._errors import (
+    AlreadySettled,
+    CheckpointTooLarge,
+    InputsQueued,
+    InvalidWait,
+    JournalUnavailable,
+    RunCancelled,
+)
 from ._waits import MAX_WAIT_MS, Delay, Until, UntilInput, WaitArg, WaitSpec, build_wait
 from ._worker import (
     DEFAULT_ACK_WAIT_S,
@@ -29,6 +36,7 @@ __all__ = [
     "InputsUnavailable",
     "InvalidWait",
     "JournalSettled",
+    "JournalUnavailable",
     "RunCancelled",
     "TaskContext",
     "Until",

@@ -46,7 +46,13 @@ from dagnats_trio.transport.layout import (
     run_key,
 )
 
-from ._errors import AlreadySettled, CheckpointTooLarge, InputsQueued, RunCancelled
+from ._errors import (
+    AlreadySettled,
+    CheckpointTooLarge,
+    InputsQueued,
+    JournalUnavailable,
+    RunCancelled,
+)
 from ._waits import WaitArg, build_wait
 
 #: ``async (run_id, step_id) -> bool``: are inputs queued for the step? (wired to the inputs
@@ -90,6 +96,8 @@ class TaskContext:
         self._delivery = delivery
         self._holder = holder
         self._journal: Journal | None = None
+        #: Set once the handler asked for the journal: from then on only the journal may settle.
+        self._journal_wanted = False
         self._settling = False
         self._placement = PlacementState()
 
@@ -149,6 +157,7 @@ class TaskContext:
         if self._journal is None:
             if self._settling or self.settled:
                 raise AlreadySettled("the task is settled; the journal can no longer be opened")
+            self._journal_wanted = True
             self._journal = await open_journal(
                 self._svc.transport,
                 self._task,
@@ -302,6 +311,11 @@ class TaskContext:
                 "or pause once (and not after the journal settled it)"
             )
         _to_json("step output", output)
+        if self._journal is None and self._journal_wanted:
+            raise JournalUnavailable(
+                f"{self.run_id}.{self.step_id}: the journal was never claimed, so the step cannot "
+                "be settled; the task is left for redelivery"
+            )
         self._settling = True
         if self._journal is not None:
             await self._journal.settle(

@@ -20,5 +20,12 @@ class InputsQueued(Exception):
     turn instead of waiting (nothing was settled)."""
 
 
+class JournalUnavailable(RuntimeError):
+    """The handler asked for the journal and the claim never stored (for example NATS was
+    unavailable for longer than the journal retries). The step cannot be settled outside the
+    journal, because another holder of the same dispatch may claim and commit it; the delivery is
+    left for redelivery, which goes through the journal's fencing."""
+
+
 class InvalidWait(ValueError):
     """A wait given to ``continue_`` is not a Delay, Until or UntilInput, or is out of range."""

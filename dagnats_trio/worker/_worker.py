@@ -39,6 +39,7 @@ from dagnats_trio.transport.layout import (
 )
 
 from ._context import InputsPending, TaskContext, _error_text, _Services
+from ._errors import JournalUnavailable
 
 _log = logging.getLogger(__name__)
 
@@ -250,6 +251,9 @@ class Worker:
                 else:
                     _log.info("handler of %s.%s failed: %r", tc.run_id, tc.step_id, error)
                     await tc.fail(_error_text(error))
+            except JournalUnavailable as exc:
+                _log.info("%s", exc)
+                return
             except Exception as exc:
                 _log.warning("could not settle %s.%s: %r", tc.run_id, tc.step_id, exc)
         if holder.killed or holder.fenced:

@@ -441,3 +441,28 @@ def test_unsafe_calls_start_at_most_once_and_the_journal_checks(
         assert n <= occurrences
     report = check(sim.log.entries)
     assert report.ok, report.render()
+
+
+# --- rule: an iteration ended by an earlier attempt is adopted, never done again ---------------
+
+
+@given(action=st.sampled_from([CommitAction.CONTINUE, CommitAction.COMPLETE]))
+def test_iteration_ended_by_an_earlier_attempt_is_adopted(action: CommitAction) -> None:
+    # Attempt 1 committed after the engine had already given up on it (a step timeout, or a
+    # holder that failed outside the journal) and dispatched attempt 2: attempt 2 must answer
+    # with attempt 1's commit, not go silent (Stale) and not do the turn again.
+    log = Log()
+    log.claim(0, 1, "c1", "n1")
+    log.intent(0, 1, "c1", 0, "send", {"to": "ops"}, Replay.UNSAFE)
+    log.result(0, 1, "c1", 0, {"sent": True})
+    seq = log.add(CommitRecord(0, 1, "c1", "n1", action))
+    plan = plan_claim(log.entries, task(attempt=2, nonce="n2"), 5, full=True)
+    assert plan.kind is PlanKind.ADOPT
+    assert plan.commit is not None and plan.commit[0] == seq
+    # An older attempt arriving late is still stale, and so is the committing dispatch itself.
+    log2 = Log()
+    log2.claim(0, 2, "c2", "n2")
+    log2.add(CommitRecord(0, 2, "c2", "n2", action))
+    assert plan_claim(log2.entries, task(attempt=1, nonce="n1"), 5, full=True).kind is (
+        PlanKind.STALE
+    )
