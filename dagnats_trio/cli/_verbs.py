@@ -225,9 +225,9 @@ def inputs_send(
         if as_json:
             echo_json(sub)
         else:
-            what = "queued" if created else "already submitted (the original is kept)"
+            what = "accepted" if created else "already submitted (the original is kept)"
             out = console()
-            out.print(f"input [bold]{sub.request_id}[/] {what}: ", status_text(sub.status.value))
+            out.print(f"input [bold]{sub.request_id}[/] {what}, now", status_text(sub.status.value))
         return 0
 
     run_async(go)
