@@ -25,6 +25,7 @@ from ._env import DEFAULT_ENV, RuntimeEnv
 from .api import Service
 from .api.rest import create_app
 from .api.server import ApiServer
+from .bridge import Bridge
 from .engine import Engine
 from .inputs import InputsEndpoints, InputsService
 from .server import NatsServer
@@ -206,6 +207,8 @@ class HostConfig:
     temporary directory (removed at stop), with ``sync_interval: always`` since a single server
     has no replica to fall back on. ``listen`` None means no REST API. ``provision`` creates the
     streams and buckets with ``replicas`` (a worker-only process leaves that to the servers).
+    ``bridge`` serves the HTTP worker bridge on the API (``/bridge/...``, docs/bridge.md), with
+    the workers' AckWait.
     """
 
     nats_urls: tuple[str, ...] = ()
@@ -221,6 +224,7 @@ class HostConfig:
     handlers: Mapping[str, Handler] = attrs.field(factory=dict)
     worker_ack_wait_s: float = DEFAULT_ACK_WAIT_S
     client_name: str = "dagnats"
+    bridge: bool = True
 
     def __attrs_post_init__(self) -> None:
         if not 1 <= self.replicas <= MAX_REPLICAS:
@@ -240,6 +244,7 @@ class HostInfo:
     server: NatsServer | None
     engine: Engine | None
     worker: Worker | None
+    bridge: Bridge | None = None
 
 
 class Host:
@@ -307,11 +312,17 @@ class Host:
                     )
                     await nursery.start(worker.run)
                 api_url: str | None = None
+                bridge: Bridge | None = None
+                if cfg.listen is not None and cfg.bridge:
+                    bridge = Bridge(
+                        transport, env=self.env, ack_wait_s=cfg.worker_ack_wait_s, inputs=inputs
+                    )
+                    await nursery.start(bridge.run)
                 if cfg.listen is not None:
-                    app = create_app(service, inputs, transport, token=cfg.token)
+                    app = create_app(service, inputs, transport, token=cfg.token, bridge=bridge)
                     api = ApiServer(app, cfg.listen.host, cfg.listen.port)
                     api_url = await nursery.start(api.run)
             task_status.started()
             host_status.started(
-                HostInfo(urls, api_url, transport, service, inputs, server, engine, worker)
+                HostInfo(urls, api_url, transport, service, inputs, server, engine, worker, bridge)
             )

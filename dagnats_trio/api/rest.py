@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..bridge import Bridge, bridge_endpoints
 from ..dag import DurationError, parse_duration
 from ..inputs import InputsService, SubmissionStatus
 from ..protocol import to_json
@@ -99,9 +100,11 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_wait_s: float = DEFAULT_MAX_WAIT_S,
     poll_interval_s: float = FOLLOW_POLL_INTERVAL_S,
+    bridge: Bridge | None = None,
 ) -> Starlette:
     """The ASGI app. ``token`` (when not None or empty) is required as a bearer token on every
-    route but ``/healthz``."""
+    route but ``/healthz``. ``bridge`` serves the ``/bridge/...`` routes (without one they answer
+    404 ``bridge_disabled``)."""
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     if not max_wait_s >= 0:
@@ -128,6 +131,7 @@ def create_app(
         "get_input": h.get_input,
         "withdraw_input": h.withdraw_input,
         "read_journal": h.read_journal,
+        **bridge_endpoints(bridge, max_body_bytes=max_body_bytes),
     }
     routes = [
         Route(doc.path, _guarded(endpoints[doc.operation_id]), methods=[doc.method])
