@@ -86,12 +86,13 @@ PEERS = (
 )
 
 
-async def _sequential(stack: Stack, seconds: float) -> tuple[list[float], Counts]:
+async def _sequential(stack: Stack, seconds: float) -> tuple[list[float], Counts, float]:
     answer = expected_answer()
     for _ in range(WARMUP_RUNS):
         await stack.run(AGENT_WORKFLOW, {"task": "deploy"})
     times: list[float] = []
     before = stack.counts()
+    cpu_before = time.process_time()
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         start = time.perf_counter()
@@ -100,7 +101,8 @@ async def _sequential(stack: Stack, seconds: float) -> tuple[list[float], Counts
         outputs = snap.outputs()
         if outputs.get("agent") != answer:
             raise RuntimeError(f"wrong answer {outputs!r} (status {snap.status.value})")
-    return times, stack.counts() - before
+    cpu_ms_per_run = (time.process_time() - cpu_before) * 1000 / max(1, len(times))
+    return times, stack.counts() - before, cpu_ms_per_run
 
 
 async def _burst(stack: Stack) -> float:
@@ -118,16 +120,16 @@ async def _burst(stack: Stack) -> float:
     return BURST_RUNS / (time.perf_counter() - start)
 
 
-async def _measure(sync_always: bool, seconds: float) -> tuple[list[float], Counts, float]:
+async def _measure(sync_always: bool, seconds: float) -> tuple[list[float], Counts, float, float]:
     agent = ScriptedAgent()
     async with open_stack(
         sync_always=sync_always,
         handlers={AGENT_TASK: agent.turn},
         workflows=[agent_workflow(AGENT_WORKFLOW)],
     ) as stack:
-        times, counts = await _sequential(stack, seconds)
+        times, counts, cpu_ms = await _sequential(stack, seconds)
         rate = await _burst(stack)
-        return times, counts, rate
+        return times, counts, cpu_ms, rate
 
 
 def run(*, quick: bool = False) -> dict[str, float]:
@@ -139,13 +141,14 @@ def run(*, quick: bool = False) -> dict[str, float]:
         (True, "single node, sync_interval always", "agent_fsync"),
         (False, "sync_interval default (a cluster relies on replicas)", "agent"),
     ):
-        times, counts, rate = trio.run(_measure, sync_always, seconds)
+        times, counts, cpu_ms, rate = trio.run(_measure, sync_always, seconds)
         n = len(times)
         p50, p99 = percentile(times, 50), percentile(times, 99)
         per = (counts.engine / n, counts.worker / n, counts.client / n)
         total = sum(per)
         print(f"  {label}:")
-        print(f"    {n} sequential runs: p50 {p50:.1f} ms, p99 {p99:.1f} ms per run")
+        print(f"    {n} sequential runs: p50 {p50:.1f} ms, p99 {p99:.1f} ms per run; "
+              f"{cpu_ms:.1f} ms of this process's CPU per run")  # fmt: skip
         waited = MIN_ROUND_TRIPS_PER_RUN - PULLS_PER_RUN
         print(f"    round trips per run: {total:.1f} measured (engine {per[0]:.1f}, worker "
               f"{per[1]:.1f}, client {per[2]:.1f}) | spec minimum {MIN_ROUND_TRIPS_PER_RUN} "
@@ -154,6 +157,7 @@ def run(*, quick: bool = False) -> dict[str, float]:
         print(f"    {BURST_RUNS} runs at once: {rate:.0f} runs/s")
         figures[f"{key}_p50_ms"] = round(p50, 2)
         figures[f"{key}_p99_ms"] = round(p99, 2)
+        figures[f"{key}_cpu_ms_per_run"] = round(cpu_ms, 2)
         figures[f"{key}_round_trips_per_run"] = round(total, 1)
         figures[f"{key}_burst_runs_per_s"] = round(rate, 1)
     figures["agent_min_round_trips_per_run"] = MIN_ROUND_TRIPS_PER_RUN

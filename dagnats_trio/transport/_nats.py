@@ -14,6 +14,7 @@ import base64
 import json
 import logging
 import re
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
@@ -70,6 +71,9 @@ WATCH_BUFFER_ENTRIES = 256
 WATCH_INACTIVE_THRESHOLD_S = 60.0
 #: Extra time a fetch may take beyond its own timeout before the Trio side gives up on it.
 FETCH_GRACE_S = 1.0
+#: Taken off a pull request's ``expires`` so the server ends it before the fetch's own deadline
+#: (nats-py does the same).
+PULL_EXPIRES_MARGIN_NS = 100_000
 #: Bytes of the fixed first line of a NATS header block (``NATS/1.0\r\n``).
 _HDR_LINE = b"NATS/1.0"
 
@@ -157,6 +161,14 @@ def _map_exception(exc: BaseException, what: str) -> TransportError | None:
     if isinstance(exc, nats.errors.Error):
         return TemporarilyUnavailable(f"{what}: {exc}")
     return None
+
+
+def _status_error(msg: Msg, what: str) -> TransportError:
+    """The error a pull request's status message carries (nats-py's ``APIError.from_msg``)."""
+    headers = msg.headers or {}
+    status = headers.get(_STATUS, "")
+    code = int(status) if status.isdigit() else None
+    return _api_error(code, None, headers.get("Description", ""), what)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,6 +383,180 @@ class _ReplyMux:
         raise TransportTimeout(f"request to {subject!r}: no answer in {timeout_s}s")
 
 
+#: Statuses that end a pull request without an error: no messages (404), expired (408), and the
+#: conflicts nats-py also treats as temporary (409: leadership change, consumer deleted, limits).
+_PULL_END_STATUSES = frozenset({"404", "408", "409"})
+_HEARTBEAT_STATUS = "100"
+
+
+class _PullRequest:
+    """One pull request still open on the server, with the deliveries it may still bring."""
+
+    __slots__ = ("owed",)
+
+    def __init__(self, owed: int) -> None:
+        self.owed = owed
+
+
+class _PullInbox:
+    """One pull consumer's inbox: deliveries handed from nats-py's read loop to Trio.
+
+    nats-py's ``fetch`` costs a run of asyncio steps under trio-asyncio (the fetch task, the
+    flusher, a queue get with a timeout per message) and, for a batch above 1, waits for the
+    server's closing status after the last message. This inbox is instead the ``_future`` of a
+    plain subscription (as :class:`_ReplyMux` is), so nats-py hands each message over inline
+    in its read loop. A fetch sends ``{"batch", "expires", "no_wait": true}`` (the server holds
+    it until a first message, delivers what it has, then ends it with a 404), wakes on the first
+    message and takes only what is already here. Deliveries of a request that arrive after its
+    fetch returned stay in ``ready`` and the next fetch takes them first: none is dropped here.
+
+    The server serves one consumer's waiting requests in the order they came, so the open
+    requests are tracked in that order: a delivery counts against the oldest, a status ends it.
+    That bookkeeping only decides when a fetch gives up early with []; it never loses a message.
+    """
+
+    def __init__(self, inbox: str, next_subject: str) -> None:
+        self.inbox = inbox
+        self.next_subject = next_subject
+        self.ready: deque[Msg] = deque()
+        self.open: deque[_PullRequest] = deque()
+        self.failure: Msg | None = None
+        self._waiters: set[trio.lowlevel.Task] = set()
+
+    # nats-py calls these on a subscription's future, inside its read loop (the Trio thread).
+    def cancelled(self) -> bool:
+        return False
+
+    def done(self) -> bool:
+        return False
+
+    def set_result(self, msg: Msg) -> None:
+        if msg.reply:  # a delivery; a status has no reply subject
+            self.ready.append(msg)
+            if self.open:
+                head = self.open[0]
+                head.owed -= 1
+                if head.owed <= 0:
+                    self.open.popleft()
+        else:
+            status = msg.headers.get(_STATUS) if msg.headers else None
+            if status == _HEARTBEAT_STATUS:
+                return
+            if self.open:
+                self.open.popleft()
+            if status not in _PULL_END_STATUSES:
+                self.failure = msg
+        if self._waiters:
+            waiters, self._waiters = self._waiters, set()
+            for task in waiters:
+                trio.lowlevel.reschedule(task)
+
+    async def wait(self) -> None:
+        """Until the next message or status arrives (the caller bounds the wait)."""
+        task = trio.lowlevel.current_task()
+        self._waiters.add(task)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._waiters.discard(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def forget_through(self, request: _PullRequest) -> None:
+        """After a fetch's deadline: the server has expired this request and those before it."""
+        if request in self.open:
+            while self.open and self.open.popleft() is not request:
+                pass
+
+    def take(self, batch: int) -> list[Msg]:
+        ready = self.ready
+        return [ready.popleft() for _ in range(min(batch, len(ready)))]
+
+
+class _Resume:
+    """Awaitable that finishes a coroutine which suspended while being driven by hand.
+
+    ``coro`` yielded ``first`` (an asyncio future, or None for a bare yield) to whoever drove
+    it; awaiting this inside an asyncio task hands that value on to the task, as if the task
+    had been driving ``coro`` from the start.
+    """
+
+    def __init__(self, coro: Any, first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Any:
+        coro, value = self._coro, self._first
+        while True:
+            try:
+                yield value
+            except BaseException as exc:  # cancellation of the task: pass it in
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+                continue
+            try:
+                value = coro.send(None)
+            except StopIteration as stop:
+                return stop.value
+
+
+class _DirectReader:
+    """Parses what the socket delivers right where asyncio hands it over.
+
+    nats-py's read loop is an asyncio task: each chunk goes socket -> protocol ->
+    ``StreamReader`` -> a future -> a task step of ``_read_loop`` -> the parser, each step a
+    trip through trio-asyncio's queue. Installed as the connection protocol's
+    ``data_received``, this runs the same parser on the chunk at once. The parser never
+    suspends on this transport's paths (requests and pull inboxes resolve futures inline, core
+    subscriptions put into a queue); when it does (an ordered consumer resetting, a slow error
+    callback), the rest of that parse and every chunk after it are handed, in order, to an
+    asyncio task, and the direct path resumes once it has caught up. End of stream and
+    connection loss still reach the ``StreamReader``, so nats-py's own read loop notices them
+    and reconnects exactly as before; the new connection simply has no direct reader.
+    """
+
+    def __init__(self, loop: Any, nc: NatsClient, original: Callable[[bytes], None]) -> None:
+        self._loop = loop
+        self._nc = nc
+        self._parse = nc._ps.parse
+        self._original = original
+        self._backlog: deque[bytes] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if self._backlog is not None:
+            self._backlog.append(data)
+            return
+        coro = self._parse(data)
+        try:
+            first = coro.send(None)
+        except StopIteration:
+            return
+        except Exception as exc:
+            self._failed(exc)
+            return
+        self._backlog = deque()
+        self._loop.create_task(self._catch_up(_Resume(coro, first)))
+
+    async def _catch_up(self, rest: _Resume) -> None:
+        try:
+            await rest
+            while self._backlog:
+                await self._parse(self._backlog.popleft())
+        except Exception as exc:
+            self._failed(exc)
+        finally:
+            self._backlog = None
+
+    def _failed(self, exc: Exception) -> None:
+        """What nats-py's read loop does with a parse failure: treat it as a broken link."""
+        _log.debug("nats connection: parse failed: %r", exc)
+        if not isinstance(exc, (OSError, nats.errors.ProtocolError)):
+            exc = nats.errors.ProtocolError()
+        self._loop.create_task(self._nc._process_op_err(exc))
+
+
 # ---------------------------------------------------------------------------------------------
 # The transport.
 # ---------------------------------------------------------------------------------------------
@@ -402,7 +588,7 @@ class NatsTransport:
         self._timeout = request_timeout_s
         self._round_trips = 0
         self._closed = False
-        self._pulls: dict[tuple[str, str], JetStreamContext.PullSubscription] = {}
+        self._pulls: dict[tuple[str, str], _PullInbox] = {}
         self._kv_handles: dict[str, Any] = {}
         self._mux: _ReplyMux | None = None
 
@@ -456,7 +642,7 @@ class NatsTransport:
             return msg
         return await self._aio(nc.request(subject, payload, timeout, False, headers), what)
 
-    def _write_now(self, subject: str, payload: bytes) -> bool:
+    def _write_now(self, subject: str, payload: bytes, reply: str = "") -> bool:
         """A core publish written straight to the socket, as the request fast path writes
         (no asyncio step); False when it must go through nats-py (something is queued there,
         so writing now would reorder commands, or the connection is not up)."""
@@ -467,11 +653,14 @@ class NatsTransport:
             or nc._pending_data_size != 0
             or not nc.is_connected
             or not _ReplyMux.encodable(subject, None)
+            or (reply and not _ReplyMux.encodable(reply, None))
         ):
             return False
         writer: Any = nc._transport
         try:
-            writer.write(f"PUB {subject} {len(payload)}\r\n".encode() + payload + b"\r\n")
+            head = f"PUB {subject} {reply} {len(payload)}\r\n" if reply else None
+            head = head or f"PUB {subject} {len(payload)}\r\n"
+            writer.write(head.encode() + payload + b"\r\n")
         except (OSError, RuntimeError, AttributeError):
             return False
         return True
@@ -486,11 +675,28 @@ class NatsTransport:
             _log.warning("nats-py internals changed; requests take the slower nc.request path")
             return
         mux = _ReplyMux(prefix)
-        await self._aio(self._subscribe_mux(prefix + "*", mux), "reply subscription")
+        await self._aio(self._subscribe_future(prefix + "*", mux), "reply subscription")
         self._mux = mux
+        self._install_direct_reader()
 
-    async def _subscribe_mux(self, subject: str, mux: _ReplyMux) -> None:
-        await self._nc.subscribe(subject, future=mux)  # type: ignore[arg-type]
+    def _install_direct_reader(self) -> None:
+        """Parse incoming data without nats-py's read-loop task (see :class:`_DirectReader`)."""
+        nc = self._nc
+        link: Any = nc._transport
+        try:
+            reader = link._io_reader
+            protocol = link._io_writer._protocol
+            original = protocol.data_received
+            _ = nc._ps.parse
+        except AttributeError:  # pragma: no cover - another nats-py or asyncio version
+            return
+        if reader is None or len(reader._buffer) != 0:
+            return  # something is already queued for the read loop; keep its order
+        protocol.data_received = _DirectReader(self._loop, nc, original).data_received
+
+    async def _subscribe_future(self, subject: str, future: _ReplyMux | _PullInbox) -> None:
+        """asyncio side: a subscription nats-py resolves inline, live on the server on return."""
+        await self._nc.subscribe(subject, future=future)  # type: ignore[arg-type]
         await self._nc.flush(timeout=int(max(1.0, self._timeout)))
 
     async def _api(self, subject: str, body: Mapping[str, Any], what: str) -> dict[str, Any]:
@@ -746,32 +952,57 @@ class NatsTransport:
     async def fetch(
         self, stream: str, durable: str, batch: int, timeout_s: float
     ) -> list[Delivery]:
-        psub = self._pulls.get((stream, durable))
-        if psub is None:
-            psub = await self._bind(stream, durable)
+        if batch < 1:
+            raise ValueError(f"fetch batch must be at least 1, got {batch}")
+        pull = self._pulls.get((stream, durable))
+        if pull is None:
+            pull = await self._bind(stream, durable)
+        if pull.ready:  # left by an earlier request: no need to ask
+            return [NatsDelivery(self, m) for m in pull.take(batch)]
+        what = f"fetch {stream}/{durable}"
+        if self._closed:
+            raise Closed(f"{what}: transport closed")
+        expires = _ns(timeout_s) - PULL_EXPIRES_MARGIN_NS
+        body: dict[str, Any] = {"batch": batch, "no_wait": True}
+        if expires > 0:
+            body["expires"] = expires
+        request = _PullRequest(batch)
+        pull.open.append(request)
+        pull.failure = None
         self._round_trips += 1
-        msgs: list[Msg] = []
+        try:
+            await self._send(pull.next_subject, json.dumps(body).encode(), pull.inbox, what)
+        except BaseException:
+            pull.forget_through(request)
+            raise
         with trio.move_on_after(timeout_s + FETCH_GRACE_S):
-            try:
-                msgs = await self._aio(psub.fetch(batch, timeout_s), f"fetch {stream}/{durable}")
-            except TransportTimeout:
-                return []
-        return [NatsDelivery(self, m) for m in msgs]
+            while not pull.ready:
+                failure = pull.failure
+                if failure is not None:
+                    pull.failure = None
+                    raise _status_error(failure, what)
+                if request not in pull.open:  # ended (404/408) with nothing for us
+                    return []
+                await pull.wait()
+            return [NatsDelivery(self, m) for m in pull.take(batch)]
+        pull.forget_through(request)
+        return []
 
-    async def _bind(self, stream: str, durable: str) -> JetStreamContext.PullSubscription:
-        # Check the consumer first: binding to a missing one would just time out on every fetch.
-        await self._api(
-            f"$JS.API.CONSUMER.INFO.{_check_name('stream', stream)}."
-            f"{_check_name('durable', durable)}",
-            {},
-            f"consumer {stream}/{durable}",
-        )
-        psub = await self._aio(
-            self._js.pull_subscribe_bind(durable=durable, stream=stream),
-            f"bind {stream}/{durable}",
-        )
-        self._pulls[(stream, durable)] = psub
-        return psub
+    async def _bind(self, stream: str, durable: str) -> _PullInbox:
+        # Check the consumer first: pulling from a missing one would just time out every fetch.
+        api = f"{_check_name('stream', stream)}.{_check_name('durable', durable)}"
+        await self._api(f"$JS.API.CONSUMER.INFO.{api}", {}, f"consumer {stream}/{durable}")
+        pull = self._pulls.get((stream, durable))
+        if pull is None:  # (another task may have bound it meanwhile)
+            pull = _PullInbox(self._nc.new_inbox(), f"$JS.API.CONSUMER.MSG.NEXT.{api}")
+            await self._aio(self._subscribe_future(pull.inbox, pull), f"bind {stream}/{durable}")
+            self._pulls[(stream, durable)] = pull
+        return pull
+
+    async def _send(self, subject: str, payload: bytes, reply: str, what: str) -> None:
+        """A core publish with a reply subject: straight to the socket when possible."""
+        if not self._write_now(subject, payload, reply):
+            await self._aio(self._nc.publish(subject, payload, reply=reply), what)
 
     # --- core NATS -----------------------------------------------------------------------------
 

@@ -1,0 +1,154 @@
+"""NatsTransport's paths around nats-py's asyncio tasks: the pull inbox and the direct reader.
+
+They rely on nats-py internals, so what they promise is pinned here: a pull fetch returns as
+soon as messages are there (it does not wait for the server's closing status) and loses none of
+a request's deliveries; the direct reader parses chunks in arrival order even when the parser
+suspends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import trio
+import trio_asyncio
+
+from dagnats_trio.transport import ConsumerConfig, NatsTransport
+from dagnats_trio.transport._nats import _DirectReader, _PullInbox, _PullRequest
+from dagnats_trio.transport.layout import HISTORY_STREAM, history_subject
+
+#: Bound on each test.
+TEST_BOUND_S = 10.0
+#: A fetch's own timeout, far longer than a fetch that finds messages may take.
+LONG_FETCH_S = 5.0
+#: A fetch's timeout when nothing is there.
+SHORT_FETCH_S = 0.3
+
+
+class _Msg:
+    """The few attributes of nats-py's ``Msg`` the pull inbox reads."""
+
+    def __init__(self, reply: str, headers: dict[str, str] | None = None) -> None:
+        self.reply = reply
+        self.headers = headers
+
+
+async def _consumer(transport: NatsTransport, uid: str) -> str:
+    durable = f"fast-{uid}"
+    await transport.ensure_consumer(
+        ConsumerConfig(
+            stream=HISTORY_STREAM,
+            durable=durable,
+            filter_subject=history_subject(uid),
+            ack_wait_s=5.0,
+        )
+    )
+    return durable
+
+
+async def test_fetch_returns_what_is_there_without_waiting_for_the_batch(
+    nats_transport: NatsTransport,
+) -> None:
+    uid = "fastpull1"
+    durable = await _consumer(nats_transport, uid)
+    for i in range(3):
+        await nats_transport.publish(history_subject(uid), f"m{i}".encode())
+    with trio.fail_after(TEST_BOUND_S):
+        start = trio.current_time()
+        got = await nats_transport.fetch(HISTORY_STREAM, durable, 16, LONG_FETCH_S)
+        assert trio.current_time() - start < LONG_FETCH_S / 2
+        # The three may come in one chunk or several; whatever is left comes next.
+        while len(got) < 3:
+            got += await nats_transport.fetch(HISTORY_STREAM, durable, 16, LONG_FETCH_S)
+        assert [d.data for d in got] == [b"m0", b"m1", b"m2"]
+        for d in got:
+            await d.ack()
+        empty_start = trio.current_time()
+        assert await nats_transport.fetch(HISTORY_STREAM, durable, 16, SHORT_FETCH_S) == []
+        assert trio.current_time() - empty_start >= SHORT_FETCH_S / 2
+
+
+async def test_a_waiting_fetch_wakes_on_the_first_message(nats_transport: NatsTransport) -> None:
+    uid = "fastpull2"
+    durable = await _consumer(nats_transport, uid)
+    with trio.fail_after(TEST_BOUND_S):
+        async with trio.open_nursery() as nursery:
+
+            async def publish_later() -> None:
+                await trio.sleep(0.2)
+                await nats_transport.publish(history_subject(uid), b"late")
+
+            nursery.start_soon(publish_later)
+            start = trio.current_time()
+            got = await nats_transport.fetch(HISTORY_STREAM, durable, 8, LONG_FETCH_S)
+            assert [d.data for d in got] == [b"late"]
+            assert trio.current_time() - start < LONG_FETCH_S / 2
+
+
+def test_pull_inbox_counts_deliveries_against_the_oldest_request() -> None:
+    inbox = _PullInbox("_INBOX.x", "$JS.API.CONSUMER.MSG.NEXT.S.D")
+    first, second = _PullRequest(2), _PullRequest(5)
+    inbox.open.extend([first, second])
+    m1, m2, m3 = (_Msg(f"$JS.ACK.{i}") for i in range(3))
+    for m in (m1, m2, m3):
+        inbox.set_result(m)  # type: ignore[arg-type]
+    assert list(inbox.open) == [second]  # the first got its batch
+    inbox.set_result(_Msg("", {"Status": "100"}))  # type: ignore[arg-type]  # heartbeat
+    assert list(inbox.open) == [second]
+    inbox.set_result(_Msg("", {"Status": "404"}))  # type: ignore[arg-type]
+    assert list(inbox.open) == [] and inbox.failure is None
+    taken: list[Any] = [*inbox.take(2), None, *inbox.take(2), None, *inbox.take(2)]
+    assert taken == [m1, m2, None, m3, None]
+    inbox.open.append(_PullRequest(1))
+    failure = _Msg("", {"Status": "503"})
+    inbox.set_result(failure)  # type: ignore[arg-type]
+    assert inbox.failure is failure and not inbox.open
+
+
+def test_pull_inbox_forgets_expired_requests_up_to_one() -> None:
+    inbox = _PullInbox("_INBOX.x", "$JS.API.CONSUMER.MSG.NEXT.S.D")
+    a, b, c = _PullRequest(1), _PullRequest(1), _PullRequest(1)
+    inbox.open.extend([a, b, c])
+    inbox.forget_through(b)
+    assert list(inbox.open) == [c]
+    inbox.forget_through(b)  # already gone: nothing else is dropped
+    assert list(inbox.open) == [c]
+
+
+class _Parser:
+    """Records chunks in the order parsed; suspends (as an asyncio coroutine) on ``b"slow"``."""
+
+    def __init__(self) -> None:
+        self.parsed: list[bytes] = []
+        self.four = trio.Event()
+
+    async def parse(self, data: bytes) -> None:
+        if data == b"slow":
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        self.parsed.append(data)
+        if len(self.parsed) == 4:
+            self.four.set()
+
+
+class _FakeClient:
+    def __init__(self) -> None:
+        self._ps = _Parser()
+
+
+async def test_direct_reader_keeps_order_when_the_parser_suspends() -> None:
+    nc: Any = _FakeClient()
+    async with trio_asyncio.open_loop() as loop:
+        reader = _DirectReader(loop, nc, lambda data: None)
+        reader.data_received(b"a")
+        assert nc._ps.parsed == [b"a"]  # parsed on the spot
+        reader.data_received(b"slow")
+        reader.data_received(b"c")
+        reader.data_received(b"d")
+        assert nc._ps.parsed == [b"a"]  # "slow" suspended; the rest waits behind it
+        with trio.fail_after(TEST_BOUND_S):
+            await nc._ps.four.wait()
+        assert nc._ps.parsed == [b"a", b"slow", b"c", b"d"]
+        reader.data_received(b"e")
+        assert nc._ps.parsed[-1] == b"e"  # caught up: direct again
