@@ -8,6 +8,7 @@ own: the per-run figures are what the product spends, not what the benchmark spe
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,7 +21,7 @@ from dagnats_trio.engine import Engine, decode_snapshot
 from dagnats_trio.engine.snapshot import RunSnapshot
 from dagnats_trio.protocol import RunHeader, from_json
 from dagnats_trio.server import open_nats_server
-from dagnats_trio.transport import NatsTransport, open_nats_transport, provision
+from dagnats_trio.transport import NatsTransport, StreamSpec, open_nats_transport, provision
 from dagnats_trio.transport.layout import RUNS_BUCKET
 from dagnats_trio.worker import Handler, Worker
 
@@ -30,6 +31,12 @@ RUN_TIMEOUT_S = 30.0
 BENCH_WORKER_CONCURRENCY = 64
 #: AckWait of the benchmark's worker (nothing crashes here; it only bounds a lost delivery).
 BENCH_ACK_WAIT_S = 10.0
+#: The floor: a scratch stream of the benchmark, raw publishes of this size, this many of them.
+FLOOR_STREAM = "BENCH_FLOOR"
+FLOOR_SUBJECT = "bench.floor"
+FLOOR_BODY_BYTES = 200
+FLOOR_WARMUP_PUBLISHES = 50
+FLOOR_PUBLISHES = 500
 #: Prefix of run snapshot keys in ``workflow_runs``.
 _RUN_KEY_PREFIX = "run."
 
@@ -64,6 +71,21 @@ class Stack:
         self.service = Service(client_tp)
         self._done: dict[str, trio.Event] = {}
         self.finished: dict[str, RunSnapshot] = {}
+
+    async def publish_floor_us(self) -> float:
+        """The floor every ratio is taken against: the median of sequential raw JetStream
+        publishes (200 B, no headers, no fencing) on the worker's connection, in this run."""
+        tp = self.worker_tp
+        await tp.ensure_stream(StreamSpec(FLOOR_STREAM, (FLOOR_SUBJECT,)))
+        body = b"x" * FLOOR_BODY_BYTES
+        for _ in range(FLOOR_WARMUP_PUBLISHES):
+            await tp.publish(FLOOR_SUBJECT, body)
+        samples: list[float] = []
+        for _ in range(FLOOR_PUBLISHES):
+            start = time.perf_counter()
+            await tp.publish(FLOOR_SUBJECT, body)
+            samples.append((time.perf_counter() - start) * 1e6)
+        return statistics.median(samples)
 
     def counts(self) -> Counts:
         return Counts(

@@ -120,16 +120,19 @@ async def _burst(stack: Stack) -> float:
     return BURST_RUNS / (time.perf_counter() - start)
 
 
-async def _measure(sync_always: bool, seconds: float) -> tuple[list[float], Counts, float, float]:
+async def _measure(
+    sync_always: bool, seconds: float
+) -> tuple[list[float], Counts, float, float, float]:
     agent = ScriptedAgent()
     async with open_stack(
         sync_always=sync_always,
         handlers={AGENT_TASK: agent.turn},
         workflows=[agent_workflow(AGENT_WORKFLOW)],
     ) as stack:
+        floor_us = await stack.publish_floor_us()
         times, counts, cpu_ms = await _sequential(stack, seconds)
         rate = await _burst(stack)
-        return times, counts, cpu_ms, rate
+        return times, counts, cpu_ms, rate, floor_us
 
 
 def run(*, quick: bool = False) -> dict[str, float]:
@@ -141,7 +144,7 @@ def run(*, quick: bool = False) -> dict[str, float]:
         (True, "single node, sync_interval always", "agent_fsync"),
         (False, "sync_interval default (a cluster relies on replicas)", "agent"),
     ):
-        times, counts, cpu_ms, rate = trio.run(_measure, sync_always, seconds)
+        times, counts, cpu_ms, rate, floor_us = trio.run(_measure, sync_always, seconds)
         n = len(times)
         p50, p99 = percentile(times, 50), percentile(times, 99)
         per = (counts.engine / n, counts.worker / n, counts.client / n)
@@ -155,6 +158,15 @@ def run(*, quick: bool = False) -> dict[str, float]:
               f"({waited} waited on + {PULLS_PER_RUN} pull requests; "
               f"{MIN_ROUND_TRIPS_PER_TOOL_ITERATION} per tool iteration)")  # fmt: skip
         print(f"    {BURST_RUNS} runs at once: {rate:.0f} runs/s")
+        # The ratio: p50 against the spec's waited round trips, each priced at the floor (a raw
+        # JetStream publish on the same connection, measured in this run). 1.0 would mean the
+        # run costs nothing but its required round trips.
+        ratio = p50 * 1000 / (floor_us * waited)
+        print(f"    floor: raw JetStream publish {floor_us:.0f} us on the same connection; "
+              f"p50 = {p50 * 1000 / floor_us:.0f} floors for {waited} waited round trips: "
+              f"ratio {ratio:.2f}")  # fmt: skip
+        figures[f"{key}_floor_us"] = round(floor_us, 1)
+        figures[f"{key}_ratio"] = round(ratio, 2)
         figures[f"{key}_p50_ms"] = round(p50, 2)
         figures[f"{key}_p99_ms"] = round(p99, 2)
         figures[f"{key}_cpu_ms_per_run"] = round(cpu_ms, 2)

@@ -30,6 +30,8 @@ LOOP_ROUNDS = 3
 #: stored, so 3 requests are on the critical path.
 MIN_WORKER_PER_ITERATION = 2
 MIN_ENGINE_PER_ITERATION = 3
+#: Of those, the pull requests (worker's and engine's), already waiting before their message.
+PULLS_PER_ITERATION = 2
 
 
 async def _noop(tc: TaskContext) -> None:
@@ -55,11 +57,12 @@ def _workflow(iterations: int) -> dict[str, Any]:
     }
 
 
-async def _measure(sync_always: bool, iterations: int) -> tuple[float, Counts]:
+async def _measure(sync_always: bool, iterations: int) -> tuple[float, Counts, float]:
     async with open_stack(
         sync_always=sync_always, handlers={LOOP_TASK: _noop}, workflows=[_workflow(iterations)]
     ) as stack:
         await stack.run(LOOP_WORKFLOW, {"iterations": 3})  # warm up every path
+        floor_us = await stack.publish_floor_us()
         best_ms = float("inf")
         best_counts = Counts(0, 0, 0)
         for _ in range(LOOP_ROUNDS):
@@ -71,7 +74,7 @@ async def _measure(sync_always: bool, iterations: int) -> tuple[float, Counts]:
                 raise RuntimeError(f"loop run ended {snap.status.value}: {snap.error}")
             if ms < best_ms:
                 best_ms, best_counts = ms, stack.counts() - before
-        return best_ms, best_counts
+        return best_ms, best_counts, floor_us
 
 
 def run(*, quick: bool = False) -> dict[str, float]:
@@ -83,7 +86,7 @@ def run(*, quick: bool = False) -> dict[str, float]:
         (True, "single node, sync_interval always", "loop_fsync"),
         (False, "sync_interval default", "loop"),
     ):
-        ms, counts = trio.run(_measure, sync_always, iterations)
+        ms, counts, floor_us = trio.run(_measure, sync_always, iterations)
         per = (
             counts.engine / iterations,
             counts.worker / iterations,
@@ -92,6 +95,12 @@ def run(*, quick: bool = False) -> dict[str, float]:
         print(f"  {label:>34}: {ms:6.2f} ms/iteration | round trips/iteration: "
               f"engine {per[0]:.2f}, worker {per[1]:.2f} (total {per[0] + per[1]:.2f}; "
               f"spec minimum {MIN_ENGINE_PER_ITERATION + MIN_WORKER_PER_ITERATION})")  # fmt: skip
+        waited = MIN_WORKER_PER_ITERATION + MIN_ENGINE_PER_ITERATION - PULLS_PER_ITERATION
+        ratio = ms * 1000 / (floor_us * waited)
+        print(f"  {'':>34}  floor: raw JetStream publish {floor_us:.0f} us on the same "
+              f"connection; ratio {ratio:.2f} to {waited} waited round trips")  # fmt: skip
+        figures[f"{key}_floor_us"] = round(floor_us, 1)
+        figures[f"{key}_ratio"] = round(ratio, 2)
         figures[f"{key}_ms_per_iteration"] = round(ms, 3)
         figures[f"{key}_round_trips_per_iteration"] = round(per[0] + per[1], 2)
     return figures
