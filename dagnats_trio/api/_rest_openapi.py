@@ -225,6 +225,32 @@ ROUTES: tuple[RouteDoc, ...] = (
         ),
     ),
     RouteDoc(
+        "DELETE",
+        "/runs/{run_id}",
+        "purge_run",
+        "Purge a finished run: remove every trace of it, its child runs included.",
+        description=(
+            "Removes the run's history, leftover task messages and timers, the journal of every "
+            "step, checkpoints, signals, inputs, the idempotency key (which can then start a new "
+            "run) and the snapshot, and does the same for the child runs of its sub-workflow "
+            "steps. Only a completed, failed or cancelled run can be purged. An interrupted "
+            "purge can be repeated; once a purge has answered 204 the run is 404."
+        ),
+        params=(_RUN,),
+        answers=(
+            Answer(204, "Purged."),
+            Answer(
+                400, "The run has more nested child runs than one purge removes.", ErrorEnvelope
+            ),
+            Answer(404, "Unknown run (or already purged).", ErrorEnvelope),
+            Answer(
+                409,
+                "`run_running`: the run, or one of its child runs, has not finished.",
+                ErrorEnvelope,
+            ),
+        ),
+    ),
+    RouteDoc(
         "POST",
         "/runs/{run_id}/signal/{name}",
         "send_signal",

@@ -60,7 +60,7 @@ from ._rest_views import (
     run_summary,
     run_view,
 )
-from .service import LIST_RUNS_LIMIT_DEFAULT, LIST_RUNS_LIMIT_MAX, Service
+from .service import LIST_RUNS_LIMIT_DEFAULT, LIST_RUNS_LIMIT_MAX, RunRunning, Service
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,7 @@ def create_app(
         "list_runs": h.list_runs,
         "get_run": h.get_run,
         "cancel_run": h.cancel_run,
+        "purge_run": h.purge_run,
         "send_signal": h.send_signal,
         "submit_input": h.submit_input,
         "get_input": h.get_input,
@@ -236,6 +237,13 @@ class _Handlers:
                 409, "run_finished", f"run {snap.run_id!r} has already {snap.status.value}"
             )
         return _json(run_view(snap), 202)
+
+    async def purge_run(self, request: Request) -> Response:
+        try:
+            await self.service.purge_run(request.path_params["run_id"])
+        except RunRunning as exc:
+            raise ApiError(409, "run_running", str(exc)) from None
+        return Response(status_code=204)
 
     async def send_signal(self, request: Request) -> Response:
         raw = parse_json(await self._body(request), optional=True)

@@ -2,7 +2,8 @@
 
 The endpoints are thin shells that translate requests to these calls and the typed errors below
 to status codes. Nothing here decides how a run moves; it records intent (a definition, a
-``workflow.started``, a ``run.cancel_requested``) and reads the engine's snapshots.
+``workflow.started``, a ``run.cancel_requested``) and reads the engine's snapshots. The one
+exception is :meth:`Service.purge_run`, which removes a finished run (see :mod:`._purge`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..protocol import (
     from_json,
 )
 from ..transport import KeyExists, Transport, layout
+from ._purge import collect_tree, execute_plan, plan_purge, purge_orphan
 
 #: Most runs one ``list_runs`` call returns.
 LIST_RUNS_LIMIT_MAX = 1_000
@@ -65,6 +67,22 @@ class RunNotFound(ServiceError):
 
 class InvalidRequest(ServiceError, ValueError):
     """A malformed id, name or argument."""
+
+
+class RunRunning(ServiceError):
+    """The run (or a child run of it) has not finished, so it cannot be purged."""
+
+    def __init__(self, run_id: str, running: str | None = None) -> None:
+        self.run_id = run_id
+        self.running = running or run_id
+        if self.running == run_id:
+            message = f"run {run_id!r} is still running; only a finished run can be purged"
+        else:
+            message = (
+                f"run {run_id!r} has a child run {self.running!r} that is still running; "
+                "only a finished run can be purged"
+            )
+        super().__init__(message)
 
 
 class RunWaitTimeout(ServiceError):
@@ -150,7 +168,7 @@ class Service:
             raise InvalidRequest(
                 f"idempotency key must be 1-{IDEMPOTENCY_KEY_MAX_CHARS} characters"
             )
-        kv_key = IDEMPOTENCY_KEY_PREFIX + hashlib.sha256(key.encode()).hexdigest()
+        kv_key = idempotency_kv_key(key)
         try:
             await self.transport.kv_create(layout.RUNS_BUCKET, kv_key, run_id.encode())
             return run_id
@@ -239,6 +257,48 @@ class Service:
             return None
         return from_json(entry.value, Any, "signal payload")
 
+    async def purge_run(self, run_id: str) -> tuple[str, ...]:
+        """Remove a finished run and every trace of it: history, leftover tasks and timers,
+        journals, checkpoints, signals, inputs, the idempotency key, and the child runs of its
+        sub-workflow steps (children first). Returns the ids of the runs purged, the run last.
+
+        :class:`RunRunning` when the run or a child has not finished; :class:`RunNotFound` for
+        an unknown (or already purged) run. Interrupted, it can simply be called again: the
+        snapshot of a run goes last, and every other step is idempotent.
+        """
+        root = await self.get_run(run_id)
+        tree = await collect_tree(root, self._find_run)
+        if tree.truncated:
+            raise InvalidRequest(
+                f"run {run_id!r} has more nested child runs than one purge removes"
+            )
+        for snap in tree.runs:
+            if not snap.status.finished:
+                raise RunRunning(run_id, snap.run_id)
+        for orphan in tree.orphans:
+            await purge_orphan(self.transport, orphan)
+        for snap in tree.runs:
+            definition = snap.definition or await self._definition_or_none(snap.workflow)
+            idem = (
+                idempotency_kv_key(snap.idempotency_key)
+                if snap.idempotency_key is not None
+                else None
+            )
+            await execute_plan(self.transport, plan_purge(snap, definition, idem))
+        return tuple(s.run_id for s in tree.runs)
+
+    async def _find_run(self, run_id: str) -> RunSnapshot | None:
+        try:
+            return await self.get_run(run_id)
+        except RunNotFound:
+            return None
+
+    async def _definition_or_none(self, name: str) -> WorkflowDef | None:
+        try:
+            return await self.get_workflow(name)
+        except (WorkflowNotFound, DecodeError):
+            return None
+
     async def wait_for_run(self, run_id: str, timeout_s: float) -> RunSnapshot:
         """The snapshot once the run has finished; :class:`RunWaitTimeout` after ``timeout_s``."""
         if not 0 < timeout_s <= WAIT_FOR_RUN_MAX_S:
@@ -257,6 +317,11 @@ class Service:
                     if snap.status.finished:
                         return snap
         raise RunWaitTimeout(run_id, timeout_s)
+
+
+def idempotency_kv_key(key: str) -> str:
+    """Where ``workflow_runs`` keeps the run an idempotency key started (hashed: any length)."""
+    return IDEMPOTENCY_KEY_PREFIX + hashlib.sha256(key.encode()).hexdigest()
 
 
 def _token(kind: str, value: str, not_found: Any) -> None:

@@ -200,6 +200,10 @@ class ApiClient:
         raw = await self._json("POST", f"/runs/{_seg(run_id)}/cancel", body=body)
         return _decode(raw, RunView, "run")
 
+    async def purge_run(self, run_id: str) -> None:
+        """Remove a finished run and every trace of it (409 while it runs, 404 when unknown)."""
+        await self._request("DELETE", f"/runs/{_seg(run_id)}")
+
     # --- inputs ----------------------------------------------------------------------------
 
     def _inputs_path(self, run_id: str, step_id: str) -> str:

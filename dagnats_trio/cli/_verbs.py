@@ -61,7 +61,7 @@ class ModeChoice(enum.StrEnum):
 
 
 workflow_app = typer.Typer(help="Workflow definitions.", no_args_is_help=True)
-run_app = typer.Typer(help="Start, inspect and cancel runs.", no_args_is_help=True)
+run_app = typer.Typer(help="Start, inspect, cancel and purge runs.", no_args_is_help=True)
 inputs_app = typer.Typer(help="Send inputs to a running agent step.", no_args_is_help=True)
 journal_app = typer.Typer(help="Read and audit a step's journal.", no_args_is_help=True)
 
@@ -193,6 +193,33 @@ def run_cancel(
             echo_json(run)
         else:
             console().print(f"cancel requested for run [bold]{run.run_id}[/]")
+        return 0
+
+    run_async(go)
+
+
+@attrs.frozen
+class _PurgedJson:
+    run_id: str
+    purged: bool = True
+
+
+@run_app.command("purge")
+def run_purge(
+    run_id: Annotated[str, typer.Argument(metavar="ID")],
+    api: ApiOpt = DEFAULT_API_URL,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove a finished run and every trace of it, child runs too; exits 1 while it runs."""
+
+    async def go() -> int:
+        async with ApiClient(api, token) as client:
+            await client.purge_run(run_id)
+        if as_json:
+            echo_json(_PurgedJson(run_id))
+        else:
+            console().print(f"purged run [bold]{run_id}[/]")
         return 0
 
     run_async(go)
