@@ -859,13 +859,17 @@ class NatsTransport:
         _check_name("bucket", bucket)
         self._round_trips += 2  # consumer create + info (nats-py's keys())
         with trio.move_on_after(self._timeout) as scope:
-            keys = await self._aio(self._aio_keys(bucket), f"keys of {bucket!r}")
+            keys = await self._aio(self._aio_keys(bucket, prefix), f"keys of {bucket!r}")
         if scope.cancelled_caught:
             raise TransportTimeout(f"keys of {bucket!r}: no answer in time")
         return sorted(k for k in keys if k.startswith(prefix))
 
-    async def _aio_keys(self, bucket: str) -> list[str]:
-        """asyncio side: list keys with nats-py's cached bucket handle."""
+    async def _aio_keys(self, bucket: str, prefix: str) -> list[str]:
+        """asyncio side: list keys with nats-py's cached bucket handle.
+
+        A prefix that ends on a token boundary (``"{run}."``) becomes the server-side filter
+        ``{prefix}>``, so listing one run's keys reads only those, not the whole bucket.
+        """
         kv = self._kv_handles.get(bucket)
         if kv is None:
             try:
@@ -873,11 +877,22 @@ class NatsTransport:
             except nats.js.errors.BucketNotFoundError:
                 raise NotProvisioned(f"bucket {bucket!r} does not exist") from None
             self._kv_handles[bucket] = kv
+        if not prefix.endswith("."):
+            try:
+                keys: list[str] = await kv.keys()
+            except nats.js.errors.NoKeysError:
+                return []
+            return keys
+        watcher = await kv.watch(f"{prefix}>", ignore_deletes=True, meta_only=True)
         try:
-            keys: list[str] = await kv.keys()
-        except nats.js.errors.NoKeysError:
-            return []
-        return keys
+            found: list[str] = []
+            async for entry in watcher:
+                if entry is None:  # the end of the initial values
+                    break
+                found.append(entry.key)
+            return found
+        finally:
+            await watcher.stop()
 
     @asynccontextmanager
     async def kv_watch(

@@ -213,6 +213,11 @@ async def test_kv_keys_by_prefix(transport: Transport, clock: object, uid: str) 
     assert await transport.kv_keys(b, f"{uid}.") == [f"{uid}.a", f"{uid}.b"]
     assert await transport.kv_keys(b, uid) == [f"{uid}.a", f"{uid}.b", f"{uid}x.c"]
     assert await transport.kv_keys(b, f"{uid}.none") == []
+    # A prefix on a token boundary reads only its keys (server-side filter), deeper ones too.
+    await transport.kv_put(b, f"{uid}.deep.er", b"v")
+    assert await transport.kv_keys(b, f"{uid}.") == [f"{uid}.a", f"{uid}.b", f"{uid}.deep.er"]
+    assert await transport.kv_keys(b, f"{uid}.deep.") == [f"{uid}.deep.er"]
+    assert await transport.kv_keys(b, f"{uid}.nothing.") == []
 
 
 async def test_kv_watch_sees_put_and_delete(transport: Transport, clock: object, uid: str) -> None:
