@@ -200,7 +200,13 @@ class Engine:
                 event = await self._decode(d)
                 if event is not None:
                     groups.setdefault(event.run_id, []).append((d, event))
-            # Runs are independent: handle them concurrently, each run's events in order.
+            # Runs are independent: handle them concurrently, each run's events in order. A
+            # single run (the common case) is handled in place: a nursery and a task for it
+            # would only cost scheduler passes on the run's critical path.
+            if len(groups) == 1:
+                for items in groups.values():
+                    await self._handle_group(items)
+                continue
             async with trio.open_nursery() as nursery:
                 for items in groups.values():
                     nursery.start_soon(self._handle_group, items)

@@ -325,7 +325,8 @@ class Journal:
         self._holder.check_writable()
         data = encode_record(record)
         headers = record_headers(record)
-        async with self._lock:
+        await self._acquire_lock()
+        try:
             backoff = TRANSIENT_BACKOFF_START_S
             deadline = trio.current_time() + TRANSIENT_RETRY_DEADLINE_S
             while True:
@@ -351,6 +352,22 @@ class Journal:
                     continue
                 self._last_seq = seq
                 return seq
+        finally:
+            self._lock.release()
+
+    async def _acquire_lock(self) -> None:
+        """``await self._lock.acquire()`` without its scheduler pass when the lock is free.
+
+        ``trio.Lock.acquire`` raises if cancelled, then yields to the scheduler even when the
+        lock was free. The cancellation check is kept (a cancelled writer still writes nothing),
+        and the yield is left out: the append that follows waits on the server anyway. Taking
+        the lock only when no task is queued for it keeps ``trio.Lock``'s first-come order.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            self._lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self._lock.acquire()
 
     async def _after_lost_tail(self, data: bytes, tail: StoredMsg | None = None) -> int:
         """A lost publish ack whose record stored is not fencing: the tail is our own record."""

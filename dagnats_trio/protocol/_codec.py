@@ -81,6 +81,10 @@ def _require_object(conv: cattrs.Converter) -> Any:
 
 converter = _make_converter()
 
+#: ``json.dumps`` with non-default options builds a new encoder on every call; this one is
+#: built once (the encoder keeps no state between calls).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
 
 def register_union(union: Any) -> None:
     """Tag every member of ``union`` by its ``TYPE`` class attribute, under the key ``type``."""
@@ -99,7 +103,7 @@ def to_json(value: Any, cls: Any = None) -> bytes:
         if cls is not None
         else (converter.unstructure(value))
     )
-    return json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode()
+    return _ENCODER.encode(raw).encode()
 
 
 def from_json(data: bytes | str, cls: type[T] | Any, what: str | None = None) -> T:
@@ -123,8 +127,24 @@ def from_obj(raw: Any, cls: type[T] | Any, what: str | None = None) -> T:
         raise DecodeError(f"not a valid {what or _name(cls)}: {_describe(exc)}") from None
 
 
+#: ``_is_object_shape`` per class (or union) asked about; a pure function of a type, and the
+#: types decoded are a fixed few, so the cache stays that small.
+_OBJECT_SHAPE: dict[Any, bool] = {}
+
+
 def _is_object_shape(cls: Any) -> bool:
     """An attrs class, or a union of them (a tagged union): both need a JSON object."""
+    try:
+        return _OBJECT_SHAPE[cls]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable type expression: answer without caching
+        return _object_shape_of(cls)
+    shape = _OBJECT_SHAPE[cls] = _object_shape_of(cls)
+    return shape
+
+
+def _object_shape_of(cls: Any) -> bool:
     members = typing.get_args(cls) or (cls,)
     return all(attrs.has(m) for m in members)
 

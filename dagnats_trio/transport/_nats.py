@@ -11,6 +11,7 @@ interface's values, deliveries wrap only the reply subject, errors are mapped.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import re
@@ -74,6 +75,8 @@ FETCH_GRACE_S = 1.0
 #: Taken off a pull request's ``expires`` so the server ends it before the fetch's own deadline
 #: (nats-py does the same).
 PULL_EXPIRES_MARGIN_NS = 100_000
+#: Distinct header names whose validity the request fast path remembers.
+HEADER_KEYS_CACHED = 64
 #: Bytes of the fixed first line of a NATS header block (``NATS/1.0\r\n``).
 _HDR_LINE = b"NATS/1.0"
 
@@ -292,9 +295,14 @@ class NatsDelivery:
 
 _HEADER_KEY = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _BAD_SUBJECT = re.compile(r"\s")
-_BAD_HEADER_VALUE = re.compile(r"[\r\n]")
 _STATUS = "Status"
 _NO_RESPONDERS_STATUS = "503"
+
+
+@functools.lru_cache(maxsize=HEADER_KEYS_CACHED)
+def _header_key_ok(key: str) -> bool:
+    """Header names are a handful of constants, checked on every request: checked once each."""
+    return _HEADER_KEY.match(key) is not None
 
 
 class _ReplyMux:
@@ -339,7 +347,7 @@ class _ReplyMux:
             return False
         if headers:
             for key, value in headers.items():
-                if not _HEADER_KEY.match(key) or _BAD_HEADER_VALUE.search(value):
+                if not _header_key_ok(key) or "\r" in value or "\n" in value:
                     return False
         return True
 
@@ -1172,6 +1180,7 @@ async def open_nats_transport(
         raise ValueError("open_nats_transport needs at least one server URL")
     try:
         async with trio_asyncio.open_loop() as loop:
+            _skip_idle_synchronise(loop)
             nc = await _connect(loop, servers, name, connect_timeout_s)
             transport = NatsTransport(loop, nc, request_timeout_s)
             try:
@@ -1184,6 +1193,52 @@ async def open_nats_transport(
         if lone is group:
             raise
         raise lone from None
+
+
+def _skip_idle_synchronise(loop: Any) -> None:
+    """Make this loop's socket readers skip trio-asyncio's synchronising pass when it is idle.
+
+    trio-asyncio's reader task runs the socket's read callback, then ``await
+    loop.synchronize()``: it queues a handle behind every callback the read scheduled and
+    waits for the loop to reach it, so a reader never runs ahead of the asyncio work its data
+    caused. On this transport's paths a read usually schedules nothing (:class:`_DirectReader`
+    parses inline; replies and pull deliveries reschedule Trio tasks directly), and then the
+    synchronise is only two more scheduler passes (the loop's, then the reader's) on every
+    round trip. This reader does exactly what trio-asyncio's does, but synchronises only when
+    the read left callbacks queued, so the bound it gives is kept whenever there is anything to
+    bound; the reader still waits for readability (a scheduler pass) between reads, and data is
+    parsed in the order it arrived either way. Only this transport's own loop is changed; if
+    trio-asyncio's internals are not as expected, the loop is left as it is.
+    """
+    original = getattr(loop, "_io_task", None)
+    queue = getattr(loop, "_q_send", None)
+    if original is None or queue is None or not hasattr(queue, "statistics"):
+        return
+
+    async def io_task(fd: int, handle: Any, wait_ready: Any) -> None:
+        if wait_ready is not trio.lowlevel.wait_readable:
+            await original(fd, handle, wait_ready)
+            return
+        with handle._scope:
+            try:
+                while True:
+                    if handle._cancelled:
+                        break
+                    try:
+                        await wait_ready(fd)
+                    except OSError:
+                        if handle._cancelled:
+                            break
+                        raise
+                    if handle._cancelled:
+                        break
+                    handle._run()
+                    if queue.statistics().current_buffer_used:
+                        await loop.synchronize()
+            except Exception as exc:
+                handle._raise(exc)
+
+    loop._io_task = io_task
 
 
 async def _connect(

@@ -117,6 +117,8 @@ class Worker:
             inputs=inputs,
         )
         self._live: dict[str, set[Holder]] = {}
+        #: Every delivery being handled, beaten by the one ``_keep_alive`` loop.
+        self._beating: dict[Holder, Delivery] = {}
 
     @property
     def worker_id(self) -> str:
@@ -144,6 +146,7 @@ class Worker:
             trio.open_nursery() as nursery,
         ):
             nursery.start_soon(self._listen_for_cancels, cancels)
+            nursery.start_soon(self._keep_alive)
             for task_type in self._handlers:
                 nursery.start_soon(self._pull, task_type, slots, nursery)
             task_status.started()
@@ -211,13 +214,12 @@ class Worker:
         tc = TaskContext(self._services, task, delivery, holder)
         live = self._live.setdefault(task.run_id, set())
         live.add(holder)
+        self._beating[holder] = delivery
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._keep_alive, delivery, holder)
-                error = await self._run_handler(handler, tc, holder)
-                await self._finish(tc, holder, delivery, error)
-                nursery.cancel_scope.cancel()
+            error = await self._run_handler(handler, tc, holder)
+            await self._finish(tc, holder, delivery, error)
         finally:
+            del self._beating[holder]
             live.discard(holder)
             if not live:
                 self._live.pop(task.run_id, None)
@@ -269,16 +271,30 @@ class Worker:
         else:
             _log.warning("%s.%s left unsettled; it will be redelivered", tc.run_id, tc.step_id)
 
-    async def _keep_alive(self, delivery: Delivery, holder: Holder) -> None:
+    async def _keep_alive(self) -> None:
+        """One loop beats every delivery in hand, every ``interval``.
+
+        One loop rather than a task per delivery: a task (and the nursery around it) per
+        delivery cost several scheduler passes on every task's critical path. A delivery gets
+        its first beat at most ``interval`` after it arrived, as before (sooner is harmless: a
+        beat only restarts its AckWait), and a stalled, killed or fenced holder gets none, so its
+        AckWait runs out exactly as before. A beat is a core publish that waits only when the
+        connection's outgoing buffer is full (which every beat would then wait on alike); it is
+        bounded by ``interval`` so the loop still comes round.
+        """
         interval = self._ack_wait_s / HEARTBEATS_PER_ACK_WAIT
         while True:
             await trio.sleep(interval)
-            if holder.stalled or holder.killed or holder.fenced:
-                continue
-            try:
-                await delivery.in_progress()
-            except TransportError as exc:
-                _log.debug("in_progress for %s failed: %s", delivery.subject, exc)
+            for holder, delivery in list(self._beating.items()):
+                if holder.stalled or holder.killed or holder.fenced:
+                    continue
+                if holder not in self._beating:  # settled during an earlier beat of this pass
+                    continue
+                with trio.move_on_after(interval):
+                    try:
+                        await delivery.in_progress()
+                    except TransportError as exc:
+                        _log.debug("in_progress for %s failed: %s", delivery.subject, exc)
 
 
 def _with_mark_done(
