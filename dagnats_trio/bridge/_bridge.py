@@ -45,13 +45,8 @@ from ..protocol import (
     DecodeError,
     JournalRecord,
     JsonValue,
-    LifecycleEvent,
     ModelRecord,
     RunStatus,
-    StepCompleted,
-    StepContinue,
-    StepFailed,
-    StepPaused,
     TaskMessage,
     ToolIntentRecord,
     ToolOutputRecord,
@@ -62,6 +57,7 @@ from ..protocol import (
     decode_run_header,
     decode_task,
     from_obj,
+    lifecycle_event,
 )
 from ..transport import (
     ConsumerConfig,
@@ -746,30 +742,21 @@ class Bridge:
                     raise BridgeError(*lease.finished) from None
             else:
                 lease.holder.check_writable()
-                event = _event(t, action, output, wait, error, retriable, pause_ms)
+                event = lifecycle_event(
+                    t.run_id,
+                    t.step_id,
+                    t.dispatch,
+                    action,
+                    output=output,
+                    wait=wait,
+                    error=error,
+                    retriable=retriable,
+                    pause_ms=pause_ms,
+                )
                 await publish_lifecycle(self._transport, event)
                 lease.holder.settlement = Settlement.ACK
             await self._finish(lease, 410, "settled", "this task is already settled")
             return Settled(action.value, seq)
-
-
-def _event(
-    t: TaskMessage,
-    action: CommitAction,
-    output: JsonValue,
-    wait: Wait | None,
-    error: str | None,
-    retriable: bool,
-    pause_ms: int | None,
-) -> LifecycleEvent:
-    run, step, d = t.run_id, t.step_id, t.dispatch
-    if action is CommitAction.COMPLETE:
-        return StepCompleted(run, step, d, output=output)
-    if action is CommitAction.CONTINUE:
-        return StepContinue(run, step, d, output=output, wait=wait)
-    if action is CommitAction.PAUSE:
-        return StepPaused(run, step, d, duration_ms=pause_ms or 0)
-    return StepFailed(run, step, d, error=error or "", retriable=retriable)
 
 
 def _compact(value: JsonValue) -> bytes:

@@ -36,14 +36,11 @@ from dagnats_trio.protocol import (
     LifecycleEvent,
     ModelRecord,
     Replay,
-    StepCompleted,
-    StepContinue,
-    StepFailed,
-    StepPaused,
     TaskMessage,
     ToolIntentRecord,
     ToolOutputRecord,
     ToolResultRecord,
+    lifecycle_event,
 )
 
 Entry: TypeAlias = tuple[int, JournalRecord]
@@ -513,20 +510,17 @@ def decide_model(view: ReplayView, call: int) -> ModelDecision:
 
 def event_for_commit(commit: CommitRecord, task: TaskIdentity, seq: int) -> LifecycleEvent:
     """The lifecycle event a commit stands for, carrying the dispatch and ``journal_seq``."""
-    run, step, d = task.run_id, task.step_id, task.dispatch
-    if commit.action is CommitAction.CONTINUE:
-        return StepContinue(run, step, d, output=commit.output, wait=commit.wait, journal_seq=seq)
-    if commit.action is CommitAction.COMPLETE:
-        return StepCompleted(run, step, d, output=commit.output, journal_seq=seq)
-    if commit.action is CommitAction.PAUSE:
-        return StepPaused(run, step, d, duration_ms=commit.pause_ms or 0, journal_seq=seq)
-    return StepFailed(
-        run,
-        step,
-        d,
-        error=commit.error or "",
+    return lifecycle_event(
+        task.run_id,
+        task.step_id,
+        task.dispatch,
+        commit.action,
+        output=commit.output,
+        wait=commit.wait,
+        error=commit.error,
         retriable=commit.retriable,
         reason=commit.reason,
+        pause_ms=commit.pause_ms,
         journal_seq=seq,
     )
 

@@ -17,6 +17,7 @@ from .events import (
     WorkflowStarted,
     decode_event,
     encode_event,
+    lifecycle_event,
 )
 from .records import (
     RECORD_TYPE_HEADER,
@@ -79,6 +80,7 @@ __all__ = [
     "encode_task",
     "from_json",
     "from_obj",
+    "lifecycle_event",
     "record_headers",
     "to_json",
 ]

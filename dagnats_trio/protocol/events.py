@@ -8,6 +8,7 @@ import attrs
 
 from ._codec import JsonValue, from_json, register_union, to_json
 from .common import DispatchId, ParentRef, Wait
+from .records import CommitAction
 
 
 @attrs.frozen
@@ -133,6 +134,44 @@ RunEvent = (
 
 #: Events a worker publishes to settle a dispatch; they carry the dispatch identity.
 LifecycleEvent = StepCompleted | StepFailed | StepContinue | StepPaused
+
+
+def lifecycle_event(
+    run_id: str,
+    step_id: str,
+    dispatch: DispatchId | None,
+    action: CommitAction,
+    *,
+    output: JsonValue = None,
+    wait: Wait | None = None,
+    error: str | None = None,
+    retriable: bool = True,
+    reason: str | None = None,
+    pause_ms: int | None = None,
+    journal_seq: int | None = None,
+) -> LifecycleEvent:
+    """The one mapping from a settlement (a commit's action, or a plain step's) to its event, so
+    the journal, the worker and the bridge cannot disagree on what a settlement publishes."""
+    if action is CommitAction.CONTINUE:
+        return StepContinue(
+            run_id, step_id, dispatch, output=output, wait=wait, journal_seq=journal_seq
+        )
+    if action is CommitAction.COMPLETE:
+        return StepCompleted(run_id, step_id, dispatch, output=output, journal_seq=journal_seq)
+    if action is CommitAction.PAUSE:
+        return StepPaused(
+            run_id, step_id, dispatch, duration_ms=pause_ms or 0, journal_seq=journal_seq
+        )
+    return StepFailed(
+        run_id,
+        step_id,
+        dispatch,
+        error=error or "",
+        retriable=retriable,
+        reason=reason,
+        journal_seq=journal_seq,
+    )
+
 
 register_union(RunEvent)
 

@@ -27,15 +27,11 @@ from dagnats_trio.protocol import (
     DecodeError,
     DispatchId,
     JsonValue,
-    LifecycleEvent,
     RunStatus,
-    StepCompleted,
-    StepContinue,
-    StepFailed,
-    StepPaused,
     TaskMessage,
     Wait,
     decode_run_header,
+    lifecycle_event,
 )
 from dagnats_trio.transport import Delivery, Transport
 from dagnats_trio.transport.layout import (
@@ -329,28 +325,21 @@ class TaskContext:
             return
         self._holder.check_writable()
         await publish_lifecycle(
-            self._svc.transport, self._event(action, output, wait, error, retriable, pause_ms)
+            self._svc.transport,
+            lifecycle_event(
+                self.run_id,
+                self.step_id,
+                self.dispatch,
+                action,
+                output=output,
+                wait=wait,
+                error=error,
+                retriable=retriable,
+                pause_ms=pause_ms,
+            ),
         )
         self._holder.settlement = Settlement.ACK
         await self._holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
-
-    def _event(
-        self,
-        action: CommitAction,
-        output: JsonValue,
-        wait: Wait | None,
-        error: str | None,
-        retriable: bool,
-        pause_ms: int | None,
-    ) -> LifecycleEvent:
-        run, step, d = self.run_id, self.step_id, self.dispatch
-        if action is CommitAction.COMPLETE:
-            return StepCompleted(run, step, d, output=output)
-        if action is CommitAction.CONTINUE:
-            return StepContinue(run, step, d, output=output, wait=wait)
-        if action is CommitAction.PAUSE:
-            return StepPaused(run, step, d, duration_ms=pause_ms or 0)
-        return StepFailed(run, step, d, error=error or "", retriable=retriable)
 
 
 def _parse_mode(mode: Mode | str) -> Mode:
