@@ -229,3 +229,44 @@ async def test_header_values_cannot_inject_protocol(nats_transport: NatsTranspor
     stored = await nats_transport.get_msg(HISTORY_STREAM, seq)
     assert "\n" not in stored.headers["X-Note"] and "PUB evil" in stored.headers["X-Note"]
     assert await nats_transport.publish(subject, b"still usable") > seq
+
+
+#: A short connection deadline for the timeout test, and a generous bound on how late it may fire.
+SHORT_REQUEST_TIMEOUT_S = 0.3
+TIMEOUT_SLACK_S = 1.5
+
+
+async def test_requests_time_out_at_the_connection_deadline(nats_url: str) -> None:
+    # Requests on the connection's own deadline share one watchdog instead of a cancel scope
+    # each: every one must still fail with TransportTimeout at its own deadline, alone or
+    # staggered, and the connection must stay usable afterwards.
+    silent = f"silent.{secrets.token_hex(4)}"
+    stream = StreamSpec(f"TMO_{secrets.token_hex(4)}", (f"tmo.{secrets.token_hex(4)}",))
+    async with open_nats_transport(nats_url, request_timeout_s=SHORT_REQUEST_TIMEOUT_S) as t:
+        async with t.subscribe(silent):  # a listener that never answers: no "no responders"
+            start = trio.current_time()
+            with trio.fail_after(TEST_BOUND_S), pytest.raises(TransportTimeout):
+                await t.request(silent, b"?", timeout_s=SHORT_REQUEST_TIMEOUT_S)
+            waited = trio.current_time() - start
+            assert SHORT_REQUEST_TIMEOUT_S <= waited < SHORT_REQUEST_TIMEOUT_S + TIMEOUT_SLACK_S
+
+            waits: list[float] = []
+
+            async def one(delay: float) -> None:
+                await trio.sleep(delay)  # staggered starts are the subject of this test
+                begun = trio.current_time()
+                with pytest.raises(TransportTimeout):
+                    await t.request(silent, b"?", timeout_s=SHORT_REQUEST_TIMEOUT_S)
+                waits.append(trio.current_time() - begun)
+
+            with trio.fail_after(SHORT_REQUEST_TIMEOUT_S * 10 + TIMEOUT_SLACK_S):
+                async with trio.open_nursery() as nursery:
+                    for i in range(10):
+                        nursery.start_soon(one, i * 0.03)
+            assert len(waits) == 10
+            assert all(
+                SHORT_REQUEST_TIMEOUT_S <= w < SHORT_REQUEST_TIMEOUT_S + TIMEOUT_SLACK_S
+                for w in waits
+            ), waits
+        await t.ensure_stream(stream)
+        assert await t.publish(stream.subjects[0], b"still usable") >= 1
