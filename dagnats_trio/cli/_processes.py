@@ -67,6 +67,14 @@ LegacyOpt = Annotated[
         show_default=False,
     ),
 ]
+BridgeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--bridge/--no-bridge",
+        envvar="DAGNATS_BRIDGE",
+        help="Serve the HTTP worker bridge (/bridge/...) on the API (default on).",
+    ),
+]
 WorkerOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -173,6 +181,7 @@ def dev(
     worker: WorkerOpt = None,
     token: TokenOpt = None,
     legacy_step_events: LegacyOpt = None,
+    bridge: BridgeOpt = True,
     nats_port: Annotated[
         int, typer.Option("--nats-port", help="Client port of the embedded server (0: any).")
     ] = 0,
@@ -188,6 +197,7 @@ def dev(
             listen=parse_listen(listen),
             token=token or None,
             legacy_step_events=legacy_step_events,
+            bridge=bridge,
             handlers=_handlers(worker),
             worker_ack_wait_s=ack_wait,
         )
@@ -209,6 +219,7 @@ def serve(
     ] = 1,
     token: TokenOpt = None,
     legacy_step_events: LegacyOpt = None,
+    bridge: BridgeOpt = True,
     verbose: VerboseOpt = False,
 ) -> None:
     """Engine, REST API and inputs endpoints against an existing NATS server or cluster."""
@@ -220,6 +231,7 @@ def serve(
             listen=parse_listen(listen),
             token=token or None,
             legacy_step_events=legacy_step_events,
+            bridge=bridge,
         )
     except HostSetupError as exc:
         fail(str(exc), EXIT_USAGE)

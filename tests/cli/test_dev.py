@@ -34,6 +34,8 @@ def test_dev_serves_runs_and_stops_cleanly_on_sigint(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, run
                 time.sleep(0.05)
             assert run["status"] == "completed" and run["output"] == {"echo": 5}
+            # The worker bridge is on by default: nothing queued for this task type -> 204.
+            assert http.post("/bridge/tasks/cli_nobody/poll").status_code == 204
     finally:
         code = dev.stop()
     assert code == 0
@@ -55,3 +57,17 @@ def test_dev_rejects_a_bad_worker_module_without_a_traceback(tmp_path: Path) -> 
     assert out.returncode == 2
     assert "cannot import 'no_such_mod'" in out.stderr
     assert "Traceback" not in out.stderr + out.stdout
+
+
+def test_dev_without_the_bridge_answers_404_on_its_routes(tmp_path: Path) -> None:
+    dev = start_dev(
+        ["--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0", "--no-bridge"]
+    )
+    try:
+        with httpx.Client(base_url=dev.api_url, timeout=5.0) as http:
+            answer = http.post("/bridge/tasks/cli_echo/poll")
+            assert answer.status_code == 404
+            assert answer.json()["error"]["code"] == "bridge_disabled"
+            assert http.get("/healthz").status_code == 200
+    finally:
+        assert dev.stop() == 0
