@@ -8,13 +8,19 @@ the blocking :class:`SyncNatsServer` (same config code as the embedded server) f
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import pytest
 
 from dagnats_trio.server import NatsCluster, NatsServer, SyncNatsServer, open_nats_cluster
 from dagnats_trio.server import open_nats_server as _open_nats_server
-from dagnats_trio.transport import NatsTransport, open_nats_transport, provision
+from dagnats_trio.transport import (
+    NatsTransport,
+    SimTransport,
+    Transport,
+    open_nats_transport,
+    open_sim_transport,
+    provision,
+)
 
 
 @pytest.fixture(scope="session")
@@ -51,14 +57,17 @@ async def nats_cluster() -> AsyncIterator[NatsCluster]:
 
 
 @pytest.fixture
-async def sim_transport() -> AsyncIterator[Any]:
+async def sim_transport() -> AsyncIterator[SimTransport]:
     """A provisioned in-memory SimTransport on the Trio clock."""
-    try:
-        from dagnats_trio.transport import open_sim_transport
-    except ImportError as exc:  # pragma: no cover - only while SimTransport is being written
-        raise RuntimeError(
-            "sim_transport needs dagnats_trio.transport.open_sim_transport (SimTransport)"
-        ) from exc
     async with open_sim_transport() as transport:
         await provision(transport)
         yield transport
+
+
+@pytest.fixture(params=["nats", "sim"])
+def transport(request: pytest.FixtureRequest) -> Transport:
+    """The same test on the session nats-server and on SimTransport. pytest-trio resolves an
+    async fixture's value when the test starts, so handing on what ``getfixturevalue`` returns is
+    how one fixture picks another by parameter (and only the chosen transport is opened)."""
+    value: Transport = request.getfixturevalue(f"{request.param}_transport")
+    return value

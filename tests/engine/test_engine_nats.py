@@ -24,7 +24,7 @@ from dagnats_trio.protocol import (
     Wait,
     encode_event,
 )
-from dagnats_trio.transport import NatsTransport, SimTransport, Transport, layout
+from dagnats_trio.transport import NatsTransport, Transport, layout
 
 from ._fakes import (
     RUN_TIMEOUT_S,
@@ -548,48 +548,24 @@ async def test_two_engines_fifty_runs(nats_transport: NatsTransport) -> None:
     assert e1.stats.applied > 0 and e2.stats.applied > 0
 
 
-async def test_linear_fan_out_fan_in_with_outputs(nats_transport: NatsTransport) -> None:
-    await _linear_fan_out_fan_in(nats_transport)
+async def test_linear_fan_out_fan_in_with_outputs(transport: Transport) -> None:
+    await _linear_fan_out_fan_in(transport)
 
 
-async def test_sim_linear_fan_out_fan_in_with_outputs(sim_transport: SimTransport) -> None:
-    await _linear_fan_out_fan_in(sim_transport)
+async def test_agent_loop_continues_three_times_then_completes(transport: Transport) -> None:
+    await _agent_loop_three_continues(transport)
 
 
-async def test_agent_loop_continues_three_times_then_completes(
-    nats_transport: NatsTransport,
-) -> None:
-    await _agent_loop_three_continues(nats_transport)
+async def test_retry_with_backoff_then_success(transport: Transport) -> None:
+    await _retry_with_backoff(transport)
 
 
-async def test_sim_agent_loop_continues_three_times_then_completes(
-    sim_transport: SimTransport,
-) -> None:
-    await _agent_loop_three_continues(sim_transport)
+async def test_crash_between_save_and_publish_is_repaired(transport: Transport) -> None:
+    await _crash_between_save_and_publish(transport)
 
 
-async def test_retry_with_backoff_then_success(nats_transport: NatsTransport) -> None:
-    await _retry_with_backoff(nats_transport)
-
-
-async def test_sim_retry_with_backoff_then_success(sim_transport: SimTransport) -> None:
-    await _retry_with_backoff(sim_transport)
-
-
-async def test_crash_between_save_and_publish_is_repaired(nats_transport: NatsTransport) -> None:
-    await _crash_between_save_and_publish(nats_transport)
-
-
-async def test_sim_crash_between_save_and_publish_is_repaired(sim_transport: SimTransport) -> None:
-    await _crash_between_save_and_publish(sim_transport)
-
-
-async def test_sub_workflow_and_cancel_cascade(nats_transport: NatsTransport) -> None:
-    await _sub_workflow_and_cancel_cascade(nats_transport)
-
-
-async def test_sim_sub_workflow_and_cancel_cascade(sim_transport: SimTransport) -> None:
-    await _sub_workflow_and_cancel_cascade(sim_transport)
+async def test_sub_workflow_and_cancel_cascade(transport: Transport) -> None:
+    await _sub_workflow_and_cancel_cascade(transport)
 
 
 class RecordingInputs:
