@@ -18,6 +18,10 @@ import attrs
 
 
 class Seam(enum.Enum):
+    """The boundaries, in the order a holder reaches them. ``INSIDE_TOOL`` is reached once the tool
+    function has run (its effect has happened) and before its result is recorded; the engine seam
+    lies between saving a dispatch in the run's snapshot and publishing its task."""
+
     BEFORE_CLAIM = "before_claim"
     AFTER_CLAIM = "after_claim"
     AFTER_TOOL_INTENT = "after_tool_intent"

@@ -476,7 +476,6 @@ class Journal:
             return _raise_if_not_json(result)
 
     async def _run_tool(self, pos: int, call: ToolCall, fn: ToolFn) -> ToolResult:
-        await self._holder.seam(Seam.INSIDE_TOOL)
         self._holder.check_writable()
         self._running = pos
         try:
@@ -484,14 +483,15 @@ class Journal:
         except (JournalSettled, HolderKilled):
             raise
         except Exception as exc:
-            return ToolResult(error=f"{type(exc).__name__}: {exc}")
+            result = ToolResult(error=f"{type(exc).__name__}: {exc}")
+        else:
+            result = _tool_result(output)
         finally:
             self._running = None
-        try:
-            canonical_json(output)
-        except (TypeError, ValueError) as exc:
-            return ToolResult(error=f"{NOT_JSON_ERROR_PREFIX}{exc}")
-        return ToolResult(output=output)
+        # The tool has run and its effect has happened, but its result is not recorded: the
+        # crash a successor can only see as an intent without a result.
+        await self._holder.seam(Seam.INSIDE_TOOL)
+        return result
 
     async def _record_result(self, pos: int, result: ToolResult) -> None:
         t = self._task
@@ -592,6 +592,15 @@ def _require_json(what: str, value: JsonValue) -> str:
         return canonical_json(value)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{what} is not a JSON value: {exc}") from None
+
+
+def _tool_result(output: JsonValue) -> ToolResult:
+    """A tool function's output as its result: an error result when it is not JSON."""
+    try:
+        canonical_json(output)
+    except (TypeError, ValueError) as exc:
+        return ToolResult(error=f"{NOT_JSON_ERROR_PREFIX}{exc}")
+    return ToolResult(output=output)
 
 
 def _raise_if_not_json(result: ToolResult) -> ToolResult:

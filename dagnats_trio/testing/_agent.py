@@ -92,7 +92,7 @@ class ScriptedAgent:
     """One turn per iteration: ask the model, run the tool it names, checkpoint, continue.
 
     A harness kills or stalls a holder with the crash seams (``INSIDE_TOOL`` is reached after the
-    intent is recorded and before the tool starts).
+    tool function has run, so its start and effect are counted, and before its result is recorded).
     """
 
     def __init__(

@@ -63,13 +63,13 @@ def _pinned(*faults: Fault) -> tuple[RunPlan, ...]:
     return (RunPlan(0, "pinned-00000", faults),)
 
 
-#: The holder stalls after recording the unsafe intent, past its AckWait: its successor must
-#: record "interrupted" instead of starting the tool; the zombie then starts it once.
-STALL_AFTER_UNSAFE_INTENT = Fault(FaultKind.STALL, Seam.INSIDE_TOOL, 1, stall_ack_waits=2.0)
+#: The holder stalls inside the unsafe tool, after its effect and before its result is recorded,
+#: past its AckWait: its successor must record "interrupted" instead of starting the tool again.
+STALL_INSIDE_UNSAFE_TOOL = Fault(FaultKind.STALL, Seam.INSIDE_TOOL, 1, stall_ack_waits=2.0)
 
 
 def test_stall_inside_the_unsafe_tool_starts_it_once() -> None:
-    result = run_sim(SoakConfig(seed=1, schedule=_pinned(STALL_AFTER_UNSAFE_INTENT)))
+    result = run_sim(SoakConfig(seed=1, schedule=_pinned(STALL_INSIDE_UNSAFE_TOOL)))
     assert result.ok, "\n".join(result.violations)
     assert result.fired["stall"] == 1
     (outcome,) = result.outcomes
@@ -85,7 +85,7 @@ def test_soak_catches_an_unsafe_tool_declared_safe() -> None:
         Turn(tool="lookup", replay=Replay.SAFE, input={"id": "deploy-42"}),
         Turn(answer="deployed; ops notified"),
     )
-    config = SoakConfig(seed=1, script=script, schedule=_pinned(STALL_AFTER_UNSAFE_INTENT))
+    config = SoakConfig(seed=1, script=script, schedule=_pinned(STALL_INSIDE_UNSAFE_TOOL))
     result = run_sim(config)
     assert not result.ok
     assert any("send_message started 2 times" in v for v in result.violations), result.violations

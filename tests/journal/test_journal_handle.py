@@ -495,9 +495,11 @@ async def test_crash_seams_are_reached_in_order(transport: Transport) -> None:
     ]
 
 
-async def test_kill_at_inside_tool_leaves_the_intent_and_starts_nothing(
+async def test_kill_inside_tool_after_its_effect_leaves_the_intent_open(
     transport: Transport,
 ) -> None:
+    """INSIDE_TOOL is reached after the tool function ran: the charge happened, its result was
+    never recorded, and the successor records it interrupted instead of charging again."""
     task = make_task(uid())
 
     async def kill_inside(ctx: SeamContext) -> None:
@@ -510,12 +512,13 @@ async def test_kill_at_inside_tool_leaves_the_intent_and_starts_nothing(
         j = await open_journal(transport, task, holder=holder)
         with pytest.raises(HolderKilled):
             await j.tool(ToolCall("charge"), Replay.UNSAFE, counting("charge", starts))
-    assert starts == {} and holder.killed
+    assert starts == {"charge": 1} and holder.killed
     with pytest.raises(HolderKilled):  # a dead holder writes nothing more
         await j.settle(CommitAction.COMPLETE)
+    assert not [r for r in await records(transport, task) if isinstance(r, ToolResultRecord)]
     j2 = await open_journal(transport, task)
     r = await j2.tool(ToolCall("charge"), Replay.UNSAFE, counting("charge", starts))
-    assert r.interrupted and starts == {}
+    assert r.interrupted and starts == {"charge": 1}
 
 
 async def test_placed_inputs_and_append(transport: Transport) -> None:

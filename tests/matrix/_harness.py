@@ -11,7 +11,11 @@ nak the event, which is a handler error, not a crash); a supervisor restarts the
 
 Stall: the hook blocks (the heartbeat pauses meanwhile) until a successor delivery of the same
 iteration has claimed, or has finished (a late redelivery after a commit is stale or republishes
-and claims nothing); then the zombie goes on and must be fenced.
+and claims nothing); then the zombie goes on and must be fenced. A stalled engine blocks its whole
+history loop, so the supervisor starts another engine beside it (the stalled one is not dead);
+past the engines' AckWait that engine gets the event, finds the dispatch saved and publishes the
+task; a worker claims it, and only then does the zombie engine resume and publish the same
+dispatch, which the stream's duplicate window must swallow.
 
 The verdict (:func:`problems`) returns readable problems instead of asserting, so a test can
 also show that the same checks catch a deliberately broken agent.
@@ -23,7 +27,7 @@ import enum
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Final
+from typing import Any, Final, cast
 
 import attrs
 import trio
@@ -43,6 +47,7 @@ from dagnats_trio.testing import (
 )
 from dagnats_trio.testing._agent import DEFAULT_SCRIPT
 from dagnats_trio.transport import Transport, provision
+from dagnats_trio.transport.layout import task_subject
 from dagnats_trio.worker import Handler, TaskContext, Worker
 
 #: A fresh connection to the server under test (``open_nats_transport(url)``, ``server.connect``).
@@ -79,8 +84,13 @@ WORKER_SEAMS: Final = (
     Seam.AFTER_COMMIT,
     Seam.AFTER_LIFECYCLE_EVENT,
 )
+ENGINE_SEAMS: Final = (Seam.ENGINE_AFTER_DISPATCH_SAVED,)
+#: Every crash point of the spec ("How it is verified"), in the order a run reaches them.
+SEAMS: Final = (*WORKER_SEAMS, *ENGINE_SEAMS)
 #: Seams where the intent of the iteration's tool is recorded and its result is not.
 INTENT_OPEN_SEAMS: Final = frozenset({Seam.AFTER_TOOL_INTENT, Seam.INSIDE_TOOL})
+#: Seams reached after the tool function ran: its start and effect are counted before the crash.
+EFFECT_DONE_SEAMS: Final = frozenset({Seam.INSIDE_TOOL})
 #: Seams after which the stalled holder has committed: it is not fenced, its event is a duplicate.
 COMMITTED_SEAMS: Final = frozenset({Seam.AFTER_COMMIT, Seam.AFTER_LIFECYCLE_EVENT})
 
@@ -101,10 +111,13 @@ class Case:
         return f"{self.seam.value}/{self.mode.value}/iteration {self.iteration}"
 
 
-def cases_for(seam: Seam) -> list[Case]:
-    """The matrix row of one seam: kill and stall on each iteration (the engine is only killed)."""
-    modes = (Mode.KILL,) if seam is Seam.ENGINE_AFTER_DISPATCH_SAVED else (Mode.KILL, Mode.STALL)
-    return [Case(seam, mode, i) for mode in modes for i in ITERATIONS]
+def cases_for(seam: Seam, mode: Mode) -> list[Case]:
+    """One row of the matrix: a seam, killed or stalled, on each of the crashed iterations."""
+    return [Case(seam, mode, i) for i in ITERATIONS]
+
+
+#: The whole matrix: 8 seams x (kill, stall) x 3 iterations = 48 cases per transport.
+ALL_CASES: Final = tuple(c for seam in SEAMS for mode in Mode for c in cases_for(seam, mode))
 
 
 class SeamKill(Exception):
@@ -123,13 +136,19 @@ class CaseRun:
     released_by_successor: bool = False
     zombie_done: trio.Event = attrs.field(factory=trio.Event)
     zombie_outcome: str | None = None
+    #: Sequences the task stream gave to this run's task publishes of the crashed iteration by
+    #: engines other than the zombie (the takeover's), and the one the zombie's publish got.
+    takeover_seqs: list[int] = attrs.field(factory=list)
+    zombie_seq: int | None = None
 
 
 @attrs.define(eq=False)
 class CaseBook:
     """Every case of one test, by run id; the hooks and the handler wrapper report here."""
 
+    task: str
     runs: dict[str, CaseRun] = attrs.field(factory=dict)
+    engine_takeovers: int = 0
 
     def add(self, case: Case) -> CaseRun:
         cr = CaseRun(case, f"m{uuid.uuid4().hex[:16]}")
@@ -159,14 +178,37 @@ class CaseBook:
             await cr.successor_moved.wait()
             cr.released_by_successor = True
 
-    async def engine_hook(self, ctx: SeamContext, kill: Callable[[], None]) -> None:
+    async def engine_hook(
+        self, ctx: SeamContext, kill: Callable[[], None], take_over: Callable[[], None]
+    ) -> None:
         cr = self._target(ctx)
         if cr is None or ctx.seam is not cr.case.seam or cr.fired:
             return
         cr.fired += 1
-        kill()
-        await trio.lowlevel.checkpoint()  # raises Cancelled: the engine is gone
-        raise AssertionError("a killed engine went on")  # pragma: no cover
+        if cr.case.mode is Mode.KILL:
+            kill()
+            await trio.lowlevel.checkpoint()  # raises Cancelled: the engine is gone
+            raise AssertionError("a killed engine went on")  # pragma: no cover
+        cr.zombie = trio.lowlevel.current_task()
+        self.engine_takeovers += 1
+        take_over()
+        with trio.move_on_after(STALL_MAX_S):
+            await cr.successor_moved.wait()
+            cr.released_by_successor = True
+        # The zombie engine now publishes the dispatch it saved: see ``published``.
+
+    def published(self, subject: str, seq: int) -> None:
+        """An engine's publish was stored at (or deduplicated to) ``seq``."""
+        me = trio.lowlevel.current_task()
+        for cr in self.runs.values():
+            if cr.case.seam not in ENGINE_SEAMS or subject != task_subject(self.task, cr.run_id):
+                continue
+            if me is not cr.zombie:
+                cr.takeover_seqs.append(seq)
+            elif not cr.zombie_done.is_set():
+                cr.zombie_seq = seq
+                cr.zombie_outcome = "published"
+                cr.zombie_done.set()
 
     def handlers(self, agent: ScriptedAgent) -> dict[str, Handler]:
         """The agent's handler, wrapped to see which delivery ended how."""
@@ -201,24 +243,46 @@ class Cluster:
     engine_kills: int = 0
 
 
+@attrs.define(eq=False)
+class _WatchedTransport:
+    """An engine's connection, with its publishes reported to the book (how the harness sees a
+    resumed zombie engine publish, and what the stream made of it)."""
+
+    inner: Transport
+    book: CaseBook
+
+    async def publish(self, subject: str, data: bytes, **kwargs: Any) -> int:
+        seq = await self.inner.publish(subject, data, **kwargs)
+        self.book.published(subject, seq)
+        return seq
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 async def _engine_slot(
     connect: Connect,
     book: CaseBook,
     cluster: Cluster,
+    nursery: trio.Nursery,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """One engine process: killed by the engine hook, restarted by this supervisor."""
+    """One engine process: killed by the engine hook, restarted by this supervisor. When its
+    engine stalls, the supervisor starts another slot beside it, as a cluster's peers take over."""
     first = True
     while True:
         async with connect() as transport:
             with trio.CancelScope() as scope:
 
+                def take_over() -> None:
+                    nursery.start_soon(_engine_slot, connect, book, cluster, nursery)
+
                 async def hook(ctx: SeamContext, scope: trio.CancelScope = scope) -> None:
-                    await book.engine_hook(ctx, scope.cancel)
+                    await book.engine_hook(ctx, scope.cancel, take_over)
 
                 engine = Engine(
-                    transport,
+                    cast(Transport, _WatchedTransport(transport, book)),
                     ack_wait_s=ENGINE_ACK_WAIT_S,
                     timer_ack_wait_s=ENGINE_ACK_WAIT_S,
                     fetch_wait_s=ENGINE_FETCH_WAIT_S,
@@ -263,7 +327,7 @@ async def open_cluster(
         cluster = Cluster(transport, agent)
         async with trio.open_nursery() as nursery:
             for _ in range(ENGINES):
-                await nursery.start(_engine_slot, connect, book, cluster)
+                await nursery.start(_engine_slot, connect, book, cluster, nursery)
             for i in range(WORKERS):
                 await nursery.start(_worker, connect, book, agent, f"worker-{i}")
             yield cluster
@@ -299,7 +363,7 @@ async def run_case(cluster: Cluster, book: CaseBook, case: Case) -> Outcome:
 
 async def run_cases(connect: Connect, cases: list[Case], agent: ScriptedAgent) -> list[Outcome]:
     """Run every case at once in one cluster; outcomes in the order of ``cases``."""
-    book = CaseBook()
+    book = CaseBook(agent.task)
     outcomes: list[Outcome | None] = [None] * len(cases)
 
     async def one(i: int, cluster: Cluster) -> None:
@@ -354,7 +418,15 @@ def problems(outcome: Outcome, counters: AgentCounters) -> list[str]:
     if case.mode is Mode.STALL:
         if not cr.released_by_successor:
             out.append("the stall ended before a successor claimed or finished the task")
-        want = "returned" if case.seam in COMMITTED_SEAMS else "Fenced"
+        if case.seam in ENGINE_SEAMS:
+            want = "published"
+            if cr.zombie_seq is None or cr.zombie_seq not in cr.takeover_seqs:
+                out.append(
+                    f"the zombie engine's task publish got sequence {cr.zombie_seq}, not one of "
+                    f"the takeover's {cr.takeover_seqs} (not deduplicated)"
+                )
+        else:
+            want = "returned" if case.seam in COMMITTED_SEAMS else "Fenced"
         if cr.zombie_outcome != want:
             out.append(f"the zombie ended with {cr.zombie_outcome!r}, not {want!r}")
     return out
@@ -373,6 +445,11 @@ def _tool_problems(
     if not open_intent:
         # Nothing was in flight, or the result was recorded (AFTER_TOOL_RESULT reuses it).
         allowed: tuple[int, ...] = (1,)
+    elif case.seam in EFFECT_DONE_SEAMS:
+        # The holder ran the tool, then died or stalled before recording its result: the
+        # successor runs a safe intent again and records an unsafe one interrupted, killed or
+        # stalled alike (the zombie's own result is then fenced).
+        allowed = (1,) if unsafe else (2,)
     elif case.mode is Mode.KILL:
         # The dead holder never started it: a safe intent is run again, an unsafe one never.
         allowed = (0,) if unsafe else (1,)
@@ -382,6 +459,8 @@ def _tool_problems(
         allowed = (0, 1) if unsafe else (1, 2)
     if starts not in allowed:
         out.append(f"{tool} (iteration {iteration}) started {starts} times, expected {allowed}")
+    if open_intent and case.seam in EFFECT_DONE_SEAMS and effects != starts:
+        out.append(f"{tool} (iteration {iteration}) took effect {effects} times of {starts} starts")
     result = _result_of(outcome.records, iteration)
     want_interrupted = open_intent and unsafe
     if result is None:

@@ -58,8 +58,24 @@ async def _killed_after_intent(connect: Connect) -> None:
     assert not any(p.startswith("unsafe send_message") for p in found)
 
 
-BUGS: list[Callable[[Connect], Awaitable[None]]] = [_stalled_inside_tool, _killed_after_intent]
-IDS = ["stall-inside-tool", "kill-after-intent"]
+async def _killed_inside_tool(connect: Connect) -> None:
+    """The holder dies after send_message took effect and before its result is recorded: the
+    successor, believing it safe, sends it again. Only a seam after the effect shows this."""
+    case = Case(Seam.INSIDE_TOOL, Mode.KILL, UNSAFE_ITERATION)
+    found, counters = await _broken_run(connect, case)
+    run = next(iter(counters.model_requests))
+    assert counters.starts(run, "send_message") == 2
+    assert counters.effects(run, "send_message") == 2
+    assert "unsafe send_message started 2 times, took effect 2 times" in found
+    assert "send_message (iteration 1) started 2 times, expected (1,)" in found
+
+
+BUGS: list[Callable[[Connect], Awaitable[None]]] = [
+    _stalled_inside_tool,
+    _killed_after_intent,
+    _killed_inside_tool,
+]
+IDS = ["stall-inside-tool", "kill-after-intent", "kill-inside-tool"]
 
 
 @pytest.mark.parametrize("bug", BUGS, ids=IDS)

@@ -1,8 +1,12 @@
 """The crash-point matrix (spec, "How it is verified"): every crash seam, killed and stalled, on
 iteration 0, the unsafe iteration 1 and iteration 2, with two engines sharing the history consumer
-and two workers. One test per seam runs its cases at once, each crashing only its own run."""
+and two workers: 8 seams x 2 modes x 3 iterations = 48 cases per transport. One test per seam and
+mode (its id says which, e.g. ``[inside_tool-stall]``) runs its three cases at once, each crashing
+only its own run; a failure names each failing case as ``seam/mode/iteration N``."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import trio
@@ -11,27 +15,61 @@ import trio.testing
 from dagnats_trio._seams import Seam
 from dagnats_trio.testing import AgentCounters, ScriptedAgent
 
-from ._harness import WORKER_SEAMS, Connect, cases_for, render, run_cases
+from ._harness import (
+    ALL_CASES,
+    ITERATIONS,
+    SEAMS,
+    Case,
+    Connect,
+    Mode,
+    cases_for,
+    render,
+    run_cases,
+)
 
-SEAMS = [*WORKER_SEAMS, Seam.ENGINE_AFTER_DISPATCH_SAVED]
+ROWS = [(seam, mode) for seam in SEAMS for mode in Mode]
+ROW_IDS = [f"{seam.value}-{mode.value}" for seam, mode in ROWS]
+#: The spec's crash points, in its words' order: before and after the claim, after the tool
+#: intent, inside the tool, after the result, after the commit, after the lifecycle event, and in
+#: the engine between saving a dispatch and publishing it.
+SPEC_SEAMS = (
+    Seam.BEFORE_CLAIM,
+    Seam.AFTER_CLAIM,
+    Seam.AFTER_TOOL_INTENT,
+    Seam.INSIDE_TOOL,
+    Seam.AFTER_TOOL_RESULT,
+    Seam.AFTER_COMMIT,
+    Seam.AFTER_LIFECYCLE_EVENT,
+    Seam.ENGINE_AFTER_DISPATCH_SAVED,
+)
 
 
-async def _matrix_row(connect: Connect, seam: Seam) -> None:
+def test_the_rows_cover_the_specs_48_cases() -> None:
+    want = {Case(s, m, i) for s, m, i in itertools.product(SPEC_SEAMS, Mode, (0, 1, 2))}
+    rows = [c for seam, mode in ROWS for c in cases_for(seam, mode)]
+    assert ITERATIONS == (0, 1, 2)
+    assert len(want) == 48
+    assert len(rows) == len(set(rows)) == 48
+    assert set(rows) == set(ALL_CASES) == want
+    assert set(SEAMS) == set(Seam)
+
+
+async def _matrix_row(connect: Connect, seam: Seam, mode: Mode) -> None:
     counters = AgentCounters()
-    cases = cases_for(seam)
+    cases = cases_for(seam, mode)
     outcomes = await run_cases(connect, cases, ScriptedAgent(counters=counters))
     assert [o.run.case for o in outcomes] == cases
     failing = render(outcomes, counters)
     assert not failing, f"failing cases:\n{failing}"
 
 
-@pytest.mark.parametrize("seam", SEAMS, ids=[s.value for s in SEAMS])
-async def test_matrix_nats(nats_connect: Connect, seam: Seam) -> None:
-    await _matrix_row(nats_connect, seam)
+@pytest.mark.parametrize(("seam", "mode"), ROWS, ids=ROW_IDS)
+async def test_matrix_nats(nats_connect: Connect, seam: Seam, mode: Mode) -> None:
+    await _matrix_row(nats_connect, seam, mode)
 
 
-@pytest.mark.parametrize("seam", SEAMS, ids=[s.value for s in SEAMS])
+@pytest.mark.parametrize(("seam", "mode"), ROWS, ids=ROW_IDS)
 async def test_matrix_sim(
-    sim_connect: Connect, seam: Seam, autojump_clock: trio.testing.MockClock
+    sim_connect: Connect, seam: Seam, mode: Mode, autojump_clock: trio.testing.MockClock
 ) -> None:
-    await _matrix_row(sim_connect, seam)
+    await _matrix_row(sim_connect, seam, mode)
