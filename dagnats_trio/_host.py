@@ -24,7 +24,7 @@ import trio
 from ._env import DEFAULT_ENV, RuntimeEnv
 from .api import Service
 from .api.rest import create_app
-from .api.server import ApiServer
+from .api.server import DEFAULT_LISTEN_BACKLOG, ApiServer, check_backlog
 from .bridge import Bridge
 from .engine import Engine
 from .inputs import InputsEndpoints, InputsService
@@ -208,7 +208,8 @@ class HostConfig:
     has no replica to fall back on. ``listen`` None means no REST API. ``provision`` creates the
     streams and buckets with ``replicas`` (a worker-only process leaves that to the servers).
     ``bridge`` serves the HTTP worker bridge on the API (``/bridge/...``, docs/bridge.md), with
-    the workers' AckWait.
+    the workers' AckWait. ``api_backlog`` is the API's listen backlog (connections the kernel
+    queues before they are accepted; capped by ``net.core.somaxconn``).
     """
 
     nats_urls: tuple[str, ...] = ()
@@ -219,6 +220,7 @@ class HostConfig:
     engine: bool = True
     legacy_step_events: bool | None = None
     listen: Listen | None = Listen()
+    api_backlog: int = DEFAULT_LISTEN_BACKLOG
     token: str | None = None
     inputs_endpoints: bool = True
     handlers: Mapping[str, Handler] = attrs.field(factory=dict)
@@ -229,6 +231,10 @@ class HostConfig:
     def __attrs_post_init__(self) -> None:
         if not 1 <= self.replicas <= MAX_REPLICAS:
             raise HostSetupError(f"replicas must be from 1 to {MAX_REPLICAS}, got {self.replicas}")
+        try:
+            check_backlog(self.api_backlog)
+        except ValueError as exc:
+            raise HostSetupError(f"API {exc}") from None
 
 
 @attrs.frozen
@@ -320,7 +326,7 @@ class Host:
                     await nursery.start(bridge.run)
                 if cfg.listen is not None:
                     app = create_app(service, inputs, transport, token=cfg.token, bridge=bridge)
-                    api = ApiServer(app, cfg.listen.host, cfg.listen.port)
+                    api = ApiServer(app, cfg.listen.host, cfg.listen.port, backlog=cfg.api_backlog)
                     api_url = await nursery.start(api.run)
             task_status.started()
             host_status.started(

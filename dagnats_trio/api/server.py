@@ -20,16 +20,40 @@ log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 2.0
 #: Seconds an idle keep-alive connection stays open.
 KEEP_ALIVE_TIMEOUT_S = 30.0
+#: Connections the kernel may queue before the server accepts them. hypercorn's own default
+#: (100) overflowed under a burst of a few hundred requests (the kernel dropped the rest and
+#: they came in again a second later, or were reset); Linux caps the figure at
+#: ``net.core.somaxconn`` (docs/operations.md).
+DEFAULT_LISTEN_BACKLOG = 2048
+#: Largest backlog accepted (``listen(2)`` takes an int; no kernel queues more than this).
+MAX_LISTEN_BACKLOG = 65_535
+
+
+def check_backlog(backlog: int) -> None:
+    """ValueError unless ``backlog`` is a listen backlog (1 to :data:`MAX_LISTEN_BACKLOG`)."""
+    if isinstance(backlog, bool) or not isinstance(backlog, int):
+        raise ValueError(f"backlog must be an integer, got {backlog!r}")
+    if not 1 <= backlog <= MAX_LISTEN_BACKLOG:
+        raise ValueError(f"backlog must be from 1 to {MAX_LISTEN_BACKLOG}, got {backlog}")
 
 
 class ApiServer:
     """``url`` is set once :meth:`run` has started; :meth:`shutdown` stops it gracefully
     (cancelling the surrounding nursery stops it at once)."""
 
-    def __init__(self, app: ASGIApp, host: str = "127.0.0.1", port: int = 8080) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        *,
+        backlog: int = DEFAULT_LISTEN_BACKLOG,
+    ) -> None:
+        check_backlog(backlog)
         self.app = app
         self.host = host
         self.port = port
+        self.backlog = backlog
         self.url: str | None = None
         self._shutdown = trio.Event()
 
@@ -42,6 +66,7 @@ class ApiServer:
         config.bind = [f"{host}:{self.port}"]
         config.graceful_timeout = SHUTDOWN_GRACE_S
         config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT_S
+        config.backlog = self.backlog
         config.accesslog = None
         config.errorlog = log
         async with trio.open_nursery() as nursery:

@@ -30,6 +30,7 @@ from .._host import (
     parse_listen,
     parse_nats_urls,
 )
+from ..api.server import DEFAULT_LISTEN_BACKLOG
 from ..server import NatsServerError
 from ..transport import (
     NotProvisioned,
@@ -65,6 +66,15 @@ LegacyOpt = Annotated[
         help="Accept lifecycle events without a dispatch identity (default on; turn off once "
         "every worker is upgraded).",
         show_default=False,
+    ),
+]
+BacklogOpt = Annotated[
+    int,
+    typer.Option(
+        "--backlog",
+        envvar="DAGNATS_API_BACKLOG",
+        help="Listen backlog of the REST API: connections queued before they are accepted "
+        "(the kernel caps it at net.core.somaxconn).",
     ),
 ]
 BridgeOpt = Annotated[
@@ -182,6 +192,7 @@ def dev(
     token: TokenOpt = None,
     legacy_step_events: LegacyOpt = None,
     bridge: BridgeOpt = True,
+    backlog: BacklogOpt = DEFAULT_LISTEN_BACKLOG,
     nats_port: Annotated[
         int, typer.Option("--nats-port", help="Client port of the embedded server (0: any).")
     ] = 0,
@@ -195,6 +206,7 @@ def dev(
             data_dir=data_dir.resolve(),
             nats_port=nats_port if nats_port > 0 else -1,
             listen=parse_listen(listen),
+            api_backlog=backlog,
             token=token or None,
             legacy_step_events=legacy_step_events,
             bridge=bridge,
@@ -207,7 +219,12 @@ def dev(
     _run_host(
         config,
         "dev",
-        [("data dir", str(config.data_dir)), ("sync", "always (single node)"), ("tasks", tasks)],
+        [
+            ("data dir", str(config.data_dir)),
+            ("sync", "always (single node)"),
+            ("tasks", tasks),
+            ("api backlog", str(config.api_backlog)),
+        ],
     )
 
 
@@ -220,6 +237,7 @@ def serve(
     token: TokenOpt = None,
     legacy_step_events: LegacyOpt = None,
     bridge: BridgeOpt = True,
+    backlog: BacklogOpt = DEFAULT_LISTEN_BACKLOG,
     verbose: VerboseOpt = False,
 ) -> None:
     """Engine, REST API and inputs endpoints against an existing NATS server or cluster."""
@@ -229,13 +247,18 @@ def serve(
             nats_urls=parse_nats_urls(nats),
             replicas=replicas,
             listen=parse_listen(listen),
+            api_backlog=backlog,
             token=token or None,
             legacy_step_events=legacy_step_events,
             bridge=bridge,
         )
     except HostSetupError as exc:
         fail(str(exc), EXIT_USAGE)
-    _run_host(config, "serve", [("replicas", str(replicas))])
+    _run_host(
+        config,
+        "serve",
+        [("replicas", str(replicas)), ("api backlog", str(config.api_backlog))],
+    )
 
 
 def worker(

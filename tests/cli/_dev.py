@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -62,13 +62,16 @@ def _pump(stream: object, lines: queue.Queue[str | None]) -> None:
     lines.put(None)
 
 
-def start_dev(args: Sequence[str], *, cwd: Path = HERE) -> DevProcess:
-    env = {**os.environ, "DAGNATS_LEGACY_STEP_EVENTS": "false"}
-    env.pop("DAGNATS_API_TOKEN", None)
+def start_dev(
+    args: Sequence[str], *, cwd: Path = HERE, env: Mapping[str, str] | None = None
+) -> DevProcess:
+    """``env``: variables set for the child on top of this process's environment."""
+    child_env = {**os.environ, "DAGNATS_LEGACY_STEP_EVENTS": "false", **(env or {})}
+    child_env.pop("DAGNATS_API_TOKEN", None)
     proc = subprocess.Popen(
         [*dagnats_command(), "dev", *args],
         cwd=cwd,
-        env=env,
+        env=child_env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

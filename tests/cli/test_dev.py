@@ -71,3 +71,46 @@ def test_dev_without_the_bridge_answers_404_on_its_routes(tmp_path: Path) -> Non
             assert http.get("/healthz").status_code == 200
     finally:
         assert dev.stop() == 0
+
+
+def _listen_backlog(api_url: str) -> int:
+    """The backlog the kernel gives the API's listening socket (``ss`` shows it as Send-Q)."""
+    port = api_url.rsplit(":", 1)[1]
+    out = subprocess.run(
+        ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, timeout=10, check=True
+    )
+    (line,) = out.stdout.strip().splitlines()
+    return int(line.split()[2])
+
+
+def test_dev_listens_with_the_backlog_of_its_setting(tmp_path: Path) -> None:
+    dev = start_dev(["--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0"])
+    try:
+        assert dev.banner["api backlog"] == "2048"
+        assert _listen_backlog(dev.api_url) == 2048
+    finally:
+        assert dev.stop() == 0
+    dev = start_dev(
+        ["--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0"],
+        env={"DAGNATS_API_BACKLOG": "777"},
+    )
+    try:
+        assert dev.banner["api backlog"] == "777"
+        assert _listen_backlog(dev.api_url) == 777
+    finally:
+        assert dev.stop() == 0
+
+
+def test_dev_refuses_a_bad_backlog_in_one_line(tmp_path: Path) -> None:
+    for value in ("0", "65536", "-5"):
+        out = subprocess.run(
+            [*dagnats_command(), "dev", "--data-dir", str(tmp_path), "--backlog", value],
+            cwd=HERE,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 2, (value, out.stderr)
+        assert f"API backlog must be from 1 to 65535, got {value}" in out.stderr
+        assert "Traceback" not in out.stderr + out.stdout
+        assert not (tmp_path / "jetstream").exists()
