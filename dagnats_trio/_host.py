@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +29,12 @@ from .api.server import DEFAULT_LISTEN_BACKLOG, ApiServer, check_backlog
 from .bridge import Bridge
 from .engine import Engine
 from .inputs import InputsEndpoints, InputsService
+from .journal import (
+    DEFAULT_RESTART_LIMIT,
+    MAX_RESTART_LIMIT,
+    MIN_RESTART_LIMIT,
+    check_restart_limit,
+)
 from .server import NatsServer
 from .transport import (
     TemporarilyUnavailable,
@@ -67,6 +74,7 @@ __all__ = [
     "merge_handlers",
     "parse_listen",
     "parse_nats_urls",
+    "parse_restart_limit",
     "wired_worker",
 ]
 
@@ -117,6 +125,29 @@ def parse_nats_urls(text: str) -> tuple[str, ...]:
     if not urls:
         raise HostSetupError("no NATS URL given (--nats or DAGNATS_NATS_URL)")
     return tuple(urls)
+
+
+#: What ``--restart-limit`` accepts before its range is checked: ASCII digits (``int()`` would
+#: also take ``"1_0"`` and other scripts' digits).
+_WHOLE_NUMBER = re.compile(r"[0-9]{1,9}")
+
+
+def parse_restart_limit(text: str) -> int:
+    """``--restart-limit`` / ``DAGNATS_RESTART_LIMIT``: a whole number from 1 to 1000."""
+    raw = text.strip()
+    if _WHOLE_NUMBER.fullmatch(raw) is None:
+        raise HostSetupError(
+            f"restart_limit must be a whole number from {MIN_RESTART_LIMIT} to "
+            f"{MAX_RESTART_LIMIT}, got {text!r}"
+        )
+    return _checked_restart_limit(int(raw))
+
+
+def _checked_restart_limit(value: int) -> int:
+    try:
+        return check_restart_limit(value)
+    except ValueError as exc:
+        raise HostSetupError(str(exc)) from None
 
 
 def load_handlers(spec: str) -> Mapping[str, Handler]:
@@ -173,6 +204,7 @@ def wired_worker(
     *,
     env: RuntimeEnv = DEFAULT_ENV,
     ack_wait_s: float = DEFAULT_ACK_WAIT_S,
+    restart_limit: int = DEFAULT_RESTART_LIMIT,
     worker_id: str | None = None,
 ) -> Worker:
     """A worker wired to the inputs service: ``tc.place_inputs`` works, committed iterations
@@ -182,6 +214,7 @@ def wired_worker(
         handlers,
         env=env,
         ack_wait_s=ack_wait_s,
+        restart_limit=restart_limit,
         worker_id=worker_id,
         inputs=inputs,
     )
@@ -209,7 +242,9 @@ class HostConfig:
     streams and buckets with ``replicas`` (a worker-only process leaves that to the servers).
     ``bridge`` serves the HTTP worker bridge on the API (``/bridge/...``, docs/bridge.md), with
     the workers' AckWait. ``api_backlog`` is the API's listen backlog (connections the kernel
-    queues before they are accepted; capped by ``net.core.somaxconn``).
+    queues before they are accepted; capped by ``net.core.somaxconn``). ``worker_restart_limit``
+    is the ``restart_limit`` of the workers and of the bridge: a journal step fails (reason
+    ``restart_limit``) when its iteration was claimed that many times in a row without progress.
     """
 
     nats_urls: tuple[str, ...] = ()
@@ -225,6 +260,7 @@ class HostConfig:
     inputs_endpoints: bool = True
     handlers: Mapping[str, Handler] = attrs.field(factory=dict)
     worker_ack_wait_s: float = DEFAULT_ACK_WAIT_S
+    worker_restart_limit: int = DEFAULT_RESTART_LIMIT
     client_name: str = "dagnats"
     bridge: bool = True
 
@@ -235,6 +271,7 @@ class HostConfig:
             check_backlog(self.api_backlog)
         except ValueError as exc:
             raise HostSetupError(f"API {exc}") from None
+        _checked_restart_limit(self.worker_restart_limit)
 
 
 @attrs.frozen
@@ -315,13 +352,18 @@ class Host:
                         cfg.handlers,
                         env=self.env,
                         ack_wait_s=cfg.worker_ack_wait_s,
+                        restart_limit=cfg.worker_restart_limit,
                     )
                     await nursery.start(worker.run)
                 api_url: str | None = None
                 bridge: Bridge | None = None
                 if cfg.listen is not None and cfg.bridge:
                     bridge = Bridge(
-                        transport, env=self.env, ack_wait_s=cfg.worker_ack_wait_s, inputs=inputs
+                        transport,
+                        env=self.env,
+                        ack_wait_s=cfg.worker_ack_wait_s,
+                        restart_limit=cfg.worker_restart_limit,
+                        inputs=inputs,
                     )
                     await nursery.start(bridge.run)
                 if cfg.listen is not None:

@@ -29,8 +29,10 @@ from .._host import (
     merge_handlers,
     parse_listen,
     parse_nats_urls,
+    parse_restart_limit,
 )
 from ..api.server import DEFAULT_LISTEN_BACKLOG
+from ..journal import DEFAULT_RESTART_LIMIT, MAX_RESTART_LIMIT, MIN_RESTART_LIMIT
 from ..server import NatsServerError
 from ..transport import (
     NotProvisioned,
@@ -99,6 +101,16 @@ NatsOpt = Annotated[
 ]
 AckWaitOpt = Annotated[
     float, typer.Option("--ack-wait", min=0.1, help="Workers' AckWait in seconds.")
+]
+RestartLimitOpt = Annotated[
+    str,
+    typer.Option(
+        "--restart-limit",
+        envvar="DAGNATS_RESTART_LIMIT",
+        metavar="N",
+        help=f"Workers' restart_limit ({MIN_RESTART_LIMIT} to {MAX_RESTART_LIMIT}): a journal "
+        "step fails (reason restart_limit) after N claims in a row without progress.",
+    ),
 ]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details.")]
 
@@ -197,6 +209,7 @@ def dev(
         int, typer.Option("--nats-port", help="Client port of the embedded server (0: any).")
     ] = 0,
     ack_wait: AckWaitOpt = DEFAULT_ACK_WAIT_S,
+    restart_limit: RestartLimitOpt = str(DEFAULT_RESTART_LIMIT),
     verbose: VerboseOpt = False,
 ) -> None:
     """Everything in one process on an embedded nats-server (engine, API, workers)."""
@@ -210,6 +223,7 @@ def dev(
             token=token or None,
             legacy_step_events=legacy_step_events,
             bridge=bridge,
+            worker_restart_limit=parse_restart_limit(restart_limit),
             handlers=_handlers(worker),
             worker_ack_wait_s=ack_wait,
         )
@@ -224,6 +238,7 @@ def dev(
             ("sync", "always (single node)"),
             ("tasks", tasks),
             ("api backlog", str(config.api_backlog)),
+            ("restart limit", str(config.worker_restart_limit)),
         ],
     )
 
@@ -267,6 +282,7 @@ def worker(
     ],
     nats: NatsOpt,
     ack_wait: AckWaitOpt = DEFAULT_ACK_WAIT_S,
+    restart_limit: RestartLimitOpt = str(DEFAULT_RESTART_LIMIT),
     verbose: VerboseOpt = False,
 ) -> None:
     """Workers only, against an existing NATS server or cluster (provisioned by serve/dev)."""
@@ -278,12 +294,20 @@ def worker(
             engine=False,
             listen=None,
             inputs_endpoints=False,
+            worker_restart_limit=parse_restart_limit(restart_limit),
             handlers=_handlers(handlers),
             worker_ack_wait_s=ack_wait,
         )
     except HostSetupError as exc:
         fail(str(exc), EXIT_USAGE)
-    _run_host(config, "worker", [("tasks", ", ".join(sorted(config.handlers)))])
+    _run_host(
+        config,
+        "worker",
+        [
+            ("tasks", ", ".join(sorted(config.handlers))),
+            ("restart limit", str(config.worker_restart_limit)),
+        ],
+    )
 
 
 def demo(verbose: VerboseOpt = False) -> None:

@@ -63,18 +63,38 @@ def _pump(stream: object, lines: queue.Queue[str | None]) -> None:
 
 
 def start_dev(
-    args: Sequence[str], *, cwd: Path = HERE, env: Mapping[str, str] | None = None
+    args: Sequence[str],
+    *,
+    cwd: Path = HERE,
+    env: Mapping[str, str] | None = None,
+    own_group: bool = False,
 ) -> DevProcess:
-    """``env``: variables set for the child on top of this process's environment."""
+    """``env``: variables set for the child on top of this process's environment;
+    ``own_group``: the child leads a session and process group of its own (as a shell's job
+    does), so a signal can be sent to its whole group."""
+    return start_dagnats("dev", args, cwd=cwd, env=env, own_group=own_group)
+
+
+def start_dagnats(
+    verb: str,
+    args: Sequence[str],
+    *,
+    cwd: Path = HERE,
+    env: Mapping[str, str] | None = None,
+    own_group: bool = False,
+) -> DevProcess:
+    """``dagnats VERB ARGS`` (a long-running one: dev, serve, worker), once its banner says
+    ready."""
     child_env = {**os.environ, "DAGNATS_LEGACY_STEP_EVENTS": "false", **(env or {})}
     child_env.pop("DAGNATS_API_TOKEN", None)
     proc = subprocess.Popen(
-        [*dagnats_command(), "dev", *args],
+        [*dagnats_command(), verb, *args],
         cwd=cwd,
         env=child_env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        start_new_session=own_group,
     )
     lines: queue.Queue[str | None] = queue.Queue()
     threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
@@ -84,7 +104,9 @@ def start_dev(
         while True:
             line = lines.get(timeout=DEV_START_TIMEOUT_S)
             if line is None:
-                raise RuntimeError("dagnats dev exited before it was ready:\n" + "\n".join(seen))
+                raise RuntimeError(
+                    f"dagnats {verb} exited before it was ready:\n" + "\n".join(seen)
+                )
             seen.append(line)
             name, sep, value = line.strip().partition(":")
             if line.startswith("  ") and sep:

@@ -1,0 +1,133 @@
+"""``--restart-limit`` / ``DAGNATS_RESTART_LIMIT`` on ``dagnats worker`` and ``dagnats dev``
+(issue 9 item 12): refused in one line when bad, and carried to the workers when good."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dagnats_trio._host import HostConfig, HostSetupError, parse_restart_limit
+
+from ._dev import HERE, dagnats_command, start_dagnats, start_dev
+
+#: Bound of a crashing worker's life: start, a task (after the AckWait), its own SIGKILL.
+WORKER_DEATH_TIMEOUT_S = 40.0
+#: Bound of the wait for the run to fail once the limit is hit.
+RUN_FAILED_TIMEOUT_S = 30.0
+#: The crashing workers' AckWait: a dead one's task comes back this soon.
+ACK_WAIT_S = "1"
+BAD_VALUES = ("0", "1001", "-5", "abc", "1_0", "2.5", "")
+
+
+@pytest.mark.parametrize("value", BAD_VALUES)
+def test_parse_restart_limit_refuses_bad_values(value: str) -> None:
+    with pytest.raises(HostSetupError, match="restart_limit must be"):
+        parse_restart_limit(value)
+
+
+def test_parse_restart_limit_and_host_config_take_1_to_1000() -> None:
+    assert parse_restart_limit("1") == 1
+    assert parse_restart_limit(" 1000 ") == 1000
+    assert HostConfig(worker_restart_limit=7).worker_restart_limit == 7
+    for bad in (0, 1001):
+        with pytest.raises(
+            HostSetupError, match=f"restart_limit must be from 1 to 1000, got {bad}"
+        ):
+            HostConfig(worker_restart_limit=bad)
+
+
+def _refused(
+    args: list[str], env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*dagnats_command(), *args],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "COLUMNS": "200", **(env or {})},
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "1001", "abc"])
+def test_worker_and_dev_refuse_a_bad_restart_limit_in_one_line(value: str, tmp_path: Path) -> None:
+    runs = [
+        _refused(["dev", "--data-dir", str(tmp_path), "--restart-limit", value]),
+        _refused(["dev", "--data-dir", str(tmp_path)], env={"DAGNATS_RESTART_LIMIT": value}),
+        _refused(
+            [
+                "worker",
+                "--nats",
+                "nats://127.0.0.1:1",
+                "--restart-limit",
+                value,
+                "_crashing:handlers",
+            ]
+        ),
+    ]
+    for out in runs:
+        assert out.returncode == 2, (value, out.stderr)
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1, out.stderr
+        assert "restart_limit must be" in lines[0] and "1000" in lines[0], lines
+        assert "Traceback" not in out.stderr + out.stdout
+    assert not (tmp_path / "jetstream").exists()  # refused before anything was opened
+
+
+def _step(http: httpx.Client, run_id: str, step_id: str) -> dict[str, object]:
+    run = http.get(f"/runs/{run_id}").json()
+    step: dict[str, object] = next(s for s in run["steps"] if s["step_id"] == step_id)
+    return {**step, "run_status": run["status"]}
+
+
+def test_the_limit_reaches_the_worker_a_step_fails_after_that_many_claims(tmp_path: Path) -> None:
+    """Two workers with ``--restart-limit 2`` die right after their claim; the third claim
+    commits the failure with reason restart_limit (the default 5 would let it run)."""
+    dev = start_dev(["--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0"])
+    worker_args = ["--nats", dev.nats_url, "--ack-wait", ACK_WAIT_S, "_crashing:handlers"]
+    try:
+        with httpx.Client(base_url=dev.api_url, timeout=5.0) as http:
+            # One attempt: the restart_limit failure is retriable, and a retry would claim again.
+            step = {"id": "s", "task": "cli_crash", "retry": {"max_attempts": 1}}
+            wf = {"name": "cli-restart-limit", "steps": [step]}
+            assert http.post("/workflows", content=json.dumps(wf)).status_code == 201
+            run_id = http.post("/runs", json={"workflow": wf["name"]}).json()["run_id"]
+            for _ in range(2):
+                crashing = start_dagnats("worker", ["--restart-limit", "2", *worker_args])
+                assert crashing.banner["restart limit"] == "2"
+                assert crashing.proc.wait(WORKER_DEATH_TIMEOUT_S) == -9  # died after its claim
+            third = start_dagnats("worker", worker_args, env={"DAGNATS_RESTART_LIMIT": "2"})
+            try:
+                assert third.banner["restart limit"] == "2"
+                deadline = time.monotonic() + RUN_FAILED_TIMEOUT_S
+                while (seen := _step(http, run_id, "s"))["run_status"] == "running":
+                    assert time.monotonic() < deadline, seen
+                    time.sleep(0.1)
+                assert third.proc.poll() is None  # the third holder did not run the handler
+            finally:
+                assert third.stop() == 0
+            assert seen["run_status"] == "failed", seen
+            assert seen["status"] == "failed" and seen["reason"] == "restart_limit", seen
+            page = http.get(f"/runs/{run_id}/steps/s/journal").json()
+            types = [r["type"] for r in page["records"]]
+            print(f"\njournal of the step with --restart-limit 2: {types}")
+            assert types == ["claim", "claim", "claim", "commit"], page
+            assert page["records"][-1]["record"]["reason"] == "restart_limit"
+    finally:
+        assert dev.stop() == 0
+
+
+def test_dev_takes_the_restart_limit_from_its_environment(tmp_path: Path) -> None:
+    dev = start_dev(
+        ["--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0"],
+        env={"DAGNATS_RESTART_LIMIT": "7"},
+    )
+    try:
+        assert dev.banner["restart limit"] == "7"
+    finally:
+        assert dev.stop() == 0
