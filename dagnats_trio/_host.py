@@ -35,6 +35,7 @@ from .journal import (
     MIN_RESTART_LIMIT,
     check_restart_limit,
 )
+from .protocol import is_ascii_digits, parse_decimal
 from .server import NatsServer
 from .transport import (
     TemporarilyUnavailable,
@@ -99,11 +100,12 @@ def parse_listen(text: str) -> Listen:
     """``HOST:PORT``, ``[V6]:PORT`` or ``:PORT`` (loopback)."""
     raw = text.strip()
     host, sep, port_text = raw.rpartition(":")
-    if not sep or not port_text.isdigit():
+    if not sep or not is_ascii_digits(port_text):
         raise HostSetupError(f"listen address {text!r} must look like 127.0.0.1:8080")
-    port = int(port_text)
-    if not 0 <= port <= 65535:
-        raise HostSetupError(f"listen port {port} is not from 0 to 65535")
+    try:
+        port = parse_decimal(port_text, low=0, high=65535)
+    except ValueError:
+        raise HostSetupError(f"listen port {port_text} is not from 0 to 65535") from None
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return Listen(host or DEFAULT_LISTEN_HOST, port)

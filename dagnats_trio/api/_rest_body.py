@@ -9,7 +9,6 @@ below first, so a typo or a wrong type is a 400 that names the field.
 
 from __future__ import annotations
 
-import json
 import types
 import typing
 from typing import Any, TypeVar, Union
@@ -17,13 +16,20 @@ from typing import Any, TypeVar, Union
 import attrs
 from starlette.requests import ClientDisconnect, Request
 
-from ..protocol import DecodeError, JsonValue, from_obj
+from ..protocol import (
+    DecodeError,
+    JsonPolicyError,
+    JsonValue,
+    decode_json,
+    from_obj,
+    parse_decimal,
+)
 from ._rest_errors import ApiError, bad_request
 
 T = TypeVar("T")
 
-#: Nesting depth beyond which a JSON body is refused (the stdlib parser recurses).
-MAX_JSON_DEPTH = 64
+#: Largest ``Content-Length`` read as a number (any larger is refused as too large anyway).
+CONTENT_LENGTH_MAX = 2**63 - 1
 
 
 def too_large(limit_bytes: int) -> ApiError:
@@ -35,7 +41,7 @@ async def read_body(request: Request, limit_bytes: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
-            size = int(declared)
+            size = parse_decimal(declared, low=0, high=CONTENT_LENGTH_MAX)
         except ValueError:
             raise bad_request("Content-Length is not a number") from None
         if size > limit_bytes:
@@ -54,38 +60,18 @@ async def read_body(request: Request, limit_bytes: int) -> bytes:
 
 
 def parse_json(body: bytes, *, optional: bool = False) -> JsonValue:
-    """The JSON value of ``body``. An empty body is ``{}`` when ``optional`` (routes whose body
-    fields all have defaults), else a 400."""
+    """The JSON value of ``body`` by the one JSON policy (:mod:`dagnats_trio.protocol.json_policy`:
+    UTF-8, finite numbers, no lone surrogates, bounded nesting), or a 400 ``invalid_json`` that
+    says where. An empty body is ``{}`` when ``optional`` (routes whose body fields all have
+    defaults), else a 400."""
     if not body.strip():
         if not optional:
             raise bad_request("a JSON body is required", code="invalid_json")
         return {}
     try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise bad_request(f"body is not valid JSON: {exc}", code="invalid_json") from None
-    except RecursionError:
-        raise bad_request("body is nested too deeply", code="invalid_json") from None
-    if _depth(value) > MAX_JSON_DEPTH:
-        raise bad_request(
-            f"body is nested deeper than {MAX_JSON_DEPTH} levels", code="invalid_json"
-        )
-    return value
-
-
-def _depth(value: JsonValue) -> int:
-    deepest = 0
-    stack: list[tuple[JsonValue, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        deepest = max(deepest, level)
-        if level > MAX_JSON_DEPTH:
-            break
-        if isinstance(item, dict):
-            stack.extend((v, level + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, level + 1) for v in item)
-    return deepest
+        return decode_json(body, where="body")
+    except JsonPolicyError as exc:
+        raise bad_request(str(exc), code="invalid_json") from None
 
 
 def decode_body(raw: JsonValue, cls: type[T]) -> T:

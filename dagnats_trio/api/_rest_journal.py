@@ -23,6 +23,7 @@ from ..protocol import (
     JournalRecord,
     converter,
     decode_record,
+    parse_decimal,
     to_json,
 )
 from ..transport import StoredMsg, Transport, TransportError, layout
@@ -44,8 +45,8 @@ FOLLOW_KEEPALIVE_S = 15.0
 #: A live stream is closed after this long; the client reconnects with ``Last-Event-ID``.
 FOLLOW_MAX_S = 3_600.0
 
-#: Digits of the largest sequence accepted from a client (JetStream sequences are 64-bit).
-MAX_SEQ_DIGITS = 19
+#: Largest record sequence accepted from a client (``from``, ``Last-Event-ID``).
+MAX_SEQ = 2**63 - 1
 
 SSE_MEDIA_TYPE = "text/event-stream"
 #: The event that closes a stream because the step finished.
@@ -216,9 +217,9 @@ def parse_last_event_id(value: str | None) -> int | None:
     """The sequence after which to resume, from a ``Last-Event-ID`` header (None when absent)."""
     if value is None or not value.strip():
         return None
-    text = value.strip()
-    if not text.isdigit() or len(text) > MAX_SEQ_DIGITS:
+    try:
+        return parse_decimal(value.strip(), low=0, high=MAX_SEQ)
+    except ValueError:
         raise bad_request(
             f"Last-Event-ID {value!r} is not a record sequence", code="invalid_last_event_id"
-        )
-    return int(text)
+        ) from None

@@ -24,9 +24,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..bridge import Bridge, bridge_endpoints
-from ..dag import DurationError, parse_duration
+from ..dag import DurationError, parse_duration_text
 from ..inputs import InputsService, SubmissionStatus
-from ..protocol import to_json
+from ..protocol import parse_decimal, to_json
 from ..transport import Transport, layout
 from ._rest_body import decode_body, parse_json, read_body
 from ._rest_errors import (
@@ -42,6 +42,7 @@ from ._rest_journal import (
     FOLLOW_POLL_INTERVAL_S,
     JOURNAL_PAGE_LIMIT_DEFAULT,
     JOURNAL_PAGE_LIMIT_MAX,
+    MAX_SEQ,
     JournalFollowResponse,
     parse_last_event_id,
     read_page,
@@ -294,7 +295,7 @@ class _Handlers:
         _only_params(request, {"from", "limit", "follow"})
         run_id = request.path_params["run_id"]
         step_id = request.path_params["step_id"]
-        from_seq = _int_param(q.get("from"), "from", 0, 2**63 - 1, 1)
+        from_seq = _int_param(q.get("from"), "from", 0, MAX_SEQ, 1)
         limit = _int_param(
             q.get("limit"), "limit", 1, JOURNAL_PAGE_LIMIT_MAX, JOURNAL_PAGE_LIMIT_DEFAULT
         )
@@ -340,13 +341,10 @@ def _only_params(request: Request, allowed: set[str]) -> None:
 def _int_param(raw: str | None, name: str, low: int, high: int, default: int) -> int:
     if raw is None or raw == "":
         return default
-    text = raw.strip()
-    if not text.isdigit() or len(text) > len(str(high)):
-        raise bad_request(f"{name} must be an integer from {low} to {high}", code="invalid_query")
-    value = int(text)
-    if not low <= value <= high:
-        raise bad_request(f"{name} must be an integer from {low} to {high}", code="invalid_query")
-    return value
+    try:
+        return parse_decimal(raw, low=low, high=high)
+    except ValueError as exc:
+        raise bad_request(f"{name} {exc}", code="invalid_query") from None
 
 
 def _bool_param(raw: str | None, name: str) -> bool:
@@ -361,10 +359,9 @@ def _wait_param(raw: str | None, max_wait_s: float) -> float | None:
     """``wait`` as seconds, cut to ``max_wait_s``: "30s", "250ms" or integer milliseconds."""
     if raw is None or raw == "":
         return None
-    text = raw.strip()
     try:
-        ms = parse_duration(int(text) if text.isdigit() else text)
-    except (DurationError, ValueError) as exc:
+        ms = parse_duration_text(raw)
+    except DurationError as exc:
         raise bad_request(f"wait: {exc}", code="invalid_wait") from None
     return min(ms / 1000.0, max_wait_s)
 

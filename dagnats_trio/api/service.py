@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,11 +22,13 @@ from ..engine import RunSnapshot, decode_snapshot, encode_snapshot, new_run_snap
 from ..protocol import (
     CancelRequested,
     DecodeError,
+    JsonPolicyError,
     JsonValue,
     RunStatus,
     SignalSent,
     WorkflowStarted,
     encode_event,
+    encode_json,
     from_json,
 )
 from ..transport import KeyExists, Transport, layout
@@ -139,6 +140,7 @@ class Service:
         as soon as this returns. Every step is idempotent, so a caller that retries after a
         failure (with its key) completes a half-done start instead of making a second run.
         """
+        _json_bytes(input, "input")
         definition = await self.get_workflow(workflow)
         run_id = self.env.new_id()
         layout.check_token("run id", run_id)
@@ -239,13 +241,12 @@ class Service:
     async def send_signal(self, run_id: str, name: str, payload: JsonValue = None) -> None:
         """Store the signal in KV ``signals`` (where handlers read it) and record it in history."""
         _token("signal name", name, None)
+        stored = _json_bytes(payload, "payload")
         await self.get_run(run_id)
         data = encode_event(SignalSent(run_id, name, payload))
         if len(data) > SIGNAL_PAYLOAD_MAX_BYTES:
             raise InvalidRequest(f"signal payload is larger than {SIGNAL_PAYLOAD_MAX_BYTES} bytes")
-        await self.transport.kv_put(
-            layout.SIGNALS_BUCKET, layout.signal_key(run_id, name), _json_bytes(payload)
-        )
+        await self.transport.kv_put(layout.SIGNALS_BUCKET, layout.signal_key(run_id, name), stored)
         await self.transport.publish(layout.history_subject(run_id), data)
 
     async def get_signal(self, run_id: str, name: str) -> JsonValue:
@@ -333,8 +334,8 @@ def _token(kind: str, value: str, not_found: Any) -> None:
         raise InvalidRequest(str(exc)) from None
 
 
-def _json_bytes(value: JsonValue) -> bytes:
+def _json_bytes(value: JsonValue, what: str) -> bytes:
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-    except (TypeError, ValueError) as exc:
-        raise InvalidRequest(f"payload is not JSON: {exc}") from None
+        return encode_json(value, where=what)
+    except JsonPolicyError as exc:
+        raise InvalidRequest(str(exc)) from None

@@ -10,7 +10,6 @@ into answers a client in any language can act on.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import secrets
@@ -44,6 +43,7 @@ from ..protocol import (
     CommitAction,
     DecodeError,
     JournalRecord,
+    JsonPolicyError,
     JsonValue,
     ModelRecord,
     RunStatus,
@@ -53,9 +53,11 @@ from ..protocol import (
     ToolResultRecord,
     Wait,
     converter,
+    decode_json,
     decode_record,
     decode_run_header,
     decode_task,
+    encode_json,
     from_obj,
     lifecycle_event,
 )
@@ -584,8 +586,8 @@ class Bridge:
                 if entry is None or entry.value is None:
                     return CheckpointState("input", t.input)
                 try:
-                    return CheckpointState("kv", json.loads(entry.value))
-                except ValueError:
+                    return CheckpointState("kv", decode_json(entry.value, where="checkpoint"))
+                except JsonPolicyError:
                     raise BridgeError(
                         500, "checkpoint_corrupt", f"checkpoint of step {t.step_id!r} is not JSON"
                     ) from None
@@ -594,7 +596,7 @@ class Bridge:
             return CheckpointState("journal", state, t.journal_seq)
 
     async def checkpoint(self, token: str, state: JsonValue) -> CheckpointSaved:
-        data = _compact(state)
+        data = _compact(state, "state")
         async with self._use(token) as lease:
             self._check_active(lease)
             if lease.journal is not None:
@@ -696,7 +698,7 @@ class Bridge:
     ) -> Settled:
         """Commit then publish once claimed (the SDK's ``settle``), else publish the lifecycle
         event with the dispatch identity; then ack."""
-        _compact(output)
+        _compact(output, "output")
         async with self._use(token) as lease:
             self._check_active(lease)
             self._check_claim_stored(lease)
@@ -759,13 +761,11 @@ class Bridge:
             return Settled(action.value, seq)
 
 
-def _compact(value: JsonValue) -> bytes:
+def _compact(value: JsonValue, what: str) -> bytes:
     try:
-        return json.dumps(
-            value, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        ).encode()
-    except (TypeError, ValueError) as exc:
-        raise bad_request(f"not a JSON value: {exc}") from None
+        return encode_json(value, where=what)
+    except JsonPolicyError as exc:
+        raise bad_request(str(exc), "invalid_json") from None
 
 
 def _decode_append(raw: dict[str, JsonValue]) -> JournalRecord:

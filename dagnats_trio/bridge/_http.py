@@ -7,7 +7,6 @@ with the same bounded reader and decoded strictly into the attrs classes of :mod
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
@@ -16,7 +15,7 @@ from starlette.responses import Response
 
 from ..api._rest_body import decode_body, parse_json, read_body
 from ..api._rest_errors import JSON_MEDIA_TYPE, ApiError
-from ..dag import DurationError, parse_duration
+from ..dag import DurationError, parse_duration_text
 from ..protocol import JsonValue, to_json
 from ._bridge import Bridge
 from ._errors import BridgeError
@@ -58,19 +57,6 @@ def _api_error(exc: BridgeError) -> ApiError:
     return ApiError(exc.status, exc.code, exc.message)
 
 
-def _check_finite(value: JsonValue) -> None:
-    """The stdlib parser accepts NaN and Infinity; JSON (and the journal's readers) do not."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            raise ApiError(400, "invalid_json", "NaN and Infinity are not JSON numbers")
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-
-
 def _wait_s(request: Request) -> float:
     unknown = sorted(k for k in request.query_params if k != "wait")
     if unknown:
@@ -80,10 +66,9 @@ def _wait_s(request: Request) -> float:
     raw = request.query_params.get("wait")
     if raw is None or raw == "":
         return 0.0
-    text = raw.strip()
     try:
-        ms = parse_duration(int(text) if text.isdigit() and len(text) < 19 else text)
-    except (DurationError, ValueError) as exc:
+        ms = parse_duration_text(raw)
+    except DurationError as exc:
         raise ApiError(400, "invalid_wait", f"wait: {exc}") from None
     return ms / 1000.0
 
@@ -124,9 +109,7 @@ class _Endpoints:
         return {name: _answering(fn) for name, fn in table.items()}
 
     async def _raw(self, request: Request, *, optional: bool) -> JsonValue:
-        value = parse_json(await read_body(request, self.max_body_bytes), optional=optional)
-        _check_finite(value)
-        return value
+        return parse_json(await read_body(request, self.max_body_bytes), optional=optional)
 
     async def _body(self, request: Request, cls: type[T], *, optional: bool = False) -> T:
         return decode_body(await self._raw(request, optional=optional), cls)

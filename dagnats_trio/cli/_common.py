@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..dag import DurationError, parse_duration
+from ..dag import DurationError, parse_duration_text
 from ..protocol import JsonValue, to_json
 from ._client import EXIT_FAILED, ApiFailure, ClientError, UsageError
 
@@ -99,10 +99,9 @@ def parse_wait_s(text: str | None) -> float | None:
     """``--wait 30s`` / ``250ms`` / integer milliseconds, in seconds."""
     if text is None or not text.strip():
         return None
-    raw = text.strip()
     try:
-        ms = parse_duration(int(raw) if raw.isdigit() else raw)
-    except (DurationError, ValueError) as exc:
+        ms = parse_duration_text(text)
+    except DurationError as exc:
         raise UsageError(f"--wait {text!r}: {exc}") from None
     return ms / 1000.0
 

@@ -1,6 +1,12 @@
 """Workflow definitions: model, durations, validation, ready steps and step inputs. Pure."""
 
-from ._durations import MAX_DURATION_MS, DurationError, format_duration, parse_duration
+from ._durations import (
+    MAX_DURATION_MS,
+    DurationError,
+    format_duration,
+    parse_duration,
+    parse_duration_text,
+)
 from ._validate import parse_workflow, validate
 from .graph import find_cycle, ready_steps, run_output, sink_steps, step_input
 from .model import (
@@ -42,6 +48,7 @@ __all__ = [
     "find_cycle",
     "format_duration",
     "parse_duration",
+    "parse_duration_text",
     "parse_workflow",
     "ready_steps",
     "run_output",

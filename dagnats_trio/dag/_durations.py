@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from ..protocol import is_ascii_digits, parse_decimal
+
 MS_PER_UNIT: dict[str, int] = {
     "ms": 1,
     "s": 1_000,
@@ -16,8 +18,9 @@ MS_PER_UNIT: dict[str, int] = {
 #: Largest duration accepted anywhere (a year); beyond it a value is almost surely a unit mistake.
 MAX_DURATION_MS = 366 * 86_400_000
 
-_PART = re.compile(r"(\d+)(ms|s|m|h|d)")
-_WHOLE = re.compile(r"^(?:\d+(?:ms|s|m|h|d))+$")
+# ASCII digits only: ``\d`` also matches other scripts' digits, which ``int`` reads.
+_PART = re.compile(r"([0-9]+)(ms|s|m|h|d)")
+_WHOLE = re.compile(r"^(?:[0-9]+(?:ms|s|m|h|d))+$")
 
 
 class DurationError(ValueError):
@@ -45,6 +48,20 @@ def parse_duration(value: object) -> int:
     if ms > MAX_DURATION_MS:
         raise DurationError(f"{value!r} is longer than the maximum of {MAX_DURATION_MS} ms")
     return ms
+
+
+def parse_duration_text(text: str) -> int:
+    """Milliseconds for a duration written as text (a query parameter, a flag): integer
+    milliseconds in ASCII digits, or a string like ``"30s"``; :class:`DurationError` otherwise."""
+    raw = text.strip()
+    if is_ascii_digits(raw):
+        try:
+            return parse_decimal(raw, low=0, high=MAX_DURATION_MS)
+        except ValueError:
+            raise DurationError(
+                f"{text!r} is longer than the maximum of {MAX_DURATION_MS} ms"
+            ) from None
+    return parse_duration(raw)
 
 
 def format_duration(ms: int) -> str:

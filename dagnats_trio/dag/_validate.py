@@ -6,10 +6,10 @@ problem names its step and field, and one bad field never hides the others.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..protocol import JsonPolicyError, decode_json
 from ..transport.layout import check_token
 from ._durations import DurationError, parse_duration
 from .graph import find_cycle
@@ -106,9 +106,9 @@ def parse_workflow(data: bytes | str | Mapping[str, Any]) -> WorkflowDef:
     """See :meth:`WorkflowDef.from_json`."""
     if isinstance(data, bytes | str):
         try:
-            obj = json.loads(data)
-        except ValueError as exc:
-            raise WorkflowInvalid([Problem(None, "(document)", f"not valid JSON: {exc}")]) from None
+            obj = decode_json(data, where="document")
+        except JsonPolicyError as exc:
+            raise WorkflowInvalid([Problem(None, "(document)", str(exc))]) from None
     else:
         obj = data
     if not isinstance(obj, Mapping):

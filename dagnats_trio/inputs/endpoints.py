@@ -18,7 +18,16 @@ import attrs
 import trio
 
 from dagnats_trio.dag import DurationError, parse_duration
-from dagnats_trio.protocol import DecodeError, JsonValue, converter, from_json, to_json
+from dagnats_trio.protocol import (
+    DecodeError,
+    JsonPolicyError,
+    JsonValue,
+    converter,
+    decode_json,
+    from_json,
+    from_obj,
+    to_json,
+)
 from dagnats_trio.transport import CoreMsg, Headers, Transport, TransportError
 
 from .errors import BadRequestError, InputError, NotFoundError, UnauthorizedError
@@ -220,9 +229,10 @@ class InputsEndpoints:
 
 
 def _decode(data: bytes, cls: type[T]) -> T:
+    """The request by the one JSON policy (as REST bodies), then strictly into ``cls``."""
     try:
-        return from_json(data, cls, "request")
-    except DecodeError as exc:
+        return from_obj(decode_json(data, where="request"), cls, "request")
+    except (JsonPolicyError, DecodeError) as exc:
         raise BadRequestError(str(exc), code="invalid_request") from None
 
 

@@ -24,14 +24,21 @@ Round trips (each KV or stream call is one):
 from __future__ import annotations
 
 import builtins
-import json
 from collections.abc import Callable, Iterable
 
 import attrs
 import trio
 
 from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
-from dagnats_trio.protocol import InputSubmitted, JsonValue, encode_event, from_json, to_json
+from dagnats_trio.protocol import (
+    InputSubmitted,
+    JsonPolicyError,
+    JsonValue,
+    encode_event,
+    encode_json,
+    from_json,
+    to_json,
+)
 from dagnats_trio.transport import KeyExists, RevisionMismatch, Transport, layout
 
 from . import _index, _journal
@@ -113,13 +120,9 @@ def check_ids(run_id: str, step_id: str, request_id: str | None = None) -> None:
 
 def check_content(content: JsonValue) -> None:
     try:
-        encoded = json.dumps(
-            content, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        ).encode()
-    except (TypeError, ValueError) as exc:
-        raise BadRequestError(
-            f"content must be JSON-encodable: {exc}", code="invalid_content"
-        ) from None
+        encoded = encode_json(content, where="content")
+    except JsonPolicyError as exc:
+        raise BadRequestError(str(exc), code="invalid_content") from None
     if len(encoded) > MAX_CONTENT_BYTES:
         raise ContentTooLargeError(
             f"content is {len(encoded)} bytes encoded; the limit is {MAX_CONTENT_BYTES}"

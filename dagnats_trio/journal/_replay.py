@@ -40,6 +40,7 @@ from dagnats_trio.protocol import (
     ToolIntentRecord,
     ToolOutputRecord,
     ToolResultRecord,
+    check_json,
     lifecycle_event,
 )
 
@@ -57,7 +58,9 @@ NOT_JSON_ERROR_PREFIX = "tool output is not JSON: "
 
 def canonical_json(value: JsonValue) -> str:
     """One spelling per JSON value, so recorded and current inputs compare as JSON, not Python
-    (where ``True == 1``). Raises TypeError/ValueError for values that are not JSON."""
+    (where ``True == 1``). Raises ValueError (:class:`JsonPolicyError`) for values that are not
+    JSON by the one policy."""
+    check_json(value)
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )

@@ -19,6 +19,8 @@ from .events import (
     encode_event,
     lifecycle_event,
 )
+from .json_policy import MAX_JSON_DEPTH, JsonPolicyError, check_json, decode_json, encode_json
+from .params import is_ascii_digits, parse_decimal
 from .records import (
     RECORD_TYPE_HEADER,
     ClaimRecord,
@@ -39,6 +41,7 @@ from .runs import RunHeader, RunStatus, decode_run_header
 from .tasks import TaskMessage, decode_task, encode_task
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "RECORD_TYPE_HEADER",
     "CancelRequested",
     "ChildFinished",
@@ -50,6 +53,7 @@ __all__ = [
     "InputPlacedRecord",
     "InputSubmitted",
     "JournalRecord",
+    "JsonPolicyError",
     "JsonValue",
     "LifecycleEvent",
     "ModelRecord",
@@ -70,17 +74,22 @@ __all__ = [
     "ToolResultRecord",
     "Wait",
     "WorkflowStarted",
+    "check_json",
     "converter",
     "decode_event",
+    "decode_json",
     "decode_record",
     "decode_run_header",
     "decode_task",
     "encode_event",
+    "encode_json",
     "encode_record",
     "encode_task",
     "from_json",
     "from_obj",
+    "is_ascii_digits",
     "lifecycle_event",
+    "parse_decimal",
     "record_headers",
     "to_json",
 ]

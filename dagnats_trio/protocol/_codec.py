@@ -82,8 +82,9 @@ def _require_object(conv: cattrs.Converter) -> Any:
 converter = _make_converter()
 
 #: ``json.dumps`` with non-default options builds a new encoder on every call; this one is
-#: built once (the encoder keeps no state between calls).
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+#: built once (the encoder keeps no state between calls). ``allow_nan=False``: nothing that is
+#: not JSON is ever written (values from outside pass :mod:`.json_policy` before they get here).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def register_union(union: Any) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Awaitable, Callable
 
@@ -26,11 +25,14 @@ from dagnats_trio.protocol import (
     CommitAction,
     DecodeError,
     DispatchId,
+    JsonPolicyError,
     JsonValue,
     RunStatus,
     TaskMessage,
     Wait,
+    decode_json,
     decode_run_header,
+    encode_json,
     lifecycle_event,
 )
 from dagnats_trio.transport import Delivery, Transport
@@ -72,11 +74,10 @@ class _Services:
 
 
 def _to_json(what: str, value: JsonValue) -> bytes:
+    """``value`` encoded by the one JSON policy; a value that breaks it is the handler's bug."""
     try:
-        return json.dumps(
-            value, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        ).encode()
-    except (TypeError, ValueError) as exc:
+        return encode_json(value, where=what)
+    except JsonPolicyError as exc:
         raise TypeError(f"{what} is not a JSON value: {exc}") from None
 
 
@@ -219,8 +220,8 @@ class TaskContext:
         if entry is None or entry.value is None:
             return None
         try:
-            return json.loads(entry.value)
-        except ValueError as exc:
+            return decode_json(entry.value, where="checkpoint")
+        except JsonPolicyError as exc:
             raise DecodeError(f"checkpoint of step {self.step_id!r} is not JSON: {exc}") from None
 
     # --- liveness -----------------------------------------------------------------------------
