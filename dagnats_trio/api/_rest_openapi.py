@@ -663,8 +663,10 @@ def openapi_document() -> dict[str, Any]:
             "title": API_TITLE,
             "version": API_VERSION,
             "description": (
-                'Every error is JSON: {"error": {"code", "message"}}. When the server has a '
-                "token, every route but /healthz needs `Authorization: Bearer <token>`."
+                'Every error is JSON: {"error": {"code", "message"}}. Bodies are UTF-8 JSON with '
+                "finite numbers, 64-bit integers and no lone surrogates (else 400 invalid_json, "
+                "naming where). When the server has a token, every route but /healthz needs "
+                "`Authorization: Bearer <token>`."
             ),
         },
         "paths": paths,
@@ -700,9 +702,21 @@ DOCS_HEADER = """\
 The API serves JSON over HTTP (`dagnats dev` listens on `127.0.0.1:8080`). The machine-readable
 form of this page is `GET /openapi.json`.
 
-- **Errors** are `{"error": {"code": "...", "message": "..."}}` with the status below; an invalid
-  workflow adds `error.problems`, a list of `{step, field, message}`. No stack trace is ever sent:
-  an unexpected failure is `500` with code `internal`, and the details go to the server log.
+- **Errors** are `application/json`, exactly `{"error": {"code": "...", "message": "..."}}` with
+  the status below (both strings, the message never empty); an invalid workflow adds
+  `error.problems`, a list of `{step, field, message}`. No stack trace is ever sent: an unexpected
+  failure is `500` with code `internal`, and the details go to the server log.
+- **JSON** follows one policy everywhere (REST and bridge bodies, the NATS `api.inputs.*`
+  requests, run inputs, inputs, signal payloads, checkpoints, step outputs): UTF-8 only; finite
+  numbers only (no `NaN`, `Infinity`, `-Infinity`, nor `1e400`, which overflows a double);
+  integers within the signed 64-bit range; no lone surrogate (`"\\ud800"`, or its raw bytes
+  `ED A0 80`) in a string or key; at most 64 levels of nesting. A body that breaks it is `400`
+  `invalid_json` whose message starts with where, e.g. `body.input.x[1]: Infinity is not a JSON
+  number (finite numbers only)`. So whatever is stored is served back as valid JSON.
+- **Integer parameters** (`limit`, `from`, `Last-Event-ID`, a `wait` in milliseconds) are ASCII
+  digits only (no sign, space or other script's digits such as `²`), within the bounds given
+  below; anything else is `400` naming the parameter (`invalid_query`, `invalid_wait`,
+  `invalid_last_event_id`).
 - **Authorization**: when a token is configured (`DAGNATS_API_TOKEN`), every route but
   `/healthz` needs `Authorization: Bearer <token>`; without it the answer is `401`. The inputs
   and journal routes need it like every other: an input writes into a running agent's context.
