@@ -36,8 +36,14 @@ NAK_DELAY_S = 1.0
 SHORT_WAIT_S = 0.3
 #: The longest a test waits for something that must come.
 ARRIVAL_S = 4.0
-#: Real-clock slack when asserting that a redelivery was not early.
+#: Real-clock slack when asserting that a redelivery was not early. The reference time of such
+#: a check is read *before* the action that starts the server's timer (the fetch, the nak), never
+#: after it returns: on a loaded machine the return can come late, and a late reference would make
+#: a punctual redelivery look early.
 SLACK_S = 0.15
+#: AckWait of the in-progress test: its beat comes at 0.6 of it, so the beat has 0.4 of it
+#: (0.8 s) to reach the server on a loaded machine before the original deadline passes.
+IN_PROGRESS_ACK_WAIT_S = 2.0
 TEST_BOUND_S = 15.0
 
 
@@ -245,13 +251,13 @@ async def test_ack_wait_redelivery_counts(transport: Transport, clock: object, u
     )
     seq = await transport.publish(history_subject(uid), b"event")
     with trio.fail_after(TEST_BOUND_S):
+        fetched_at = trio.current_time()
         first = await fetch_one(transport, HISTORY_STREAM, durable)
-        delivered_at = trio.current_time()
         assert (first.stream_seq, first.num_delivered, first.data) == (seq, 1, b"event")
         assert first.subject == history_subject(uid)
         assert await transport.fetch(HISTORY_STREAM, durable, 1, SHORT_WAIT_S) == []
         second = await fetch_one(transport, HISTORY_STREAM, durable)
-        assert trio.current_time() - delivered_at >= ACK_WAIT_S - SLACK_S
+        assert trio.current_time() - fetched_at >= ACK_WAIT_S - SLACK_S
         assert (second.stream_seq, second.num_delivered) == (seq, 2)
         await second.ack()
         await second.ack()  # settling twice is harmless
@@ -286,8 +292,8 @@ async def test_nak_with_delay(transport: Transport, clock: object, uid: str) -> 
     seq = await transport.publish(history_subject(uid), b"event")
     with trio.fail_after(TEST_BOUND_S):
         first = await fetch_one(transport, HISTORY_STREAM, durable)
-        await first.nak(delay_s=NAK_DELAY_S)
         nakked_at = trio.current_time()
+        await first.nak(delay_s=NAK_DELAY_S)
         assert await transport.fetch(HISTORY_STREAM, durable, 1, SHORT_WAIT_S) == []
         second = await fetch_one(transport, HISTORY_STREAM, durable)
         assert trio.current_time() - nakked_at >= NAK_DELAY_S - SLACK_S
@@ -302,19 +308,20 @@ async def test_nak_with_delay(transport: Transport, clock: object, uid: str) -> 
 async def test_in_progress_extends_the_deadline(
     transport: Transport, clock: object, uid: str
 ) -> None:
-    durable = await history_consumer(transport, uid)
+    ack_wait_s = IN_PROGRESS_ACK_WAIT_S
+    durable = await history_consumer(transport, uid, ack_wait_s=ack_wait_s)
     seq = await transport.publish(history_subject(uid), b"event")
     with trio.fail_after(TEST_BOUND_S):
         first = await fetch_one(transport, HISTORY_STREAM, durable)
         delivered_at = trio.current_time()
-        await trio.sleep(0.6 * ACK_WAIT_S)  # time passing is the subject of this test
-        await first.in_progress()
+        await trio.sleep(0.6 * ack_wait_s)  # time passing is the subject of this test
         progressed_at = trio.current_time()
+        await first.in_progress()
         # Past the original AckWait, still inside the extended one: nothing comes back.
-        await trio.sleep(max(0.0, delivered_at + ACK_WAIT_S + 0.1 - trio.current_time()))
+        await trio.sleep(max(0.0, delivered_at + ack_wait_s + 0.1 - trio.current_time()))
         assert await transport.fetch(HISTORY_STREAM, durable, 1, 0.2) == []
         second = await fetch_one(transport, HISTORY_STREAM, durable)
-        assert trio.current_time() - progressed_at >= ACK_WAIT_S - SLACK_S
+        assert trio.current_time() - progressed_at >= ack_wait_s - SLACK_S
         assert (second.stream_seq, second.num_delivered) == (seq, 2)
         await second.ack()
 
