@@ -285,6 +285,13 @@ ROUTES: tuple[RouteDoc, ...] = (
         "/runs/{run_id}/steps/{step_id}/inputs/{request_id}",
         "get_input",
         "An input's status; with `wait`, after it changes (long poll).",
+        description=(
+            "`queued` and `placed` are passing states; every submission ends `done` (the "
+            "iteration that placed it committed), `unanswered` (the step finished first: before "
+            "it was placed, or after an iteration that placed it failed, was cancelled or timed "
+            "out; `placed_iteration` then says which) or `withdrawn`, so a client long-polling "
+            "with `wait` always sees a final state."
+        ),
         params=(
             _RUN,
             _STEP,

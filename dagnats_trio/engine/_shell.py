@@ -412,7 +412,7 @@ class Engine:
                         msg_id=effect.msg_id,
                     )
             elif isinstance(effect, SettleInputs):
-                await self.inputs.settle_unanswered(effect.run_id, effect.step_id)
+                await self.inputs.settle_step(effect.run_id, effect.step_id)
 
     # --- timers --------------------------------------------------------------------------------
 

@@ -557,10 +557,9 @@ class _Tx:
                 self.effects.append(
                     PublishEvent(child, CancelRequested(child, reason), f"{child}.cancel")
                 )
-            was_started = st.status is not StepStatus.PENDING
             self.set(sid, status=StepStatus.CANCELLED, park=None, finished_at_ms=self.now)
-            if was_started:
-                self.effects.append(SettleInputs(run, sid))
+            # A pending step takes inputs too (queued for its first iteration): settle it as well.
+            self.effects.append(SettleInputs(run, sid))
         self.effects.append(AnnounceCancel(run))
 
     def complete_run(self) -> None:

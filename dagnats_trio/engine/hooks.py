@@ -12,8 +12,9 @@ class InputsHooks(Protocol):
     async def has_queued(self, run_id: str, step_id: str) -> bool:
         """True when an input is queued for the step (checked as it enters an input wait)."""
 
-    async def settle_unanswered(self, run_id: str, step_id: str) -> None:
-        """The step finished (completed, failed, cancelled): its queued inputs are unanswered."""
+    async def settle_step(self, run_id: str, step_id: str) -> None:
+        """The step finished (completed, failed, cancelled, timed out): close it to inputs and
+        settle each of its submissions (done when its iteration committed, else unanswered)."""
 
 
 class NoInputs:
@@ -22,5 +23,5 @@ class NoInputs:
     async def has_queued(self, run_id: str, step_id: str) -> bool:
         return False
 
-    async def settle_unanswered(self, run_id: str, step_id: str) -> None:
+    async def settle_step(self, run_id: str, step_id: str) -> None:
         return None

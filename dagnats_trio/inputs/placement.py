@@ -8,7 +8,7 @@ The order of work is claim (compare-and-set ``queued -> placed`` in KV), then re
   was fenced) before recording it. It is recorded now rather than lost: by a later delivery of
   the same iteration, or by the next placement of its mode in any later iteration (which first
   moves the claim to itself). A settlement of the finished step that finds it still unrecorded
-  makes it ``unanswered``: the agent never saw it;
+  makes it ``unanswered``: the agent never saw it (see ``_settlement`` for every final state);
 - an input the KV says is placed and that a record of an earlier segment backs (its ``done`` was
   lost) is marked done, never recorded again;
 - so no ``request_id`` is placed twice across redeliveries, attempts and iterations (the
@@ -150,7 +150,8 @@ class _JournalScan:
 
     async def recorded(self, request_id: str) -> bool:
         if self._found is None:
-            self._found = await self._service.recorded_placements(self._run_id, self._step_id)
+            placements = await self._service.journal_placements(self._run_id, self._step_id)
+            self._found = placements.recorded
         return request_id in self._found
 
 

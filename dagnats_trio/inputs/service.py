@@ -17,8 +17,8 @@ Round trips (each KV or stream call is one):
   one (usually 2);
 - listing the queued inputs of a step: 1 + one get per indexed entry (settled submissions are
   not indexed, so this does not grow with history);
-- ``withdraw``: 4 (get, CAS, index get + CAS); ``settle_unanswered``: 4 + 2 per queued input
-  (plus a read of the journal when a claim was left unrecorded).
+- ``withdraw``: 4 (get, CAS, index get + CAS); ``settle_step``: 4 + a key listing + 2 per
+  unsettled submission (plus one read of the journal when one is placed).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from dagnats_trio.transport import KeyExists, RevisionMismatch, Transport, layou
 
 from . import _index, _journal
 from ._index import IndexEntry, StepIndex
+from ._settlement import JournalPlacements, settle_finished
 from ._snapshot import FINISHED_STEP_STATUSES, decode_run_view
 from .errors import (
     BadRequestError,
@@ -61,7 +62,6 @@ from .submission import (
     to_done,
     to_placed,
     to_unanswered,
-    to_unanswered_unrecorded,
     to_withdrawn,
 )
 
@@ -269,31 +269,33 @@ class InputsService:
                 return True
         return False
 
-    async def settle_unanswered(self, run_id: str, step_id: str) -> None:
-        """The step finished: close it to new inputs; every queued input becomes unanswered.
+    async def settle_step(self, run_id: str, step_id: str) -> None:
+        """The step reached a final state (completed, failed, cancelled, timed out): close it to
+        new inputs and settle every submission of it that is not settled yet, from its journal.
 
-        So does a claim no journal record backs (its holder died between claim and record and no
-        later placement adopted it): the agent never saw it. (A holder of a cancelled or timed
-        out step may still be running and record it afterwards; its iteration never commits, so
-        the input stays unanswered, and the journal still places it at most once.) Idempotent:
-        the index keeps its entries until they are settled, so a repeat after a crash settles
-        what is left.
+        A queued input becomes unanswered; a placed one becomes done when the iteration that
+        placed it committed (the journal says so, whether or not the worker's own marking
+        arrived), else unanswered (see ``_settlement``). A holder of a cancelled or timed out
+        step may still be running and commit afterwards; the settlement is final, and the
+        journal still places an input at most once. Idempotent: a repeat after a crash settles
+        what is left, so the engine may replay it.
         """
         listed = await self._index_close(run_id, step_id)
-        now = self._env.wall_ms()
-        recorded: dict[str, int] | None = None
-        for entry in listed:
-            stored = await self._read(submission_key(run_id, step_id, entry.request_id))
-            if stored is None:
-                continue  # a submission in flight: it sees the closed index and settles itself
-            status = stored.submission.status
-            if status is SubmissionStatus.QUEUED:
-                await self._transition(stored, lambda s: to_unanswered(s, now))
-            elif status is SubmissionStatus.PLACED:
-                if recorded is None:
-                    recorded = await self.recorded_placements(run_id, step_id)
-                if entry.request_id not in recorded:
-                    await self._transition(stored, lambda s: to_unanswered_unrecorded(s, now))
+        keys = set(await self._t.kv_keys(layout.INPUTS_BUCKET, step_prefix(run_id, step_id)))
+        keys.update(submission_key(run_id, step_id, e.request_id) for e in listed)
+        open_subs: builtins.list[StoredSubmission] = []
+        for key in sorted(keys):
+            stored = await self._read(key)
+            # None: a submission in flight; it sees the closed index and settles itself.
+            if stored is not None and not stored.submission.status.settled:
+                open_subs.append(stored)
+        if open_subs:
+            journal = JournalPlacements()
+            if any(s.submission.status is SubmissionStatus.PLACED for s in open_subs):
+                journal = await self.journal_placements(run_id, step_id)
+            now = self._env.wall_ms()
+            for stored in open_subs:
+                await self._transition(stored, lambda s: settle_finished(s, journal, now))
         await self.drop_from_index(run_id, step_id, [e.request_id for e in listed])
 
     async def mark_done(
@@ -360,10 +362,10 @@ class InputsService:
             return None
         return StoredSubmission(new, revision)
 
-    async def recorded_placements(self, run_id: str, step_id: str) -> dict[str, int]:
-        """``request_id -> iteration`` of the step's ``input.placed`` records (a full read of
-        its journal: only the repair of a lost claim needs it)."""
-        return await _journal.recorded_placements(self._t, run_id, step_id)
+    async def journal_placements(self, run_id: str, step_id: str) -> JournalPlacements:
+        """What the step's journal records about placements (a full read of its journal: only
+        the repair of a lost claim and the settlement of a finished step need it)."""
+        return await _journal.read_placements(self._t, run_id, step_id)
 
     async def reread(self, sub: Submission) -> StoredSubmission | None:
         return await self._read(self._key_of(sub))

@@ -3,7 +3,8 @@
 A submission moves ``queued -> placed -> done`` when the iteration that placed it commits, or
 ends early: ``queued -> withdrawn`` (the caller took it back) or ``queued -> unanswered`` (the
 step finished before it was placed). A placed input was seen by the agent, so it can no longer be
-withdrawn or left unanswered; only the commit of its iteration settles it. The service applies
+withdrawn; the commit of its iteration makes it done, and if the step finishes without that
+commit (the iteration failed, was cancelled or timed out) it ends unanswered. The service applies
 these functions inside compare-and-set loops, so the rules live here once and are tested alone.
 """
 
@@ -45,7 +46,9 @@ _SETTLED = frozenset(
 
 #: Every allowed move of the ordinary life, for documentation and tests; the functions below are
 #: the enforcement. Two repairs of a claim the journal never recorded (see ``placement``) are
-#: outside it on purpose: :func:`to_adopted` and :func:`to_unanswered_unrecorded`.
+#: outside it on purpose: :func:`to_adopted` and :func:`to_unanswered_unrecorded`; so is the end
+#: of a placed input whose iteration never committed (:func:`to_unanswered_placed`), which only
+#: the settlement of a finished step applies (see ``_settlement``).
 TRANSITIONS: frozenset[tuple[SubmissionStatus, SubmissionStatus]] = frozenset(
     {
         (SubmissionStatus.QUEUED, SubmissionStatus.PLACED),
@@ -61,7 +64,8 @@ class Submission:
     """One input sent to one step of a run.
 
     ``order`` is the position in the step's submission order (placement follows it);
-    ``placed_iteration`` is set from placement on; ``settled_at_ms`` once the status is settled.
+    ``placed_iteration`` is set from placement on (and kept when the input ends unanswered because
+    the iteration that placed it never committed); ``settled_at_ms`` once the status is settled.
     """
 
     request_id: str
@@ -162,3 +166,12 @@ def to_unanswered_unrecorded(sub: Submission, now_ms: int) -> Submission:
     return attrs.evolve(
         sub, status=SubmissionStatus.UNANSWERED, placed_iteration=None, settled_at_ms=now_ms
     )
+
+
+def to_unanswered_placed(sub: Submission, now_ms: int) -> Submission:
+    """The step finished and the iteration that placed this input never committed (it failed,
+    was cancelled or timed out): nothing the agent did with it was kept, so it ends unanswered;
+    ``placed_iteration`` stays to say the agent saw it (settlement calls this after reading the
+    journal)."""
+    _require(sub, SubmissionStatus.PLACED, SubmissionStatus.UNANSWERED)
+    return attrs.evolve(sub, status=SubmissionStatus.UNANSWERED, settled_at_ms=now_ms)

@@ -543,6 +543,9 @@ def test_cancel_marks_run_and_steps_and_drops_later_events() -> None:
     assert h.s.status is RunStatus.CANCELLED
     assert {s.status for s in h.s.steps.values()} == {StepStatus.CANCELLED}
     assert AnnounceCancel(RUN) in h.effects and SettleInputs(RUN, "a") in h.effects
+    # Steps not started yet take inputs too: every step of the run is settled.
+    settled = {e.step_id for e in h.effects if isinstance(e, SettleInputs)}
+    assert settled == set(h.s.steps) and len(settled) > 1
     ended = h.snap
     for ev in (StepCompleted(RUN, "a", t.dispatch), CancelRequested(RUN), SignalSent(RUN, "x")):
         h.send(ev)

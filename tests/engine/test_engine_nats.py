@@ -591,7 +591,7 @@ class RecordingInputs:
         self.asked.append((run_id, step_id))
         return len(self.asked) == 1
 
-    async def settle_unanswered(self, run_id: str, step_id: str) -> None:
+    async def settle_step(self, run_id: str, step_id: str) -> None:
         self.settled.append((run_id, step_id))
 
 

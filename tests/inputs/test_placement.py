@@ -170,22 +170,24 @@ async def test_settlement_makes_an_unrecorded_claim_unanswered(transport: Transp
         await service.submit(run_id, STEP, rid, "follow_up", rid)
     lost, kept, _ = await service.placement_candidates(run_id, STEP, Mode.FOLLOW_UP)
     assert await service.claim(lost, iteration=0) is not None
-    # "kept" is claimed and recorded (its iteration's commit is what makes it done).
+    # "kept" is claimed and recorded (only its iteration's commit would make it done).
     journal = await FakeJournal.open(transport, run_id, STEP, iteration=0)
     claimed = await service.claim(kept, iteration=0)
     assert claimed is not None
     await journal.append(InputPlacedRecord(0, 1, journal.claim_id, "kept", "follow_up", "kept"))
 
     with trio.fail_after(TEST_DEADLINE_S):
-        await service.settle_unanswered(run_id, STEP)
-        await service.settle_unanswered(run_id, STEP)  # repeated after a crash: harmless
+        await service.settle_step(run_id, STEP)
+        await service.settle_step(run_id, STEP)  # repeated after a crash: harmless
     statuses = {s.request_id: s.status for s in await service.list(run_id, STEP)}
+    # "kept" was seen by an iteration that never committed: unanswered too, its placement kept.
     assert statuses == {
         "lost": SubmissionStatus.UNANSWERED,
-        "kept": SubmissionStatus.PLACED,
+        "kept": SubmissionStatus.UNANSWERED,
         "queued": SubmissionStatus.UNANSWERED,
     }
     assert (await service.get(run_id, STEP, "lost")).placed_iteration is None
+    assert (await service.get(run_id, STEP, "kept")).placed_iteration == 0
     assert [r.request_id for r in await placed_records(transport, run_id)] == ["kept"]
 
 
@@ -197,7 +199,7 @@ async def test_withdrawn_and_settled_inputs_are_never_placed(transport: Transpor
     journal = await FakeJournal.open(transport, run_id, STEP, iteration=0)
     assert ids(await place_inputs(journal, service, Mode.STEER, state=PlacementState())) == ["k"]
     await service.submit(run_id, STEP, "u", "follow_up", 3)
-    await service.settle_unanswered(run_id, STEP)
+    await service.settle_step(run_id, STEP)
     assert await place_inputs(journal, service, Mode.FOLLOW_UP, state=PlacementState()) == []
     assert [r.request_id for r in await placed_records(transport, run_id)] == ["k"]
 
@@ -284,6 +286,6 @@ async def test_commit_then_mark_done_and_finish_leaves_nothing_queued(
     done = await service.mark_done(run_id, STEP, [r.request_id for r in journal.placed_inputs()])
     assert [s.request_id for s in done] == ["a"]
     # The step completes before "late" is placed.
-    await service.settle_unanswered(run_id, STEP)
+    await service.settle_step(run_id, STEP)
     final = {s.request_id: s.status for s in await service.list(run_id, STEP)}
     assert final == {"a": SubmissionStatus.DONE, "late": SubmissionStatus.UNANSWERED}

@@ -15,7 +15,13 @@ from dagnats_trio.inputs import (
     NotFoundError,
     SubmissionStatus,
 )
-from dagnats_trio.protocol import InputPlacedRecord, InputSubmitted, decode_event
+from dagnats_trio.protocol import (
+    CommitAction,
+    CommitRecord,
+    InputPlacedRecord,
+    InputSubmitted,
+    decode_event,
+)
 from dagnats_trio.transport import Transport, layout
 
 from ._helpers import FakeJournal, new_run_id, write_snapshot
@@ -58,7 +64,7 @@ async def test_a_repeat_is_answered_even_after_the_step_finished(transport: Tran
     service = InputsService(transport)
     run_id = await open_step(transport)
     original, _ = await service.submit(run_id, STEP, "r1", "steer", "hi")
-    await service.settle_unanswered(run_id, STEP)
+    await service.settle_step(run_id, STEP)
     await write_snapshot(transport, run_id, {STEP: "completed"})
     repeat, created = await service.submit(run_id, STEP, "r1", "steer", "hi")
     assert created is False
@@ -204,32 +210,38 @@ async def test_withdraw(transport: Transport) -> None:
     assert not await service.has_queued(run_id, STEP)
 
 
-async def test_settle_unanswered_and_mark_done(transport: Transport) -> None:
+async def test_settle_step_and_mark_done(transport: Transport) -> None:
     service = InputsService(transport)
     run_id = await open_step(transport)
-    for rid in ("a", "b", "c", "d"):
+    for rid in ("a", "b", "c", "d", "e"):
         await service.submit(run_id, STEP, rid, "steer", rid)
     candidates = await service.placement_candidates(run_id, STEP, Mode.STEER)
-    assert [c.submission.request_id for c in candidates] == ["a", "b", "c", "d"]
-    placed = await service.claim(candidates[0], iteration=2)
-    assert placed is not None
-    # ...and recorded (a claim no record backs would be settled as unanswered: see placement).
+    assert [c.submission.request_id for c in candidates] == ["a", "b", "c", "d", "e"]
+    # "a" is claimed and recorded by iteration 2, "e" by iteration 3; only iteration 2 commits.
     journal = await FakeJournal.open(transport, run_id, STEP, iteration=2)
+    assert await service.claim(candidates[0], iteration=2) is not None
     await journal.append(InputPlacedRecord(2, 1, journal.claim_id, "a", "steer", "a"))
+    await journal.append(CommitRecord(2, 1, journal.claim_id, "n2", CommitAction.CONTINUE))
+    assert await service.claim(candidates[4], iteration=3) is not None
+    await journal.append(InputPlacedRecord(3, 1, journal.claim_id, "e", "steer", "e"))
     await service.withdraw(run_id, STEP, "b")
     # A placed input cannot be withdrawn.
     with pytest.raises(ConflictError) as info:
         await service.withdraw(run_id, STEP, "a")
     assert info.value.code == "not_withdrawable"
 
-    await service.settle_unanswered(run_id, STEP)
-    statuses = {s.request_id: s.status for s in await service.list(run_id, STEP)}
-    assert statuses == {
-        "a": SubmissionStatus.PLACED,
+    # The step fails in iteration 3; the worker's marking of "a" as done was lost.
+    await service.settle_step(run_id, STEP)
+    subs = {s.request_id: s for s in await service.list(run_id, STEP)}
+    assert {rid: s.status for rid, s in subs.items()} == {
+        "a": SubmissionStatus.DONE,
         "b": SubmissionStatus.WITHDRAWN,
         "c": SubmissionStatus.UNANSWERED,
         "d": SubmissionStatus.UNANSWERED,
+        "e": SubmissionStatus.UNANSWERED,
     }
+    assert (subs["a"].placed_iteration, subs["e"].placed_iteration) == (2, 3)
+    assert all(s.settled_at_ms is not None for s in subs.values())
     assert not await service.has_queued(run_id, STEP)
     with pytest.raises(ConflictError) as info:
         await service.withdraw(run_id, STEP, "c")
@@ -238,18 +250,34 @@ async def test_settle_unanswered_and_mark_done(transport: Transport) -> None:
         await service.submit(run_id, STEP, "late", "steer", 1)
     assert info.value.code == "step_finished"
 
-    moved = await service.mark_done(run_id, STEP, ["a", "c", "unknown"])
+    # A late marking (a worker that committed after the step finished) changes nothing.
+    assert await service.mark_done(run_id, STEP, ["a", "c", "e", "unknown"]) == []
+    assert (await service.get(run_id, STEP, "e")).status is SubmissionStatus.UNANSWERED
+    # Settling again (the engine replaying after a crash) changes nothing either.
+    await service.settle_step(run_id, STEP)
+    again = {s.request_id: s for s in await service.list(run_id, STEP)}
+    assert again == subs
+
+
+async def test_mark_done_moves_placed_inputs_once(transport: Transport) -> None:
+    service = InputsService(transport)
+    run_id = await open_step(transport)
+    await service.submit(run_id, STEP, "a", "steer", "a")
+    await service.submit(run_id, STEP, "q", "steer", "q")
+    [a, _] = await service.placement_candidates(run_id, STEP, Mode.STEER)
+    assert await service.claim(a, iteration=0) is not None
+    moved = await service.mark_done(run_id, STEP, ["a", "q", "unknown"])
     assert [(s.request_id, s.status) for s in moved] == [("a", SubmissionStatus.DONE)]
     assert await service.mark_done(run_id, STEP, ["a"]) == []
-    assert (await service.get(run_id, STEP, "a")).status is SubmissionStatus.DONE
+    assert (await service.get(run_id, STEP, "q")).status is SubmissionStatus.QUEUED
 
 
 async def test_settling_a_step_without_inputs_closes_it(transport: Transport) -> None:
     service = InputsService(transport)
     run_id = await open_step(transport)
     assert not await service.has_queued(run_id, STEP)
-    await service.settle_unanswered(run_id, STEP)
-    await service.settle_unanswered(run_id, STEP)  # idempotent
+    await service.settle_step(run_id, STEP)
+    await service.settle_step(run_id, STEP)  # idempotent
     with pytest.raises(ConflictError):
         await service.submit(run_id, STEP, "late", "follow_up", 1)
     # The other step is untouched.
@@ -304,7 +332,7 @@ async def test_a_submission_in_flight_when_the_step_finishes_is_not_left_queued(
             nursery.start_soon(submit)
             # The submission passed every check and is indexed, but its record is not written.
             await paused.reached.wait()
-            await engine_side.settle_unanswered(run_id, STEP)
+            await engine_side.settle_step(run_id, STEP)
             paused.release.set()
     [(sub, created)] = result
     assert created is True
