@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from ..dag import WorkflowInvalid
 from ..inputs import InputError
-from ..protocol import to_json
+from ..protocol import InvalidId, to_json
 from ..transport import NotProvisioned, TemporarilyUnavailable, TransportTimeout
 from ._rest_views import (
     ErrorBody,
@@ -75,6 +75,8 @@ def api_error_for(exc: BaseException) -> ApiError | None:
         return ApiError(404, "workflow_not_found", str(exc))
     if isinstance(exc, RunNotFound):
         return ApiError(404, "run_not_found", str(exc))
+    if isinstance(exc, InvalidId):
+        return ApiError(400, exc.code, str(exc))
     if isinstance(exc, InvalidRequest):
         return ApiError(400, "bad_request", str(exc))
     if isinstance(exc, RunWaitTimeout):

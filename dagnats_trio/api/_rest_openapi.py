@@ -99,7 +99,11 @@ def _path(name: str, description: str) -> Param:
 
 _RUN = _path("run_id", "The run id.")
 _STEP = _path("step_id", "The step id.")
-_REQUEST = _path("request_id", "The client's id of the input.")
+_REQUEST = _path(
+    "request_id",
+    "The client's id of the input: 1-128 printable characters, percent-encoded "
+    "(`/` as `%2F`, an id of dots as `%2E`).",
+)
 _INT = {"type": "integer", "minimum": 0}
 
 _BAD = Answer(400, "Bad JSON, a missing or wrong field, or a bad query parameter.", ErrorEnvelope)
@@ -694,8 +698,19 @@ COMMON_ANSWERS: tuple[Answer, ...] = (
 )
 
 
+#: Path parameters that are ids (a lease ``token`` is not: the bridge made it).
+ID_PARAMS = frozenset({"name", "run_id", "step_id", "request_id", "task_type"})
+
+
 def _common_answers(route: RouteDoc) -> tuple[Answer, ...]:
-    return tuple(a for a in COMMON_ANSWERS if route.auth or a.status != 401)
+    common = tuple(a for a in COMMON_ANSWERS if route.auth or a.status != 401)
+    ids = [
+        f"`invalid_{p.name}`" for p in route.params if p.location == "path" and p.name in ID_PARAMS
+    ]
+    if not ids:
+        return common
+    bad_id = Answer(400, f"{' or '.join(ids)}: a path parameter is not a valid id.", ErrorEnvelope)
+    return (bad_id, *common)
 
 
 # --- the Markdown reference ------------------------------------------------------------------
@@ -731,6 +746,15 @@ form of this page is `GET /openapi.json`.
   are read; an input `wait` is cut to the server's maximum.
 - **Every route** may also answer `401` (token missing or wrong; not `/healthz`), `405` (wrong
   method), `500` (internal) and `503` (NATS unavailable or not provisioned).
+- **Ids** (a workflow `name` and `workflow`, `run_id`, `step_id`, a step's `id` and `task`, a
+  signal `name`, a bridge `task_type`) are 1-128 characters of letters, digits, `_` and `-`,
+  matched in full (so a trailing newline is refused: these ids become NATS subjects and keys).
+  Any other is `400` with code `invalid_<field>` and a message naming the field; inside a
+  workflow definition it is `invalid_workflow` with the field in `error.problems`.
+- **Request ids** (`request_id` of an input) may be any 1-128 printable characters: dots,
+  colons, spaces, `*`, `>`, `/` and any script. Control characters, line and paragraph
+  separators and lone surrogates are `400 invalid_request_id`. In a path, percent-encode the id
+  (`/` as `%2F`, and an id of dots as `%2E`s, or it reads as `.` or `..`).
 - **Durations** in queries and bodies are strings such as `"30s"`, `"250ms"`, `"1h30m"`, or
   integer milliseconds.
 """

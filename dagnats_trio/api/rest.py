@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -26,8 +27,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..bridge import Bridge, bridge_endpoints
 from ..dag import DurationError, parse_duration_text
 from ..inputs import InputsService, SubmissionStatus
-from ..protocol import parse_decimal, to_json
-from ..transport import Transport, layout
+from ..protocol import check_id, parse_decimal, to_json
+from ..transport import Transport
 from ._rest_body import decode_body, parse_json, read_body
 from ._rest_errors import (
     JSON_MEDIA_TYPE,
@@ -136,7 +137,7 @@ def create_app(
         **bridge_endpoints(bridge, max_body_bytes=max_body_bytes),
     }
     routes = [
-        Route(doc.path, _guarded(endpoints[doc.operation_id]), methods=[doc.method])
+        Route(_route_path(doc.path), _guarded(endpoints[doc.operation_id]), methods=[doc.method])
         for doc in ROUTES
     ]
     return Starlette(
@@ -147,6 +148,29 @@ def create_app(
         ],
         exception_handlers={HTTPException: _http_exception},
     )
+
+
+class _RequestIdConvertor(Convertor[str]):
+    """The rest of the path, whatever it holds: a request id may contain '/' (sent as ``%2F``,
+    which the server decodes) and even a newline, which must reach the validator to be refused
+    with a 400 rather than miss the route (Starlette's ``path`` is ``.*``, which stops there)."""
+
+    regex = "(?s:.+)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+_REQUEST_ID_CONVERTOR = "dagnats_request_id"
+register_url_convertor(_REQUEST_ID_CONVERTOR, _RequestIdConvertor())
+
+
+def _route_path(path: str) -> str:
+    """The Starlette pattern of a documented path (every other id is one segment)."""
+    return path.replace("{request_id}", f"{{request_id:{_REQUEST_ID_CONVERTOR}}}")
 
 
 # --- handlers --------------------------------------------------------------------------------
@@ -317,10 +341,7 @@ class _Handlers:
 
     async def _require_step(self, run_id: str, step_id: str) -> None:
         snap = await self.service.get_run(run_id)
-        try:
-            layout.check_token("step id", step_id)
-        except ValueError:
-            raise not_found(f"run {run_id!r} has no step {step_id!r}", "step_not_found") from None
+        check_id("step_id", step_id)
         if step_id not in snap.steps:
             raise not_found(f"run {run_id!r} has no step {step_id!r}", "step_not_found")
 

@@ -22,11 +22,13 @@ from ..engine import RunSnapshot, decode_snapshot, encode_snapshot, new_run_snap
 from ..protocol import (
     CancelRequested,
     DecodeError,
+    InvalidId,
     JsonPolicyError,
     JsonValue,
     RunStatus,
     SignalSent,
     WorkflowStarted,
+    check_id,
     encode_event,
     encode_json,
     from_json,
@@ -67,7 +69,8 @@ class RunNotFound(ServiceError):
 
 
 class InvalidRequest(ServiceError, ValueError):
-    """A malformed id, name or argument."""
+    """A malformed argument. (A malformed id is :class:`dagnats_trio.protocol.InvalidId`,
+    which names the field that carried it.)"""
 
 
 class RunRunning(ServiceError):
@@ -113,8 +116,9 @@ class Service:
         await self.transport.kv_put(layout.DEFS_BUCKET, parsed.name, parsed.to_json())
         return parsed
 
-    async def get_workflow(self, name: str) -> WorkflowDef:
-        _token("workflow name", name, lambda: WorkflowNotFound(name))
+    async def get_workflow(self, name: str, *, field: str = "name") -> WorkflowDef:
+        """The definition; :class:`InvalidId` naming ``field`` when ``name`` is no id."""
+        check_id(field, name)
         entry = await self.transport.kv_get(layout.DEFS_BUCKET, name)
         if entry is None or entry.value is None:
             raise WorkflowNotFound(name)
@@ -125,7 +129,7 @@ class Service:
         for name in await self.transport.kv_keys(layout.DEFS_BUCKET):
             try:
                 found.append(await self.get_workflow(name))
-            except (WorkflowNotFound, DecodeError):
+            except (WorkflowNotFound, DecodeError, InvalidId):
                 continue  # deleted meanwhile, or not ours
         return found
 
@@ -141,9 +145,8 @@ class Service:
         failure (with its key) completes a half-done start instead of making a second run.
         """
         _json_bytes(input, "input")
-        definition = await self.get_workflow(workflow)
-        run_id = self.env.new_id()
-        layout.check_token("run id", run_id)
+        definition = await self.get_workflow(workflow, field="workflow")
+        run_id = check_id("run_id", self.env.new_id())
         if idempotency_key is not None:
             run_id = await self._claim_idempotency_key(idempotency_key, run_id)
         now = self.env.wall_ms()
@@ -181,7 +184,8 @@ class Service:
             return entry.value.decode()
 
     async def get_run(self, run_id: str) -> RunSnapshot:
-        _token("run id", run_id, lambda: RunNotFound(run_id))
+        """The run's snapshot; :class:`InvalidId` when ``run_id`` is no id."""
+        check_id("run_id", run_id)
         entry = await self.transport.kv_get(layout.RUNS_BUCKET, layout.run_key(run_id))
         if entry is None or entry.value is None:
             raise RunNotFound(run_id)
@@ -240,7 +244,7 @@ class Service:
 
     async def send_signal(self, run_id: str, name: str, payload: JsonValue = None) -> None:
         """Store the signal in KV ``signals`` (where handlers read it) and record it in history."""
-        _token("signal name", name, None)
+        check_id("name", name)
         stored = _json_bytes(payload, "payload")
         await self.get_run(run_id)
         data = encode_event(SignalSent(run_id, name, payload))
@@ -251,8 +255,8 @@ class Service:
 
     async def get_signal(self, run_id: str, name: str) -> JsonValue:
         """The last payload sent as signal ``name`` (None when none was)."""
-        _token("run id", run_id, lambda: RunNotFound(run_id))
-        _token("signal name", name, None)
+        check_id("run_id", run_id)
+        check_id("name", name)
         entry = await self.transport.kv_get(layout.SIGNALS_BUCKET, layout.signal_key(run_id, name))
         if entry is None or entry.value is None:
             return None
@@ -304,7 +308,7 @@ class Service:
         """The snapshot once the run has finished; :class:`RunWaitTimeout` after ``timeout_s``."""
         if not 0 < timeout_s <= WAIT_FOR_RUN_MAX_S:
             raise InvalidRequest(f"timeout must be in (0, {WAIT_FOR_RUN_MAX_S}] seconds")
-        key = layout.run_key(run_id)
+        key = layout.run_key(check_id("run_id", run_id))
         with trio.move_on_after(timeout_s):
             # Watch first, then read: a change between the two is seen by the watch.
             async with self.transport.kv_watch(layout.RUNS_BUCKET, key) as changes:
@@ -323,15 +327,6 @@ class Service:
 def idempotency_kv_key(key: str) -> str:
     """Where ``workflow_runs`` keeps the run an idempotency key started (hashed: any length)."""
     return IDEMPOTENCY_KEY_PREFIX + hashlib.sha256(key.encode()).hexdigest()
-
-
-def _token(kind: str, value: str, not_found: Any) -> None:
-    try:
-        layout.check_token(kind, value)
-    except ValueError as exc:
-        if not_found is not None:
-            raise not_found() from None
-        raise InvalidRequest(str(exc)) from None
 
 
 def _json_bytes(value: JsonValue, what: str) -> bytes:

@@ -42,6 +42,7 @@ from ..journal._events import publish_lifecycle
 from ..protocol import (
     CommitAction,
     DecodeError,
+    InvalidId,
     JournalRecord,
     JsonPolicyError,
     JsonValue,
@@ -52,6 +53,7 @@ from ..protocol import (
     ToolOutputRecord,
     ToolResultRecord,
     Wait,
+    check_id,
     converter,
     decode_json,
     decode_record,
@@ -75,7 +77,6 @@ from ..transport.layout import (
     RUNS_BUCKET,
     TASK_STREAM,
     cancel_subject,
-    check_token,
     checkpoint_key,
     journal_subject,
     run_key,
@@ -275,9 +276,9 @@ class Bridge:
         if not self._running:
             raise BridgeError(503, "bridge_not_running", "the bridge is not running")
         try:
-            check_token("task type", task_type)
-        except ValueError as exc:
-            raise bad_request(str(exc), "invalid_task_type") from None
+            check_id("task_type", task_type)
+        except InvalidId as exc:
+            raise bad_request(str(exc), exc.code) from None
         wait_s = min(max(wait_s, 0.0), self._max_poll_wait_s)
         self._reserve()
         try:

@@ -8,6 +8,7 @@ response that does not match the documented shape is reported, not half-read. Ev
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
@@ -302,8 +303,10 @@ class ApiClient:
 
 
 def _seg(value: str) -> str:
-    """A path segment: ids never hold '/', but a user may type anything."""
-    return httpx.URL("/" + value.replace("/", "%2F")).raw_path.decode()[1:]
+    """One path segment holding ``value`` as typed: a request id may hold '/', '?', '#', '%' or
+    be '..', so everything but letters, digits and ``_-~`` is percent-encoded (dots too, or an
+    id of dots would be taken for a relative path and dropped)."""
+    return urllib.parse.quote(value, safe="").replace(".", "%2E")
 
 
 def _body_json(response: httpx.Response) -> Any:

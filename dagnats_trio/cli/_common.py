@@ -40,9 +40,10 @@ def echo_json(value: Any, cls: Any = None) -> None:
 
 def fail(message: str, code: int, detail: tuple[str, ...] = ()) -> NoReturn:
     err = console(stderr=True)
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    # soft_wrap: an error is one line however narrow the terminal (a pipe or a log keeps it).
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     for line in detail:
-        err.print(f"  - {escape(line)}", highlight=False)
+        err.print(f"  - {escape(line)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

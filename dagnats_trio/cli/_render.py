@@ -81,11 +81,11 @@ def submission_renderable(sub: Submission) -> RenderableType:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    grid.add_row("request", sub.request_id)
+    grid.add_row("request", Text(sub.request_id))  # an id may hold "[": not markup
     grid.add_row("run / step", f"{sub.run_id} / {sub.step_id}")
     grid.add_row("mode", sub.mode.value)
     grid.add_row("status", status_text(sub.status.value))
-    grid.add_row("content", short(sub.content, 100))
+    grid.add_row("content", Text(short(sub.content, 100)))
     if sub.placed_iteration is not None:
         grid.add_row("placed in iteration", str(sub.placed_iteration))
     return grid

@@ -11,6 +11,7 @@ import attrs
 import trio
 import typer
 from rich.live import Live
+from rich.markup import escape
 from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
@@ -254,7 +255,10 @@ def inputs_send(
         else:
             what = "accepted" if created else "already submitted (the original is kept)"
             out = console()
-            out.print(f"input [bold]{sub.request_id}[/] {what}, now", status_text(sub.status.value))
+            out.print(
+                f"input [bold]{escape(sub.request_id)}[/] {what}, now",
+                status_text(sub.status.value),
+            )
         return 0
 
     run_async(go)
@@ -304,7 +308,7 @@ def inputs_withdraw(
         if as_json:
             echo_json({"request_id": request_id, "withdrawn": True})
         else:
-            console().print(f"input [bold]{request_id}[/] withdrawn")
+            console().print(f"input [bold]{escape(request_id)}[/] withdrawn")
         return 0
 
     run_async(go)

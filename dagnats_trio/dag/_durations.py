@@ -20,7 +20,7 @@ MAX_DURATION_MS = 366 * 86_400_000
 
 # ASCII digits only: ``\d`` also matches other scripts' digits, which ``int`` reads.
 _PART = re.compile(r"([0-9]+)(ms|s|m|h|d)")
-_WHOLE = re.compile(r"^(?:[0-9]+(?:ms|s|m|h|d))+$")
+_WHOLE = re.compile(r"^(?:[0-9]+(?:ms|s|m|h|d))+\Z")
 
 
 class DurationError(ValueError):

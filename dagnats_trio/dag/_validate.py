@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..protocol import JsonPolicyError, decode_json
-from ..transport.layout import check_token
+from ..protocol import InvalidId, JsonPolicyError, check_id, decode_json
 from ._durations import DurationError, parse_duration
 from .graph import find_cycle
 from .model import (
@@ -88,7 +87,7 @@ class _Collector:
             return None
         return raw
 
-    def token(self, step: str | None, field: str, kind: str, raw: Any) -> str | None:
+    def token(self, step: str | None, field: str, raw: Any) -> str | None:
         if raw is None:
             self.add(step, field, "required")
             return None
@@ -96,8 +95,8 @@ class _Collector:
             self.add(step, field, f"must be a string, got {raw!r}")
             return None
         try:
-            return check_token(kind, raw)
-        except ValueError as exc:
+            return check_id(field, raw)
+        except InvalidId as exc:
             self.add(step, field, str(exc))
             return None
 
@@ -115,7 +114,7 @@ def parse_workflow(data: bytes | str | Mapping[str, Any]) -> WorkflowDef:
         raise WorkflowInvalid([Problem(None, "(document)", "must be a JSON object")])
     c = _Collector()
     c.unknown_keys(None, "", obj, _WORKFLOW_KEYS)
-    name = c.token(None, "name", "workflow name", obj.get("name"))
+    name = c.token(None, "name", obj.get("name"))
     version_raw = obj.get("version", DEFAULT_WORKFLOW_VERSION)
     version = c.integer(None, "version", version_raw, 1, 2**31 - 1)
     raw_steps = obj.get("steps")
@@ -162,7 +161,7 @@ def _parse_step(c: _Collector, index: int, raw: Any) -> StepDef | None:
     if not isinstance(raw, Mapping):
         c.add(f"#{index}", "(step)", "must be a JSON object")
         return None
-    sid = c.token(f"#{index}", "id", "step id", raw.get("id"))
+    sid = c.token(f"#{index}", "id", raw.get("id"))
     label = sid if sid is not None else f"#{index}"
     c.unknown_keys(label, "", raw, _STEP_KEYS)
     ok = sid is not None
@@ -177,7 +176,7 @@ def _parse_step(c: _Collector, index: int, raw: Any) -> StepDef | None:
 
     task = ""
     if raw.get("task") not in (None, "") or stype is not StepType.SUB_WORKFLOW:
-        parsed_task = c.token(label, "task", "task type", raw.get("task"))
+        parsed_task = c.token(label, "task", raw.get("task"))
         ok = ok and parsed_task is not None
         task = parsed_task or ""
 
@@ -222,9 +221,7 @@ def _parse_step(c: _Collector, index: int, raw: Any) -> StepDef | None:
             ok = False
         else:
             c.unknown_keys(label, "sub_workflow", sub_raw, _SUB_KEYS)
-            child = c.token(
-                label, "sub_workflow.workflow", "workflow name", sub_raw.get("workflow")
-            )
+            child = c.token(label, "sub_workflow.workflow", sub_raw.get("workflow"))
             ok = ok and child is not None
             sub = SubWorkflowConfig(child) if child else None
     elif sub_raw is not None:

@@ -31,6 +31,7 @@ from ..protocol import (
     encode_event,
     encode_task,
     from_json,
+    is_id,
 )
 from ..transport import (
     ConsumerConfig,
@@ -360,9 +361,7 @@ class Engine:
             self._cache.popitem(last=False)
 
     async def _load_definition(self, name: str) -> WorkflowDef | None:
-        try:
-            layout.check_token("workflow name", name)
-        except ValueError:
+        if not is_id(name):
             return None
         entry = await self.transport.kv_get(layout.DEFS_BUCKET, name)
         if entry is None or entry.value is None:

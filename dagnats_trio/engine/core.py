@@ -15,6 +15,7 @@ import attrs
 
 from ..dag import StepDef, StepType, WorkflowDef, ready_steps, run_output, step_input
 from ..protocol import (
+    ID_MAX_CHARS,
     CancelRequested,
     ChildFinished,
     DispatchId,
@@ -31,8 +32,8 @@ from ..protocol import (
     TimerFired,
     Wait,
     WorkflowStarted,
+    check_id,
 )
-from ..transport.layout import check_token
 from .effects import (
     AnnounceCancel,
     ArmTimer,
@@ -59,8 +60,8 @@ REASON_MAX_DURATION = "max_duration"
 REASON_CHILD_FAILED = "child_failed"
 REASON_NOT_A_LOOP = "not_a_loop"
 
-#: Longest token a run id may be (see ``layout.check_token``).
-MAX_RUN_ID_CHARS = 128
+#: Longest token a run id may be (see :func:`protocol.check_id`).
+MAX_RUN_ID_CHARS = ID_MAX_CHARS
 
 
 @attrs.frozen
@@ -105,7 +106,7 @@ def child_run_id(parent_run: str, step_id: str, attempt: int) -> str:
     if len(plain) <= MAX_RUN_ID_CHARS:
         return plain
     digest = hashlib.sha256(plain.encode()).hexdigest()[:40]
-    return check_token("run id", f"c{attempt}-{digest}")
+    return check_id("run_id", f"c{attempt}-{digest}")
 
 
 def timer_id(run_id: str, step_id: str, kind: str, dispatch: DispatchId) -> str:

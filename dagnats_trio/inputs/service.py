@@ -2,7 +2,9 @@
 
 Storage is the KV bucket ``inputs`` (TTL seven days, which is also the dedupe window):
 
-- ``{run}.{step}.{request_id}``: the :class:`Submission`, the truth about its state;
+- ``{run}.{step}.{token}``: the :class:`Submission`, the truth about its state, where ``token`` is
+  the request id encoded as one key-safe token (:func:`~dagnats_trio.protocol.request_id_token`:
+  the id itself when it is ``[A-Za-z0-9_-]``, else ``=`` + base64url of its UTF-8);
 - ``{run}.{step}``: the step's :class:`~._index.StepIndex` (order counter, queued ids, closed).
 
 Every state change is a compare-and-set on the key's revision, so a withdrawal, a placement and
@@ -32,11 +34,15 @@ import trio
 from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
 from dagnats_trio.protocol import (
     InputSubmitted,
+    InvalidId,
     JsonPolicyError,
     JsonValue,
+    check_id,
+    check_request_id,
     encode_event,
     encode_json,
     from_json,
+    request_id_token,
     to_json,
 )
 from dagnats_trio.transport import KeyExists, RevisionMismatch, Transport, layout
@@ -82,7 +88,8 @@ class StoredSubmission:
 
 
 def submission_key(run_id: str, step_id: str, request_id: str) -> str:
-    return f"{run_id}.{step_id}.{request_id}"
+    """Injective in the request id, whatever printable characters it holds."""
+    return f"{run_id}.{step_id}.{request_id_token(request_id)}"
 
 
 def index_key(run_id: str, step_id: str) -> str:
@@ -107,15 +114,16 @@ def parse_mode(mode: Mode | str) -> Mode:
 
 
 def check_ids(run_id: str, step_id: str, request_id: str | None = None) -> None:
-    for kind, value in (("run_id", run_id), ("step_id", step_id), ("request_id", request_id)):
-        if value is None:
-            continue
-        if not isinstance(value, str) or not value:
-            raise BadRequestError(f"{kind} is required", code=f"invalid_{kind}")
-        try:
-            layout.check_token(kind, value)
-        except ValueError as exc:
-            raise BadRequestError(str(exc), code=f"invalid_{kind}") from None
+    """:class:`BadRequestError` (code ``invalid_<field>``) naming the first bad id."""
+    try:
+        check_id("run_id", run_id)
+        check_id("step_id", step_id)
+        if request_id is not None:
+            check_request_id(request_id)
+    except InvalidId as exc:
+        if exc.value == "":
+            raise BadRequestError(f"{exc.field} is required", code=exc.code) from None
+        raise BadRequestError(str(exc), code=exc.code) from None
 
 
 def check_content(content: JsonValue) -> None:
@@ -448,7 +456,7 @@ class InputsService:
         await self._t.publish(
             layout.history_subject(sub.run_id),
             encode_event(event),
-            msg_id=f"input.submitted.{sub.run_id}.{sub.step_id}.{sub.request_id}",
+            msg_id=f"input.submitted.{sub.run_id}.{sub.step_id}.{request_id_token(sub.request_id)}",
         )
 
     async def _check_step_open(self, run_id: str, step_id: str) -> None:

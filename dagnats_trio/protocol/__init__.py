@@ -19,6 +19,20 @@ from .events import (
     encode_event,
     lifecycle_event,
 )
+from .ids import (
+    ENCODED_REQUEST_ID_PREFIX,
+    ID_MAX_CHARS,
+    ID_RULE,
+    REQUEST_ID_MAX_CHARS,
+    REQUEST_ID_RULE,
+    InvalidId,
+    check_id,
+    check_request_id,
+    is_id,
+    is_request_id,
+    request_id_from_token,
+    request_id_token,
+)
 from .json_policy import MAX_JSON_DEPTH, JsonPolicyError, check_json, decode_json, encode_json
 from .params import is_ascii_digits, parse_decimal
 from .records import (
@@ -41,8 +55,13 @@ from .runs import RunHeader, RunStatus, decode_run_header
 from .tasks import TaskMessage, decode_task, encode_task
 
 __all__ = [
+    "ENCODED_REQUEST_ID_PREFIX",
+    "ID_MAX_CHARS",
+    "ID_RULE",
     "MAX_JSON_DEPTH",
     "RECORD_TYPE_HEADER",
+    "REQUEST_ID_MAX_CHARS",
+    "REQUEST_ID_RULE",
     "CancelRequested",
     "ChildFinished",
     "ClaimRecord",
@@ -52,6 +71,7 @@ __all__ = [
     "DispatchId",
     "InputPlacedRecord",
     "InputSubmitted",
+    "InvalidId",
     "JournalRecord",
     "JsonPolicyError",
     "JsonValue",
@@ -74,7 +94,9 @@ __all__ = [
     "ToolResultRecord",
     "Wait",
     "WorkflowStarted",
+    "check_id",
     "check_json",
+    "check_request_id",
     "converter",
     "decode_event",
     "decode_json",
@@ -88,8 +110,12 @@ __all__ = [
     "from_json",
     "from_obj",
     "is_ascii_digits",
+    "is_id",
+    "is_request_id",
     "lifecycle_event",
     "parse_decimal",
     "record_headers",
+    "request_id_from_token",
+    "request_id_token",
     "to_json",
 ]

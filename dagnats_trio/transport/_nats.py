@@ -99,8 +99,8 @@ _ERR_CONSUMER_NOT_FOUND = 10014
 _ERR_NO_MESSAGE = 10037
 _ERR_STREAM_NAME_IN_USE = 10058
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
-_KV_KEY = re.compile(r"^[-/_=.A-Za-z0-9]+$")
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}\Z")
+_KV_KEY = re.compile(r"^[-/_=.A-Za-z0-9]+\Z")
 
 
 def _check_name(kind: str, value: str) -> str:
@@ -299,7 +299,7 @@ class NatsDelivery:
 # The request fast path.
 # ---------------------------------------------------------------------------------------------
 
-_HEADER_KEY = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_HEADER_KEY = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 _BAD_SUBJECT = re.compile(r"\s")
 _STATUS = "Status"
 _NO_RESPONDERS_STATUS = "503"

@@ -1,12 +1,11 @@
 """The NATS layout of DESIGN.md in one place: stream, subject and bucket names, and provisioning.
 
-Subjects embed run and step ids as single tokens, so ids are restricted to ``[A-Za-z0-9_-]``
-(see :func:`check_token`); a dot or wildcard in an id would address other runs' messages.
+Subjects embed run and step ids as single tokens, so ids are restricted to ``[A-Za-z0-9_-]``;
+the one validator is :func:`dagnats_trio.protocol.check_id` (a dot or wildcard in an id would
+address other runs' messages). Callers validate before they build a name here.
 """
 
 from __future__ import annotations
-
-import re
 
 from ._interface import BucketSpec, StreamSpec, Transport
 
@@ -27,17 +26,6 @@ TIMER_DURABLE = "timers"
 JOURNAL_MAX_AGE_S = 30 * 24 * 3600.0
 INPUTS_DEDUPE_TTL_S = 7 * 24 * 3600.0
 HISTORY_DUPLICATE_WINDOW_S = 120.0
-
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-
-
-def check_token(kind: str, value: str) -> str:
-    """Return ``value`` if it is usable as one subject token, else raise ValueError."""
-    if not _TOKEN.match(value):
-        raise ValueError(
-            f"{kind} {value!r} must be 1-128 characters of letters, digits, '_' or '-'"
-        )
-    return value
 
 
 def history_subject(run_id: str) -> str:

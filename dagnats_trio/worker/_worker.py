@@ -20,7 +20,7 @@ from dagnats_trio.journal import (
     TaskIdentity,
     check_restart_limit,
 )
-from dagnats_trio.protocol import DecodeError, decode_task
+from dagnats_trio.protocol import DecodeError, check_id, decode_task
 from dagnats_trio.transport import (
     Closed,
     ConsumerConfig,
@@ -33,7 +33,6 @@ from dagnats_trio.transport import (
 from dagnats_trio.transport.layout import (
     TASK_STREAM,
     cancel_subject,
-    check_token,
     task_filter,
     worker_durable,
 )
@@ -87,7 +86,7 @@ class Worker:
         if not handlers:
             raise ValueError("a worker needs at least one handler")
         for task_type, handler in handlers.items():
-            check_token("task type", task_type)
+            check_id("task_type", task_type)
             if not callable(handler):
                 raise ValueError(f"the handler for {task_type!r} is not callable")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:

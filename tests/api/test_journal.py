@@ -100,7 +100,8 @@ async def test_journal_errors(api: Stack) -> None:
     assert r.status_code == 404
     assert error_code(r) == "step_not_found"
     r = await api.client.get(journal_path(run_id, "bad.step"))
-    assert r.status_code == 404
+    assert r.status_code == 400  # not an id at all: a bad request naming the field
+    assert error_code(r) == "invalid_step_id" and "step_id" in r.json()["error"]["message"]
     r = await api.client.get(journal_path(unique("run")))
     assert r.status_code == 404
     assert error_code(r) == "run_not_found"

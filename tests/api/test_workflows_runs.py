@@ -67,7 +67,8 @@ async def test_register_get_and_list_workflows(api: Stack) -> None:
     assert r.status_code == 404
     assert error_code(r) == "workflow_not_found"
     r = await api.client.get("/workflows/bad.name")
-    assert r.status_code == 404
+    assert r.status_code == 400  # not an id at all: a bad request naming the field
+    assert error_code(r) == "invalid_name"
 
 
 async def test_register_invalid_workflow_lists_problems(api: Stack) -> None:
@@ -144,7 +145,8 @@ async def test_start_run_to_completion_and_get(api: Stack) -> None:
     assert r.status_code == 404
     assert error_code(r) == "run_not_found"
     r = await api.client.get("/runs/bad.id")
-    assert r.status_code == 404
+    assert r.status_code == 400  # not an id at all: a bad request naming the field
+    assert error_code(r) == "invalid_run_id"
 
 
 async def test_start_run_errors(api: Stack) -> None:

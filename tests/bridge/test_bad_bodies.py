@@ -7,13 +7,14 @@ Examples run in a worker thread and send each request on the test's Trio loop
 from __future__ import annotations
 
 import json
+import urllib.parse
 from typing import Any
 
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ._stack import Stack
+from ._stack import Stack, error_code, unique
 
 MAX_EXAMPLES = 25
 
@@ -94,3 +95,25 @@ async def test_generated_bad_requests_never_give_500(stack: Stack) -> None:
     # The lease survived the noise: it can still be settled.
     r = await stack.act(lease, "complete", {"output": 1})
     assert r.status_code in (200, 410), r.text
+
+
+async def test_bad_task_types_and_step_ids_never_make_a_lease(stack: Stack) -> None:
+    """A trailing newline used to pass (``re.match`` with ``$``) and make a lease that could
+    never finish; now the poll is a 400 naming ``task_type`` and the definition is refused."""
+    for bad in ("x\n", "a.b", "a b", "*", ">", "x" * 129):
+        path = f"/bridge/tasks/{urllib.parse.quote(bad, safe='')}/poll"
+        r = await stack.client.post(path, params={"wait": "0"})
+        assert r.status_code == 400, (bad, r.text)
+        assert error_code(r) == "invalid_task_type"
+        assert r.json()["error"]["message"].startswith("task_type ")
+    name = unique("bw-")
+    r = await stack.client.post(
+        "/workflows", json={"name": name, "steps": [{"id": "x\n", "task": unique("bt_")}]}
+    )
+    assert r.status_code == 400 and error_code(r) == "invalid_workflow", r.text
+    assert [p["field"] for p in r.json()["error"]["problems"]] == ["id"]
+    # A good one still leases.
+    workflow, task_type = await stack.workflow()
+    await stack.start(workflow)
+    lease = await stack.poll(task_type)
+    assert lease["step_id"] == "agent"

@@ -157,6 +157,47 @@ def test_inputs_send_get_withdraw(dev: DevProcess, tmp_path: Path) -> None:
     assert cli(dev, "run", "cancel", run_id).exit_code == EXIT_OK
 
 
+def test_inputs_request_ids_from_chat_systems(dev: DevProcess, tmp_path: Path) -> None:
+    """Dots, colons, wildcards, spaces, slashes, markup and unicode are kept; a control
+    character is a one-line error naming ``request_id``."""
+    register(
+        dev,
+        tmp_path,
+        {
+            "name": AGENT_WF,
+            "steps": [
+                {
+                    "id": "agent",
+                    "task": "cli_nobody",
+                    "type": "agent_loop",
+                    "agent_loop": {"max_iterations": 3},
+                }
+            ],
+        },
+    )
+    run_id = cli(dev, "run", "start", AGENT_WF).stdout.strip()
+    wait_run(dev, run_id, lambda r: r["steps"][0]["status"] == "running")
+    for rid in ("slack:C024BE91L:1700.0002", "a*b>c d", "émoji 👋", "a/b", "..", "[bold]x[/]"):
+        send = ["inputs", "send", run_id, "agent", '"hi"', "--request-id", rid, "--mode", "steer"]
+        res = cli(dev, *send)
+        assert res.exit_code == EXIT_OK, (rid, res.stdout, res.stderr)
+        assert f"input {rid} accepted" in res.stdout, res.stdout
+        got = as_json(cli(dev, "inputs", "get", run_id, "agent", rid, "--json"))
+        assert (got["request_id"], got["status"]) == (rid, "queued")
+        shown = cli(dev, "inputs", "get", run_id, "agent", rid)
+        assert shown.exit_code == EXIT_OK and rid in shown.stdout
+    assert cli(dev, "inputs", "withdraw", run_id, "agent", "a/b").exit_code == EXIT_OK
+    got = as_json(cli(dev, "inputs", "get", run_id, "agent", "a/b", "--json"))
+    assert got["status"] == "withdrawn"
+    for bad in ("a\nb", "tab\there", "x" * 129):
+        send = ["inputs", "send", run_id, "agent", "1", "--request-id", bad, "--mode", "steer"]
+        res = cli(dev, *send)
+        assert res.exit_code == EXIT_USAGE, (bad, res.stdout, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "request_id" in lines[0], res.stderr
+    assert cli(dev, "run", "cancel", run_id).exit_code == EXIT_OK
+
+
 def test_journal_tail_and_check(dev: DevProcess, tmp_path: Path) -> None:
     register(dev, tmp_path, {"name": JOURNAL_WF, "steps": [{"id": "j", "task": "cli_journaled"}]})
     run = as_json(cli(dev, "run", "start", JOURNAL_WF, "21", "--watch", "--json"))

@@ -14,7 +14,14 @@ from dagnats_trio.api import (
 )
 from dagnats_trio.dag import WorkflowInvalid
 from dagnats_trio.engine import StepStatus
-from dagnats_trio.protocol import RunStatus, SignalSent, decode_event, decode_run_header
+from dagnats_trio.protocol import (
+    InvalidId,
+    RunStatus,
+    SignalSent,
+    decode_event,
+    decode_run_header,
+    is_id,
+)
 from dagnats_trio.transport import NatsTransport, layout
 
 from ._fakes import uid
@@ -30,8 +37,12 @@ async def test_register_get_list_workflows(nats_transport: NatsTransport) -> Non
     assert name in {w.name for w in await service.list_workflows()}
     with pytest.raises(WorkflowNotFound):
         await service.get_workflow(uid("missing"))
-    with pytest.raises(WorkflowNotFound):
+    with pytest.raises(InvalidId) as bad:
         await service.get_workflow("not a token")
+    assert bad.value.field == "name"
+    with pytest.raises(InvalidId) as bad:
+        await service.start_run("noop\n")
+    assert bad.value.field == "workflow"
     with pytest.raises(WorkflowInvalid) as info:
         await service.register_workflow(
             {
@@ -55,7 +66,7 @@ async def test_start_run_records_snapshot_and_history(nats_transport: NatsTransp
     name = uid("wf")
     await service.register_workflow({"name": name, "steps": [{"id": "a", "task": uid("t")}]})
     run = await service.start_run(name, {"k": "v"})
-    layout.check_token("run id", run)
+    assert is_id(run)
     snap = await service.get_run(run)
     assert snap.run_id == run and snap.workflow == name and snap.input == {"k": "v"}
     assert snap.status is RunStatus.RUNNING and not snap.started
@@ -69,8 +80,9 @@ async def test_start_run_records_snapshot_and_history(nats_transport: NatsTransp
         await service.start_run(uid("nope"))
     with pytest.raises(RunNotFound):
         await service.get_run(uid("nope"))
-    with pytest.raises(RunNotFound):
+    with pytest.raises(InvalidId) as bad:
         await service.get_run("bad.id")
+    assert bad.value.field == "run_id"
 
 
 async def test_idempotency_key_returns_the_same_run(nats_transport: NatsTransport) -> None:
@@ -123,8 +135,9 @@ async def test_signal_is_stored_and_recorded(nats_transport: NatsTransport) -> N
     assert await service.get_signal(run, "other") is None
     last = await nats_transport.get_last_msg(layout.HISTORY_STREAM, layout.history_subject(run))
     assert last is not None and decode_event(last.data) == SignalSent(run, "approve", {"by": "ann"})
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(InvalidId) as bad:
         await service.send_signal(run, "bad name", None)
+    assert bad.value.field == "name"
     with pytest.raises(RunNotFound):
         await service.send_signal(uid("ghost"), "approve", None)
 

@@ -186,3 +186,39 @@ async def test_a_configured_token_is_required(transport: Transport) -> None:
                     assert await InputsService(transport).list(run_id, STEP) == []
     [stored] = await InputsService(transport).list(run_id, STEP)
     assert stored.request_id == "r1"
+
+
+#: Ids that are not tokens: refused as run and step ids, and the first three as request ids too.
+BAD_IDS = ("r\n", "a\x00b", "\u2028", "a.b", "a b", "*", ">")
+CHAT_REQUEST_IDS = ("slack:C024BE91L:1700000000.000200", "a.b", "a b*>", "émoji 👋", "a/b", "a")
+
+
+async def test_ids_on_the_nats_endpoints(transport: Transport) -> None:
+    """A bad id is an error reply naming its field; a chat-style request id round-trips."""
+    run_id = new_run_id()
+    await write_snapshot(transport, run_id, {STEP: "running"})
+    ok = {"run_id": run_id, "step_id": STEP, "request_id": "r", "mode": "steer", "content": 1}
+    with trio.fail_after(TEST_DEADLINE_S):
+        async with serving(transport):
+            for bad in BAD_IDS:
+                fields = ["run_id", "step_id"] + (["request_id"] if bad in BAD_IDS[:3] else [])
+                for field in fields:
+                    for subject in (SUBMIT_SUBJECT, GET_SUBJECT, WITHDRAW_SUBJECT):
+                        reply = await call(transport, subject, {**ok, field: bad})
+                        assert isinstance(reply, ErrorReply), (subject, field, bad, reply)
+                        assert (reply.status, reply.error.code) == (400, f"invalid_{field}")
+                        assert reply.error.message.startswith(f"{field} ")
+            assert await InputsService(transport).list(run_id, STEP) == []
+            for n, rid in enumerate(CHAT_REQUEST_IDS):
+                sent = await call(
+                    transport, SUBMIT_SUBJECT, {**ok, "request_id": rid, "content": n}
+                )
+                assert isinstance(sent, SubmissionReply) and sent.status == 201, (rid, sent)
+                got = await call(transport, GET_SUBJECT, {**ok, "request_id": rid})
+                assert isinstance(got, SubmissionReply), (rid, got)
+                assert (got.submission.request_id, got.submission.content) == (rid, n)
+            gone = await call(transport, WITHDRAW_SUBJECT, {**ok, "request_id": "a.b"})
+            assert isinstance(gone, SubmissionReply) and gone.status == 204
+            listed = await InputsService(transport).list(run_id, STEP)
+            assert [s.request_id for s in listed] == list(CHAT_REQUEST_IDS)
+            assert [s.status for s in listed].count(SubmissionStatus.WITHDRAWN) == 1

@@ -76,7 +76,9 @@ async def test_a_repeat_is_answered_even_after_the_step_finished(transport: Tran
     ("request_id", "mode", "content", "error", "code"),
     [
         ("", "steer", 1, BadRequestError, "invalid_request_id"),
-        ("a.b", "steer", 1, BadRequestError, "invalid_request_id"),
+        ("a\n", "steer", 1, BadRequestError, "invalid_request_id"),
+        ("a\x00b", "steer", 1, BadRequestError, "invalid_request_id"),
+        ("\ud800", "steer", 1, BadRequestError, "invalid_request_id"),
         ("x" * 129, "steer", 1, BadRequestError, "invalid_request_id"),
         ("ok", "shout", 1, BadRequestError, "invalid_mode"),
         ("ok", "steer", {"f": object()}, BadRequestError, "invalid_content"),

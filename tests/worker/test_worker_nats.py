@@ -263,7 +263,7 @@ async def test_worker_arguments_are_checked(nats_transport: NatsTransport) -> No
             Worker(nats_transport, {"t": h}, restart_limit=bad)
     for ok in (1, 1000):
         Worker(nats_transport, {"t": h}, restart_limit=ok)
-    with pytest.raises(ValueError, match="task type"):
+    with pytest.raises(ValueError, match="task_type"):
         Worker(nats_transport, {"a.b": h})
     with pytest.raises(ValueError, match="concurrency"):
         Worker(nats_transport, {"t": h}, concurrency=0)
