@@ -68,7 +68,7 @@ class Stack:
         )
 
 
-async def _register_workflows(service: Service) -> None:
+async def register_workflows(service: Service) -> None:
     await service.register_workflow(
         {"name": ECHO_WORKFLOW, "steps": [{"id": "echo", "task": ECHO_TASK}]}
     )
@@ -91,7 +91,7 @@ async def _register_workflows(service: Service) -> None:
 async def open_stack(transport: Transport, token: str | None) -> AsyncIterator[Stack]:
     service = Service(transport)
     inputs = InputsService(transport)
-    await _register_workflows(service)
+    await register_workflows(service)
     app = create_app(
         service,
         inputs,
