@@ -284,11 +284,15 @@ class FaultyTransport:
     async def kv_put(self, bucket: str, key: str, value: bytes) -> int:
         return await self._inner.kv_put(bucket, key, value)
 
-    async def kv_create(self, bucket: str, key: str, value: bytes) -> int:
-        return await self._inner.kv_create(bucket, key, value)
+    async def kv_create(
+        self, bucket: str, key: str, value: bytes, *, ttl_s: float | None = None
+    ) -> int:
+        return await self._inner.kv_create(bucket, key, value, ttl_s=ttl_s)
 
-    async def kv_update(self, bucket: str, key: str, value: bytes, revision: int) -> int:
-        return await self._inner.kv_update(bucket, key, value, revision)
+    async def kv_update(
+        self, bucket: str, key: str, value: bytes, revision: int, *, ttl_s: float | None = None
+    ) -> int:
+        return await self._inner.kv_update(bucket, key, value, revision, ttl_s=ttl_s)
 
     async def kv_delete(self, bucket: str, key: str, revision: int | None = None) -> None:
         await self._inner.kv_delete(bucket, key, revision)

@@ -270,8 +270,9 @@ ROUTES: tuple[RouteDoc, ...] = (
         "submit_input",
         "Submit an input (steer or follow_up) to a running step.",
         description=(
-            "A repeat of the same `request_id` (within seven days) returns the original "
-            "submission, whatever its content, so a client may retry safely."
+            "A repeat of the same `request_id` returns the original submission, whatever its "
+            "content, so a client may retry safely: while the submission is queued or placed "
+            "(however long the step waits) and for seven days after it finished."
         ),
         params=(_RUN, _STEP),
         body=SubmitInputBody,

@@ -1,6 +1,7 @@
 """The per-step index: submission order and the queued set, in one small KV value.
 
-Submissions stay in KV for the seven-day dedupe window whatever their state, so scanning a
+Submissions stay in KV while their step lives and for the seven-day dedupe window after they
+finish, whatever their state, so scanning a
 step's keys to find the queued ones would grow with history. The index keeps, per step, the next
 order number, the request ids that may still be queued (in submission order) and whether the step
 is closed to new inputs. It is updated by compare-and-set like everything else; the submission

@@ -1,11 +1,17 @@
 """The one inputs service under REST, the NATS endpoints and ``tc.place_inputs``.
 
-Storage is the KV bucket ``inputs`` (TTL seven days, which is also the dedupe window):
+Storage is the KV bucket ``inputs``, which has no bucket-wide TTL:
 
 - ``{run}.{step}.{token}``: the :class:`Submission`, the truth about its state, where ``token`` is
   the request id encoded as one key-safe token (:func:`~dagnats_trio.protocol.request_id_token`:
   the id itself when it is ``[A-Za-z0-9_-]``, else ``=`` + base64url of its UTF-8);
 - ``{run}.{step}``: the step's :class:`~._index.StepIndex` (order counter, queued ids, closed).
+
+A queued or placed submission and an open index carry no TTL: they live as long as their step,
+however long it waits. The write that settles a submission (done, unanswered, withdrawn) and
+every write of a closed index carry a per-message TTL of seven days
+(:data:`~dagnats_trio.transport.layout.INPUTS_DEDUPE_TTL_S`): the dedupe window of a request id
+runs from the moment its submission finished, and then the key goes away by itself.
 
 Every state change is a compare-and-set on the key's revision, so a withdrawal, a placement and
 the settlement of a finished step race safely: exactly one of them moves a queued submission.
@@ -137,6 +143,16 @@ def check_content(content: JsonValue) -> None:
         )
 
 
+def _ttl_of(sub: Submission) -> int | None:
+    """The per-message TTL of a write of ``sub``: the dedupe window once it is settled."""
+    return layout.INPUTS_DEDUPE_TTL_S if sub.status.settled else None
+
+
+def _index_ttl(index: StepIndex) -> int | None:
+    """A closed index goes with the dedupe window too; an open one lives as long as its step."""
+    return layout.INPUTS_DEDUPE_TTL_S if index.closed else None
+
+
 def _decode_submission(data: bytes) -> Submission:
     return from_json(data, Submission, "input submission")
 
@@ -259,7 +275,9 @@ class InputsService:
                     code="not_withdrawable",
                 ) from None
             try:
-                await self._t.kv_update(layout.INPUTS_BUCKET, key, to_json(new), stored.revision)
+                await self._t.kv_update(
+                    layout.INPUTS_BUCKET, key, to_json(new), stored.revision, ttl_s=_ttl_of(new)
+                )
             except RevisionMismatch:
                 continue
             await self.drop_from_index(run_id, step_id, [request_id])
@@ -390,7 +408,7 @@ class InputsService:
     # --- listing -----------------------------------------------------------------------------
 
     async def list(self, run_id: str, step_id: str) -> builtins.list[Submission]:
-        """Every submission of the step still in the dedupe window, in submission order.
+        """Every submission of the step, unfinished or still in its dedupe window, in order.
 
         Costs one key listing plus one get per submission; for the queued ones alone, the index
         is cheaper (see :meth:`placement_candidates`).
@@ -442,7 +460,7 @@ class InputsService:
                 return current
             try:
                 revision = await self._t.kv_update(
-                    layout.INPUTS_BUCKET, key, to_json(new), current.revision
+                    layout.INPUTS_BUCKET, key, to_json(new), current.revision, ttl_s=_ttl_of(new)
                 )
             except RevisionMismatch:
                 current = await self._read(key)
@@ -502,7 +520,9 @@ class InputsService:
                     return before, before
                 after = change(before)
                 try:
-                    await self._t.kv_create(layout.INPUTS_BUCKET, key, to_json(after))
+                    await self._t.kv_create(
+                        layout.INPUTS_BUCKET, key, to_json(after), ttl_s=_index_ttl(after)
+                    )
                 except KeyExists:
                     continue
                 return before, after
@@ -511,7 +531,13 @@ class InputsService:
             if after == before:
                 return before, after
             try:
-                await self._t.kv_update(layout.INPUTS_BUCKET, key, to_json(after), entry.revision)
+                await self._t.kv_update(
+                    layout.INPUTS_BUCKET,
+                    key,
+                    to_json(after),
+                    entry.revision,
+                    ttl_s=_index_ttl(after),
+                )
             except RevisionMismatch:
                 continue
             return before, after

@@ -19,6 +19,8 @@ Headers = Mapping[str, str]
 
 #: How long any single call waits for an answer before raising :class:`TransportTimeout`.
 DEFAULT_REQUEST_TIMEOUT_S = 5.0
+#: The shortest per-message TTL nats-server takes (``Nats-TTL``), in seconds.
+MIN_MSG_TTL_S = 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,6 +152,13 @@ class Delivery(Protocol):
         """Never redeliver this message."""
 
 
+def check_msg_ttl(ttl_s: float) -> int:
+    """A per-message TTL in whole seconds (what the ``Nats-TTL`` header carries)."""
+    if isinstance(ttl_s, bool) or ttl_s < MIN_MSG_TTL_S or ttl_s != int(ttl_s):
+        raise ValueError(f"a message TTL is whole seconds >= {MIN_MSG_TTL_S}, got {ttl_s!r}")
+    return int(ttl_s)
+
+
 @attrs.frozen
 class StreamSpec:
     """A stream to provision. ``max_age_s`` 0 means unlimited."""
@@ -163,11 +172,17 @@ class StreamSpec:
 
 @attrs.frozen
 class BucketSpec:
-    """A key-value bucket to provision. ``ttl_s`` 0 means keys never expire."""
+    """A key-value bucket to provision. ``ttl_s`` 0 means keys never expire.
+
+    ``message_ttl`` lets a write carry its own TTL (``ttl_s`` of :meth:`Transport.kv_create` and
+    :meth:`Transport.kv_update`; nats-server 2.11+ ``allow_msg_ttl``): the key disappears that
+    long after that write, unless a later write replaces it.
+    """
 
     name: str
     ttl_s: float = 0.0
     history: int = 1
+    message_ttl: bool = False
 
 
 CoreHandler = Callable[[CoreMsg], Awaitable[bytes | None]]
@@ -223,11 +238,20 @@ class Transport(Protocol):
     async def kv_put(self, bucket: str, key: str, value: bytes) -> int:
         """Unconditional write; returns the new revision."""
 
-    async def kv_create(self, bucket: str, key: str, value: bytes) -> int:
-        """Write only if absent (or deleted); :class:`KeyExists` otherwise."""
+    async def kv_create(
+        self, bucket: str, key: str, value: bytes, *, ttl_s: float | None = None
+    ) -> int:
+        """Write only if absent (or deleted); :class:`KeyExists` otherwise.
 
-    async def kv_update(self, bucket: str, key: str, value: bytes, revision: int) -> int:
-        """Write only if the current revision is ``revision``, else :class:`RevisionMismatch`."""
+        ``ttl_s`` (whole seconds, at least 1) makes the key expire that long after this write;
+        the bucket must be provisioned with ``message_ttl`` (:class:`TransportError` otherwise).
+        """
+
+    async def kv_update(
+        self, bucket: str, key: str, value: bytes, revision: int, *, ttl_s: float | None = None
+    ) -> int:
+        """Write only if the current revision is ``revision``, else :class:`RevisionMismatch`;
+        ``ttl_s`` as for :meth:`kv_create`."""
 
     async def kv_delete(self, bucket: str, key: str, revision: int | None = None) -> None:
         """Delete; with ``revision`` only if current (:class:`RevisionMismatch` otherwise)."""

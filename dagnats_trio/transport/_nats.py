@@ -51,6 +51,7 @@ from ._interface import (
     TransportError,
     TransportTimeout,
     WrongLastSequence,
+    check_msg_ttl,
 )
 
 _log = logging.getLogger(__name__)
@@ -89,6 +90,7 @@ _HDR_LINE = b"NATS/1.0"
 _EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 _MSG_ID = "Nats-Msg-Id"
 _KV_OP = "KV-Operation"
+_MSG_TTL = "Nats-TTL"
 _KV_MARKER_REASON = "Nats-Marker-Reason"
 _KV_DELETE_OPS = frozenset({"DEL", "PURGE"})
 
@@ -216,6 +218,13 @@ def _is_delete_marker(headers: Mapping[str, str]) -> bool:
 
 #: Bound on the messages ``kv_keys`` walks (every stored revision under the prefix counts).
 KV_KEYS_MAX_MESSAGES = 1_000_000
+
+
+def _with_ttl(hdrs: dict[str, str], ttl_s: float | None) -> dict[str, str]:
+    """``hdrs`` plus the per-message TTL header when ``ttl_s`` is given."""
+    if ttl_s is not None:
+        hdrs[_MSG_TTL] = f"{check_msg_ttl(ttl_s)}s"
+    return hdrs
 
 
 def _kv_stream(bucket: str) -> str:
@@ -897,11 +906,15 @@ class NatsTransport:
         _check_name("bucket", bucket)
         return await self._publish(_kv_prefix(bucket) + _check_key(key), value, None)
 
-    async def kv_create(self, bucket: str, key: str, value: bytes) -> int:
+    async def kv_create(
+        self, bucket: str, key: str, value: bytes, *, ttl_s: float | None = None
+    ) -> int:
         _check_name("bucket", bucket)
         subject = _kv_prefix(bucket) + _check_key(key)
         try:
-            return await self._publish(subject, value, {_EXPECTED_LAST_SUBJECT_SEQ: "0"})
+            return await self._publish(
+                subject, value, _with_ttl({_EXPECTED_LAST_SUBJECT_SEQ: "0"}, ttl_s)
+            )
         except WrongLastSequence:
             pass
         # Present, or only a delete marker left (which counts as absent).
@@ -909,17 +922,21 @@ class NatsTransport:
         if last is None or not _is_delete_marker(last.headers):
             raise KeyExists(f"key {key!r} exists in bucket {bucket!r}") from None
         try:
-            return await self._publish(subject, value, {_EXPECTED_LAST_SUBJECT_SEQ: str(last.seq)})
+            return await self._publish(
+                subject, value, _with_ttl({_EXPECTED_LAST_SUBJECT_SEQ: str(last.seq)}, ttl_s)
+            )
         except WrongLastSequence:
             raise KeyExists(f"key {key!r} exists in bucket {bucket!r}") from None
 
-    async def kv_update(self, bucket: str, key: str, value: bytes, revision: int) -> int:
+    async def kv_update(
+        self, bucket: str, key: str, value: bytes, revision: int, *, ttl_s: float | None = None
+    ) -> int:
         _check_name("bucket", bucket)
         try:
             return await self._publish(
                 _kv_prefix(bucket) + _check_key(key),
                 value,
-                {_EXPECTED_LAST_SUBJECT_SEQ: str(revision)},
+                _with_ttl({_EXPECTED_LAST_SUBJECT_SEQ: str(revision)}, ttl_s),
             )
         except WrongLastSequence:
             raise RevisionMismatch(
@@ -1188,6 +1205,8 @@ class NatsTransport:
             "deny_delete": True,
             "allow_direct": True,
         }
+        if spec.message_ttl:
+            config["allow_msg_ttl"] = True
         await self._create_or_update(stream, config)
 
     async def _create_or_update(self, name: str, config: Mapping[str, Any]) -> None:

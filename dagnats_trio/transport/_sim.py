@@ -61,6 +61,7 @@ from ._interface import (
     TransportError,
     TransportTimeout,
     WrongLastSequence,
+    check_msg_ttl,
 )
 
 if TYPE_CHECKING:
@@ -264,6 +265,8 @@ class _KvItem:
     value: bytes | None
     revision: int
     stored_at: float
+    #: Trio time at which a per-message TTL removes the key; None: no TTL of its own.
+    expires_at: float | None = None
 
 
 @attrs.define(eq=False)
@@ -281,20 +284,37 @@ class _Bucket:
     watchers: list[_Watcher] = attrs.field(factory=list)
 
     def prune(self, now: float) -> None:
-        if self.spec.ttl_s <= 0:
-            return
-        cutoff = now - self.spec.ttl_s
-        for key in [k for k, item in self.items.items() if item.stored_at <= cutoff]:
+        cutoff = now - self.spec.ttl_s if self.spec.ttl_s > 0 else -math.inf
+        for key in [
+            k
+            for k, item in self.items.items()
+            if item.stored_at <= cutoff or (item.expires_at is not None and item.expires_at <= now)
+        ]:
             del self.items[key]
+
+    def expiry(self, ttl_s: float | None, now: float) -> float | None:
+        """When a write with ``ttl_s`` expires; refused, as by nats-server, unless the bucket
+        allows per-message TTLs."""
+        if ttl_s is None:
+            return None
+        seconds = check_msg_ttl(ttl_s)
+        if not self.spec.message_ttl:
+            raise TransportError(
+                f"bucket {self.spec.name!r}: per-message TTL is disabled (provision it with "
+                "message_ttl)"
+            )
+        return now + seconds
 
     def current_revision(self, key: str) -> int:
         item = self.items.get(key)
         return item.revision if item is not None else 0
 
-    def write(self, key: str, value: bytes | None, now: float) -> int:
+    def write(
+        self, key: str, value: bytes | None, now: float, expires_at: float | None = None
+    ) -> int:
         self.seq += 1
         self.items.pop(key, None)  # keep dict order = write order, like the stream underneath
-        self.items[key] = _KvItem(value, self.seq, now)
+        self.items[key] = _KvItem(value, self.seq, now, expires_at)
         entry = KvEntry(self.spec.name, key, value, self.seq)
         for watcher in list(self.watchers):
             if key.startswith(watcher.prefix):
@@ -654,23 +674,31 @@ class SimTransport:
         await self._call()
         return self._server._bucket(bucket).write(key, value, trio.current_time())
 
-    async def kv_create(self, bucket: str, key: str, value: bytes) -> int:
+    async def kv_create(
+        self, bucket: str, key: str, value: bytes, *, ttl_s: float | None = None
+    ) -> int:
         await self._call()
         b = self._server._bucket(bucket)
+        now = trio.current_time()
+        expires_at = b.expiry(ttl_s, now)
         item = b.items.get(key)
         if item is not None and item.value is not None:
             raise KeyExists(f"key {key!r} already exists in bucket {bucket!r}")
-        return b.write(key, value, trio.current_time())
+        return b.write(key, value, now, expires_at)
 
-    async def kv_update(self, bucket: str, key: str, value: bytes, revision: int) -> int:
+    async def kv_update(
+        self, bucket: str, key: str, value: bytes, revision: int, *, ttl_s: float | None = None
+    ) -> int:
         await self._call()
         b = self._server._bucket(bucket)
+        now = trio.current_time()
+        expires_at = b.expiry(ttl_s, now)
         current = b.current_revision(key)
         if current != revision:
             raise RevisionMismatch(
                 f"key {key!r} in bucket {bucket!r} is at revision {current}, not {revision}"
             )
-        return b.write(key, value, trio.current_time())
+        return b.write(key, value, now, expires_at)
 
     async def kv_delete(self, bucket: str, key: str, revision: int | None = None) -> None:
         await self._call()

@@ -24,7 +24,10 @@ ENGINE_DURABLE = "orchestrator"
 TIMER_DURABLE = "timers"
 
 JOURNAL_MAX_AGE_S = 30 * 24 * 3600.0
-INPUTS_DEDUPE_TTL_S = 7 * 24 * 3600.0
+#: How long a finished input submission stays (the window in which a repeated request id is
+#: recognised): a per-message TTL on the write that settles it. Queued and placed submissions
+#: carry none, so they live as long as their step.
+INPUTS_DEDUPE_TTL_S = 7 * 24 * 3600
 HISTORY_DUPLICATE_WINDOW_S = 120.0
 
 
@@ -85,7 +88,7 @@ BUCKETS: tuple[BucketSpec, ...] = (
     BucketSpec(RUNS_BUCKET),
     BucketSpec(CHECKPOINTS_BUCKET),
     BucketSpec(SIGNALS_BUCKET),
-    BucketSpec(INPUTS_BUCKET, ttl_s=INPUTS_DEDUPE_TTL_S),
+    BucketSpec(INPUTS_BUCKET, message_ttl=True),
 )
 
 

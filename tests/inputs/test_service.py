@@ -310,11 +310,13 @@ class _PausesCreate:
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
-    async def kv_create(self, bucket: str, key: str, value: bytes) -> int:
+    async def kv_create(
+        self, bucket: str, key: str, value: bytes, *, ttl_s: float | None = None
+    ) -> int:
         if key == self._key:
             self.reached.set()
             await self.release.wait()
-        return await self._inner.kv_create(bucket, key, value)
+        return await self._inner.kv_create(bucket, key, value, ttl_s=ttl_s)
 
 
 async def test_a_submission_in_flight_when_the_step_finishes_is_not_left_queued(
