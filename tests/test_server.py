@@ -85,8 +85,8 @@ async def test_cancel_during_start_leaves_no_process() -> None:
     with trio.fail_after(TEST_BOUND_S):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(start)
-            # Spawning runs in a worker thread; once the pid is known the start task is
-            # polling for readiness, which takes the server tens of milliseconds.
+            # Once the pid is known the start task is polling for readiness, which takes the
+            # server tens of milliseconds.
             while server.pid is None:
                 await trio.testing.wait_all_tasks_blocked(cushion=0.001)
             pid = server.pid

@@ -1,9 +1,11 @@
 """The long-running commands: ``dev``, ``serve``, ``worker``, and ``demo``.
 
-Each builds a :class:`HostConfig` and runs :class:`Host` until SIGINT or SIGTERM. The signals are
-taken with ``trio.open_signal_receiver`` rather than left to Trio's KeyboardInterrupt, so a stop
-always goes through cancellation: every part unwinds in order and the embedded nats-server child
-is stopped by its (shielded) ``finally``, whichever moment the signal arrives.
+Each builds a :class:`HostConfig` and runs :class:`Host` until SIGINT, SIGTERM or SIGHUP (a
+closed terminal). The signals are taken with ``trio.open_signal_receiver`` rather than left to
+Trio's KeyboardInterrupt, so a stop always goes through cancellation: every part unwinds in order
+and the embedded nats-server child is stopped by its (shielded) ``finally``, whichever moment the
+signal arrives. Should this process die without unwinding (SIGKILL), the child gets a parent-death
+signal from the kernel (``dagnats_trio.server``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from .._host import (
 )
 from ..api.server import DEFAULT_LISTEN_BACKLOG
 from ..journal import DEFAULT_RESTART_LIMIT, MAX_RESTART_LIMIT, MIN_RESTART_LIMIT
-from ..server import NatsServerError
+from ..server import NatsServerError, PortInUse, StoreLocked
 from ..transport import (
     NotProvisioned,
     TemporarilyUnavailable,
@@ -46,7 +48,9 @@ from ._common import console, fail, leaf
 
 DEFAULT_DATA_DIR: Final = "./.dagnats"
 DEFAULT_LISTEN: Final = f"{DEFAULT_LISTEN_HOST}:{DEFAULT_LISTEN_PORT}"
-STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+#: A closed terminal sends SIGHUP: a stop like any other, never a Python that dies and leaves its
+#: nats-server child behind.
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 ListenOpt = Annotated[
     str, typer.Option("--listen", envvar="DAGNATS_LISTEN", help="Address of the REST API.")
@@ -170,6 +174,17 @@ def _run_host(config: HostConfig, title: str, extra: list[tuple[str, str]]) -> N
                 f"the JetStream streams are missing ({inner}); start `dagnats serve` (which "
                 "provisions them) first",
                 EXIT_FAILED,
+            )
+        if isinstance(inner, StoreLocked):
+            holder = f"pid {inner.holder_pid}" if inner.holder_pid is not None else "another"
+            fail(
+                f"the data directory {config.data_dir} is in use by another process ({holder}); "
+                "stop it or give another --data-dir",
+                EXIT_FAILED,
+            )
+        if isinstance(inner, PortInUse):
+            fail(
+                f"--nats-port {inner.port} is already in use; stop what listens there", EXIT_FAILED
             )
         if isinstance(inner, NatsServerError):
             fail(f"the embedded nats-server failed: {inner}", EXIT_FAILED)

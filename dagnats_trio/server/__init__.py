@@ -5,17 +5,23 @@ open_nats_server() as server`` or ``server = await nursery.start(NatsServer().ru
 """
 
 from ._binary import NatsServerError, find_nats_server
+from ._child import PARENT_DEATH_SIGNAL
 from ._cluster import CLUSTER_SIZE, NatsCluster, open_nats_cluster
-from ._node import START_TIMEOUT_S, STOP_TIMEOUT_S, NatsServer, open_nats_server
+from ._lock import LOCK_FILE_NAME, StoreLocked
+from ._node import START_TIMEOUT_S, STOP_TIMEOUT_S, NatsServer, PortInUse, open_nats_server
 from ._sync import SyncNatsServer
 
 __all__ = [
     "CLUSTER_SIZE",
+    "LOCK_FILE_NAME",
+    "PARENT_DEATH_SIGNAL",
     "START_TIMEOUT_S",
     "STOP_TIMEOUT_S",
     "NatsCluster",
     "NatsServer",
     "NatsServerError",
+    "PortInUse",
+    "StoreLocked",
     "SyncNatsServer",
     "find_nats_server",
     "open_nats_cluster",

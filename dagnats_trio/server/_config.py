@@ -94,6 +94,18 @@ def free_port() -> int:
         return port
 
 
+def port_is_free(port: int) -> bool:
+    """True when nothing listens on loopback ``port``. ``SO_REUSEADDR`` as nats-server's own
+    listener sets it, so a port left in TIME_WAIT by a server that just stopped counts as free."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+        return True
+
+
 def command(binary: Path, config_file: Path, ports_dir: Path) -> list[str]:
     return [str(binary), "-c", str(config_file), "--ports_file_dir", str(ports_dir)]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -15,6 +14,7 @@ import trio
 
 from . import _probe
 from ._binary import NatsServerError, find_nats_server
+from ._child import ServerProcess
 from ._config import (
     ANY_PORT,
     LOOPBACK,
@@ -22,10 +22,12 @@ from ._config import (
     NodeConfig,
     command,
     log_tail,
+    port_is_free,
     port_of,
     read_client_url,
     render_config,
 )
+from ._lock import StoreLock
 
 #: How long a server may take from spawn to answering on its client port.
 START_TIMEOUT_S = 15.0
@@ -35,6 +37,14 @@ STOP_TIMEOUT_S = 10.0
 READY_POLL_INTERVAL_S = 0.01
 
 
+class PortInUse(NatsServerError):
+    """The port asked for is taken; an asked-for port is never swapped for another."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        super().__init__(f"port {port} on {LOOPBACK} is already in use")
+
+
 class NatsServer:
     """A nats-server child process with JetStream, on a loopback port it picks itself.
 
@@ -42,6 +52,13 @@ class NatsServer:
     the store and asks for the same port, so connected clients reconnect to the same URL.
     ``sync_always`` (default on) makes the store fsync every publish: a single server has no
     replica to fall back on, so an acknowledged journal record must be on disk.
+
+    The store directory is locked (:class:`StoreLock`) from the first :meth:`start` to
+    :meth:`stop`, restarts included: a second server on the same store fails with
+    :class:`StoreLocked` before it spawns. A ``port`` given is kept or the start fails
+    (:class:`PortInUse`); only a server on a port it picked itself may move to a new free one
+    when its old port was taken while it was stopped. The child gets a parent-death signal, so
+    it never outlives this process (see ``_child``).
     """
 
     def __init__(
@@ -61,9 +78,10 @@ class NatsServer:
         self._cluster = cluster
         self._port = port
         self._work_dir: Path | None = None
-        self._process: trio.Process | None = None
+        self._process: ServerProcess | None = None
         self._url: str | None = None
         self._log: IO[bytes] | None = None
+        self._lock: StoreLock | None = None
 
     # --- state -----------------------------------------------------------------------------
 
@@ -116,22 +134,30 @@ class NatsServer:
             raise NatsServerError("nats-server is already running")
         first_start = self._url is None
         port = self._port if first_start else port_of(self.last_url)
+        # Only a restart of a server that picked its own port may move (the old one was taken
+        # meanwhile, and a new one beats not starting at all); a port the caller chose may not.
+        may_move = not first_start and self._port == ANY_PORT
         try:
+            if self._lock is None:
+                self._lock = StoreLock.acquire(self.store_dir)
+            if port != ANY_PORT and not port_is_free(port):
+                if not may_move:
+                    raise PortInUse(port)
+                port = ANY_PORT
             try:
                 await self._spawn(port)
             except NatsServerError:
-                if port == ANY_PORT:
+                if not may_move or port == ANY_PORT:
                     raise
-                # The old port was taken meanwhile; a new one beats not starting at all.
                 await self._spawn(ANY_PORT)
         except BaseException:
-            if first_start:  # nothing worth keeping: remove the temporary directories
+            if first_start:  # nothing worth keeping: free the store, remove the temp directory
                 await self.stop()
             raise
 
     async def _spawn(self, port: int) -> None:
+        assert self._lock is not None
         work = self._dir()
-        self.store_dir.mkdir(parents=True, exist_ok=True)
         ports_dir = work / "ports"
         ports_dir.mkdir(exist_ok=True)
         config_file = work / "nats-server.conf"
@@ -148,11 +174,13 @@ class NatsServer:
             raise NatsServerError(f"nats-server binary {binary} does not exist")
         self._log = self.log_file.open("ab")
         try:
-            self._process = await trio.lowlevel.open_process(
+            await trio.lowlevel.checkpoint()
+            # Forked here, in the thread running Trio, not in a worker thread: see ``_child``.
+            # The child holds the store lock too, until it exits.
+            self._process = ServerProcess.spawn(
                 command(binary, config_file, ports_dir),
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
+                log=self._log,
+                pass_fds=(self._lock.fileno,),
             )
             with trio.fail_after(START_TIMEOUT_S):
                 self._url = await self._wait_ready(ports_dir)
@@ -199,8 +227,11 @@ class NatsServer:
         await self._terminate()
 
     async def stop(self) -> None:
-        """Stop the server and remove its temporary directories."""
+        """Stop the server, free its store's lock and remove its temporary directories."""
         await self._terminate()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
         self._url = None
         if self._work_dir is not None:
             shutil.rmtree(self._work_dir, ignore_errors=True)

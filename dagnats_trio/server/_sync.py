@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from ._binary import NatsServerError, find_nats_server
+from ._child import die_with_parent_preexec
 from ._config import (
     LOOPBACK,
     NodeConfig,
@@ -30,7 +31,11 @@ _SOCKET_TIMEOUT_S = 1.0
 
 
 class SyncNatsServer:
-    """Start with :meth:`start`, stop with :meth:`stop`; JetStream on a temporary store."""
+    """Start with :meth:`start`, stop with :meth:`stop`; JetStream on a temporary store.
+
+    The child dies with the thread that called :meth:`start` (parent-death signal, see
+    ``_child``): a test run killed with SIGKILL leaves no server behind.
+    """
 
     def __init__(self, *, sync_always: bool = True) -> None:
         self._sync_always = sync_always
@@ -67,6 +72,7 @@ class SyncNatsServer:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent_preexec(),
             )
         try:
             self._url = self._wait_ready(ports_dir, log_file)
