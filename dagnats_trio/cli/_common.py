@@ -6,7 +6,6 @@ stderr and a meaningful exit code, never a stack trace; only a bug in this progr
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -18,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..dag import DurationError, parse_duration_text
-from ..protocol import JsonValue, to_json
+from ..protocol import JsonPolicyError, JsonValue, decode_json, to_json
 from ._client import EXIT_FAILED, ApiFailure, ClientError, UsageError
 
 #: Width used when output is not a terminal (pipes, tests), so tables do not fold at 80.
@@ -80,11 +79,18 @@ def parse_json_arg(text: str, what: str) -> JsonValue:
     if text.startswith("@"):
         source = read_text(Path(text[1:]), what)
     try:
-        value: JsonValue = json.loads(source)
-    except ValueError as exc:
+        value: JsonValue = decode_json(source, where=what)
+    except JsonPolicyError as exc:
         hint = " (quote it for the shell, e.g. '{\"a\": 1}')" if not text.startswith("@") else ""
-        raise UsageError(f"{what} is not valid JSON: {exc}{hint}") from None
+        raise UsageError(f"{what} is not valid JSON: {json_problem(exc, what)}{hint}") from None
     return value
+
+
+def json_problem(exc: JsonPolicyError, root: str) -> str:
+    """What is wrong, and where when it is inside the value (``INPUT_JSON.a[1]: NaN is not a
+    JSON number``), for a message that already names the whole value ``root``."""
+    reason = exc.reason.removeprefix("not valid JSON: ")
+    return reason if exc.where == root else f"{exc.where}: {reason}"
 
 
 def read_text(path: Path, what: str) -> str:

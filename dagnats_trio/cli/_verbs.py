@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import json
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -17,14 +16,22 @@ from rich.table import Table
 from rich.text import Text
 
 from ..api._rest_views import JournalEntry, RunView
-from ..protocol import RunStatus
+from ..protocol import JsonPolicyError, RunStatus, decode_json
 from ._client import (
     DEFAULT_API_URL,
     EXIT_FAILED,
     ApiClient,
     UsageError,
 )
-from ._common import console, echo_json, parse_json_arg, parse_wait_s, read_text, run_async
+from ._common import (
+    console,
+    echo_json,
+    json_problem,
+    parse_json_arg,
+    parse_wait_s,
+    read_text,
+    run_async,
+)
 from ._journal import check_run, decode_entries, timeline
 from ._render import (
     check_renderable,
@@ -82,9 +89,9 @@ def workflow_register(
     async def go() -> int:
         text = read_text(file, "workflow file")
         try:
-            json.loads(text)
-        except ValueError as exc:
-            raise UsageError(f"{file} is not valid JSON: {exc}") from None
+            decode_json(text, where="document")
+        except JsonPolicyError as exc:
+            raise UsageError(f"{file} is not valid JSON: {json_problem(exc, 'document')}") from None
         async with ApiClient(api, token) as client:
             stored = await client.register_workflow(text.encode())
         if as_json:

@@ -111,6 +111,10 @@ def test_run_errors_have_meaningful_exit_codes(dev: DevProcess) -> None:
     assert res.exit_code == EXIT_NOT_FOUND
     res = cli(dev, "run", "start", ECHO_WF, "{bad json")
     assert res.exit_code == EXIT_USAGE and "INPUT_JSON is not valid JSON" in res.stderr
+    # The one JSON policy holds on the command line too: refused before anything is sent.
+    res = cli(dev, "run", "start", ECHO_WF, '{"a": [1, NaN]}')
+    assert res.exit_code == EXIT_USAGE
+    assert "INPUT_JSON is not valid JSON: INPUT_JSON.a[1]: NaN is not a JSON number" in res.stderr
     res = cli(None, "run", "get", "whatever")
     assert res.exit_code == EXIT_CANNOT_CONNECT and "cannot connect" in res.stderr
     res = cli(dev, "run", "get", "x", "--api", "http://127.0.0.1:1")
