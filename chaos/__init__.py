@@ -20,6 +20,7 @@ from ._backends import (
 )
 from ._faults import FaultyTransport, ProxyFaults, ProxyInjector, SimInjector
 from ._schedule import Fault, FaultKind, RunPlan, Target, draw_schedule
+from ._seed import FALLBACK_SEED, SEED_ENV, SoakSeed, soak_seed
 from ._soak import (
     Backend,
     ChaosKill,
@@ -29,8 +30,11 @@ from ._soak import (
     deterministic_scheduling,
     soak,
 )
+from ._watchdog import WallWatchdog
 
 __all__ = [
+    "FALLBACK_SEED",
+    "SEED_ENV",
     "Backend",
     "ChaosKill",
     "Fault",
@@ -45,7 +49,9 @@ __all__ = [
     "SimInjector",
     "SoakConfig",
     "SoakResult",
+    "SoakSeed",
     "Target",
+    "WallWatchdog",
     "deterministic_scheduling",
     "draw_schedule",
     "open_real_backend",
@@ -53,4 +59,5 @@ __all__ = [
     "sim_backend",
     "sim_soak",
     "soak",
+    "soak_seed",
 ]

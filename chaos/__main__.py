@@ -6,13 +6,11 @@ naming the failing run and the seed. On the simulation the same seed gives the s
 
 from __future__ import annotations
 
-import _thread
 import argparse
 import functools
 import logging
 import secrets
 import sys
-import threading
 import time
 
 import trio
@@ -22,6 +20,7 @@ from dagnats_trio._env import DEFAULT_ENV
 
 from ._backends import open_real_backend, sim_soak
 from ._soak import SoakConfig, SoakResult, deterministic_scheduling, soak
+from ._watchdog import WallWatchdog
 
 #: Runs by mode when ``--runs`` is not given.
 SIM_RUNS_DEFAULT = 50
@@ -97,28 +96,7 @@ def _summary(result: SoakResult, wall_s: float, reproduce: str) -> int:
     return EXIT_OK
 
 
-class _Watchdog:
-    """Interrupts the main thread once ``seconds`` of wall time pass (the simulated soak never
-    reads the wall clock itself, so this cannot change its trace)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.fired = False
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-
-    def _fire(self) -> None:
-        self.fired = True
-        _thread.interrupt_main()
-
-    def __enter__(self) -> _Watchdog:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
-
-
-def _run_sim(config: SoakConfig, watchdog: _Watchdog) -> SoakResult:
+def _run_sim(config: SoakConfig, watchdog: WallWatchdog) -> SoakResult:
     """The deterministic soak: autojump clock and seeded scheduler."""
     with watchdog, deterministic_scheduling(config.seed):
         return trio.run(sim_soak, config, clock=trio.testing.MockClock(autojump_threshold=0))
@@ -169,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         " --cluster" if ns.cluster else " --real" if real else ""
     )
     started = time.perf_counter()
-    watchdog = _Watchdog(duration)
+    watchdog = WallWatchdog(duration)
     try:
         if real:
             result = trio.run(functools.partial(_real, config, ns.cluster, duration + REAL_GRACE_S))

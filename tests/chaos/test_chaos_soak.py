@@ -8,22 +8,32 @@ trace hash can be compared between soaks.
 
 from __future__ import annotations
 
+import logging
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 import trio
 from trio.testing import MockClock
 
 from chaos import (
+    FALLBACK_SEED,
+    SEED_ENV,
     Fault,
     FaultKind,
     RunPlan,
     SoakConfig,
     SoakResult,
     Target,
+    WallWatchdog,
     deterministic_scheduling,
     draw_schedule,
     real_backend,
     sim_soak,
     soak,
+    soak_seed,
 )
 from dagnats_trio._env import DEFAULT_ENV
 from dagnats_trio._seams import Seam
@@ -36,6 +46,12 @@ SEEDS = (20240611, 7)
 RUNS = 12
 #: Bound on the real-server soak (wall seconds).
 REAL_SOAK_TIMEOUT_S = 60.0
+#: The soak every ``just test`` runs, on the seed of the commit (``chaos/_seed.py``).
+SUITE_SOAK_RUNS = 2000
+#: Wall bound of that soak: it needs about 14 s of CPU (docs/verification.md); the rest is room
+#: for a machine whose cores are busy with other work.
+SUITE_SOAK_WALL_S = 300.0
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run_sim(config: SoakConfig) -> SoakResult:
@@ -145,3 +161,58 @@ async def test_soak_on_a_real_server(fresh_nats_server: NatsServer) -> None:
     for kind in ("duplicate", "lost_ack", "drop"):
         assert result.injected[kind] == 1, result.injected
     assert all(dict(o.tool_starts)["send_message"] == 1 for o in result.outcomes)
+
+
+def test_suite_soak_of_2000_runs_on_the_commit_seed(
+    record_soak_summary: Callable[[str], None], caplog: pytest.LogCaptureFixture
+) -> None:
+    """At least 2,000 runs on the autojump clock, seeded by the commit: each commit soaks a new
+    schedule. The seed and the replay command are printed at the end of the session."""
+    chosen = soak_seed(REPO)
+    replay = f"just chaos --seed {chosen.seed} --runs {SUITE_SOAK_RUNS}"
+    print(f"seed={chosen.seed} ({chosen.source}); replay with: {replay}")
+    # As ``python -m chaos`` does: the injected faults make the runtime log thousands of
+    # expected warnings, which would only cost time here.
+    caplog.set_level(logging.CRITICAL, logger="dagnats_trio")
+    caplog.set_level(logging.CRITICAL, logger="chaos")
+    started = time.perf_counter()
+    with WallWatchdog(SUITE_SOAK_WALL_S) as watchdog:
+        try:
+            result = run_sim(SoakConfig(seed=chosen.seed, runs=SUITE_SOAK_RUNS))
+        except BaseException:
+            if watchdog.fired:
+                pytest.fail(
+                    f"the soak did not end within {SUITE_SOAK_WALL_S} s of wall time "
+                    f"(seed {chosen.seed}); replay with: {replay}"
+                )
+            raise
+    wall_s = time.perf_counter() - started
+    ok = sum(1 for o in result.outcomes if o.status == "completed" and not o.problems)
+    summary = (
+        f"seed={chosen.seed} ({chosen.source}): {SUITE_SOAK_RUNS} runs, {ok} ok, "
+        f"{len(result.violations)} violations, {sum(result.injected.values())} faults, "
+        f"simulated {result.elapsed_s:.0f} s, wall {wall_s:.1f} s, trace={result.trace_hash[:16]}; "
+        f"replay with: {replay}"
+    )
+    record_soak_summary(summary)
+    violations = "\n".join(result.violations[:20])
+    assert result.ok, f"{summary}\n{violations}"
+    assert len(result.outcomes) == SUITE_SOAK_RUNS and ok == SUITE_SOAK_RUNS, summary
+    assert all(dict(o.tool_starts)["send_message"] <= 1 for o in result.outcomes), summary
+    for kind in FaultKind:
+        assert result.injected[kind.value] > 0, (kind, summary)
+
+
+def test_soak_seed_comes_from_the_variable_the_commit_or_the_fallback(tmp_path: Path) -> None:
+    assert soak_seed(REPO, {SEED_ENV: "42"}).seed == 42
+    with pytest.raises(ValueError, match=SEED_ENV):
+        soak_seed(REPO, {SEED_ENV: "-1"})
+    with pytest.raises(ValueError, match=SEED_ENV):
+        soak_seed(REPO, {SEED_ENV: "²"})
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    from_commit = soak_seed(REPO, {})
+    assert from_commit.seed == int(head[:8], 16)
+    assert from_commit.source == f"commit {head[:8]}"
+    assert soak_seed(tmp_path, {}).seed == FALLBACK_SEED  # not a git work tree
