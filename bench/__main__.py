@@ -17,6 +17,7 @@ SECTIONS: dict[str, str] = {
     "loop": "bench.loop",
     "agent": "bench.agent",
     "append": "bench.append",
+    "takeover": "bench.takeover",
 }
 
 #: Printed last of all, so scripts can read it with ``tail -1``.

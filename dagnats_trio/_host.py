@@ -242,9 +242,10 @@ class HostConfig:
     temporary directory (removed at stop), with ``sync_interval: always`` since a single server
     has no replica to fall back on. ``listen`` None means no REST API. ``provision`` creates the
     streams and buckets with ``replicas`` (a worker-only process leaves that to the servers).
-    ``bridge`` serves the HTTP worker bridge on the API (``/bridge/...``, docs/bridge.md), with
-    the workers' AckWait. ``api_backlog`` is the API's listen backlog (connections the kernel
-    queues before they are accepted; capped by ``net.core.somaxconn``). ``worker_restart_limit``
+    ``bridge`` serves the HTTP worker bridge on the API (``/bridge/...``, docs/bridge.md), on
+    the workers' task consumers (so with their AckWait). ``api_backlog`` is the API's listen
+    backlog (connections the kernel queues before they are accepted; capped by
+    ``net.core.somaxconn``). ``worker_restart_limit``
     is the ``restart_limit`` of the workers and of the bridge: a journal step fails (reason
     ``restart_limit``) when its iteration was claimed that many times in a row without progress.
     """
@@ -363,7 +364,7 @@ class Host:
                     bridge = Bridge(
                         transport,
                         env=self.env,
-                        ack_wait_s=cfg.worker_ack_wait_s,
+                        task_ack_wait_s=cfg.worker_ack_wait_s,
                         restart_limit=cfg.worker_restart_limit,
                         inputs=inputs,
                     )

@@ -64,7 +64,6 @@ from ..protocol import (
     lifecycle_event,
 )
 from ..transport import (
-    ConsumerConfig,
     CoreMsg,
     Delivery,
     NotProvisioned,
@@ -80,10 +79,9 @@ from ..transport.layout import (
     checkpoint_key,
     journal_subject,
     run_key,
-    task_filter,
     worker_durable,
 )
-from ..worker import DEFAULT_ACK_WAIT_S, HEARTBEATS_PER_ACK_WAIT, MAX_WAIT_MS
+from ..worker import DEFAULT_ACK_WAIT_S, MAX_WAIT_MS, heartbeat_interval_s, task_consumer
 from ._errors import BridgeError, bad_request, cancelled, fenced, gone, lease_not_found
 from ._views import (
     Appended,
@@ -102,6 +100,9 @@ _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: How long a client may go without a request before its lease expires (``ack_wait_ms``). The
+#: bridge itself keeps the delivery's much shorter AckWait extended meanwhile.
+DEFAULT_CLIENT_ACK_WAIT_S: Final = 30.0
 #: Most leases held at once (live, and finished ones kept to answer late requests).
 DEFAULT_MAX_LEASES: Final = 1024
 #: Longest a poll may wait for a task.
@@ -176,8 +177,11 @@ class Bridge:
     its background part with ``await nursery.start(bridge.run)`` (it extends the AckWait of
     every lease whose client keeps heart-beating and listens for run cancellations).
 
-    ``ack_wait_s`` is the AckWait of the ``workers-{task_type}`` consumers: use the value the
-    Python workers of the same task types use, since they share the consumer.
+    ``ack_wait_s`` is how long a client may stay quiet before its lease expires (told to it as
+    ``ack_wait_ms``). ``task_ack_wait_s`` is the AckWait of the ``workers-{task_type}``
+    consumers, which the bridge extends in the background while the client is alive: use the
+    value the Python workers of the same task types use, since they share the consumer. A
+    bridge process that dies leaves its tasks to be taken over after that short AckWait.
     """
 
     def __init__(
@@ -186,7 +190,8 @@ class Bridge:
         *,
         env: RuntimeEnv = DEFAULT_ENV,
         restart_limit: int = DEFAULT_RESTART_LIMIT,
-        ack_wait_s: float = DEFAULT_ACK_WAIT_S,
+        ack_wait_s: float = DEFAULT_CLIENT_ACK_WAIT_S,
+        task_ack_wait_s: float = DEFAULT_ACK_WAIT_S,
         max_leases: int = DEFAULT_MAX_LEASES,
         max_poll_wait_s: float = MAX_POLL_WAIT_S,
         inputs: InputsService | None = None,
@@ -198,6 +203,7 @@ class Bridge:
         self._env = env
         self._restart_limit = check_restart_limit(restart_limit)
         self._ack_wait_s = _positive_seconds("ack_wait_s", ack_wait_s)
+        self._task_ack_wait_s = _positive_seconds("task_ack_wait_s", task_ack_wait_s)
         self._max_poll_wait_s = min(_positive_seconds("max_poll_wait_s", max_poll_wait_s), 3600.0)
         self._max_leases = max_leases
         self._keep_s = self._ack_wait_s * LEASE_KEEP_ACK_WAITS
@@ -212,6 +218,10 @@ class Bridge:
     @property
     def ack_wait_s(self) -> float:
         return self._ack_wait_s
+
+    @property
+    def task_ack_wait_s(self) -> float:
+        return self._task_ack_wait_s
 
     @property
     def lease_count(self) -> int:
@@ -243,7 +253,7 @@ class Bridge:
                     await self._ack(lease)
 
     async def _keep_alive(self) -> None:
-        interval = self._ack_wait_s / HEARTBEATS_PER_ACK_WAIT
+        interval = heartbeat_interval_s(self._task_ack_wait_s)
         while True:
             await trio.sleep(interval)
             now = trio.current_time()
@@ -306,15 +316,7 @@ class Bridge:
     async def _poll(self, task_type: str, wait_s: float) -> LeaseView | None:
         durable = worker_durable(task_type)
         if task_type not in self._consumers:
-            await self._transport.ensure_consumer(
-                ConsumerConfig(
-                    stream=TASK_STREAM,
-                    durable=durable,
-                    filter_subject=task_filter(task_type),
-                    ack_wait_s=self._ack_wait_s,
-                    max_deliver=-1,
-                )
-            )
+            await self._transport.ensure_consumer(task_consumer(task_type, self._task_ack_wait_s))
             self._consumers.add(task_type)
         now = trio.current_time()
         deadline = now + wait_s

@@ -24,6 +24,7 @@ from ..cli._render import check_renderable, timeline_table
 from ..engine import StepStatus
 from ..journal import ScriptedModel
 from ..protocol import RunStatus
+from ..worker import DEFAULT_ACK_WAIT_S
 from ._agent import (
     SCRIPT,
     STEP_ID,
@@ -36,8 +37,9 @@ from ._agent import (
     workflow_definition,
 )
 
-#: AckWait of the demo's workers: how long a dead worker's task waits before redelivery.
-DEMO_ACK_WAIT_S: Final = 2.0
+#: AckWait of the demo's workers: how long a dead worker's task waits before redelivery (the
+#: default, so the demo shows what a deployment gets).
+DEMO_ACK_WAIT_S: Final = DEFAULT_ACK_WAIT_S
 #: Pause the engine keeps between turns, so the steer lands in the next tool round.
 DEMO_LOOP_DELAY: Final = "1s"
 #: Bound of the whole demo and of each wait in it.

@@ -103,13 +103,26 @@ class CoreMsg:
 
 @attrs.frozen
 class ConsumerConfig:
-    """A durable pull consumer. Durations are seconds (floats) at this layer."""
+    """A durable pull consumer. Durations are seconds (floats) at this layer.
+
+    ``backoff_s`` (JetStream's ``backoff``), when given, replaces ``ack_wait_s`` per delivery:
+    the n-th delivery of a message has ``backoff_s[n - 1]`` (the last entry for later ones) to
+    be acked, and an ``in_progress`` restarts that same deadline. Its first entry should be
+    ``ack_wait_s``; ``max_deliver`` must then be -1 or larger than its length.
+    """
 
     stream: str
     durable: str
     filter_subject: str
     ack_wait_s: float
     max_deliver: int = -1
+    backoff_s: tuple[float, ...] = ()
+
+    def ack_wait_for(self, num_delivered: int) -> float:
+        """The AckWait of a message's ``num_delivered``-th delivery (1 is the first)."""
+        if not self.backoff_s:
+            return self.ack_wait_s
+        return self.backoff_s[min(max(num_delivered, 1), len(self.backoff_s)) - 1]
 
 
 class Delivery(Protocol):

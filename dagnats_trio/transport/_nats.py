@@ -1039,19 +1039,19 @@ class NatsTransport:
     async def ensure_consumer(self, config: ConsumerConfig) -> None:
         stream = _check_name("stream", config.stream)
         durable = _check_name("durable", config.durable)
+        body: dict[str, Any] = {
+            "durable_name": durable,
+            "filter_subject": config.filter_subject,
+            "ack_policy": "explicit",
+            "ack_wait": _ns(config.ack_wait_s),
+            "max_deliver": config.max_deliver,
+            "deliver_policy": "all",
+        }
+        if config.backoff_s:
+            body["backoff"] = [_ns(wait) for wait in config.backoff_s]
         await self._api(
             f"$JS.API.CONSUMER.CREATE.{stream}.{durable}",
-            {
-                "stream_name": stream,
-                "config": {
-                    "durable_name": durable,
-                    "filter_subject": config.filter_subject,
-                    "ack_policy": "explicit",
-                    "ack_wait": _ns(config.ack_wait_s),
-                    "max_deliver": config.max_deliver,
-                    "deliver_policy": "all",
-                },
-            },
+            {"stream_name": stream, "config": body},
             f"ensure consumer {stream}/{durable}",
         )
 

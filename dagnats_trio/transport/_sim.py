@@ -395,7 +395,6 @@ class SimServer:
     def _take(self, stream: _Stream, consumer: _Consumer, batch: int) -> list[tuple[_Msg, int]]:
         """Pick up to ``batch`` deliverable messages: due redeliveries first, then new ones."""
         now = trio.current_time()
-        ack_wait = consumer.config.ack_wait_s
         max_deliver = consumer.config.max_deliver
         chosen: list[tuple[_Msg, _Pending]] = []
         for seq in sorted(consumer.pending):
@@ -423,7 +422,7 @@ class SimServer:
         out: list[tuple[_Msg, int]] = []
         durable = consumer.config.durable
         for msg, pending in chosen:
-            pending.due = now + ack_wait
+            pending.due = now + consumer.config.ack_wait_for(pending.delivered)
             if self.faults._spend(self.faults.drop_deliveries, durable):
                 continue
             if self.faults._spend(self.faults.duplicate_deliveries, durable):
@@ -524,7 +523,7 @@ class SimDelivery:
         pending = server._pending(self._stream, self._durable, self.stream_seq)
         consumer = server._consumers.get((self._stream, self._durable))
         if pending is not None and consumer is not None:
-            pending.due = trio.current_time() + consumer.config.ack_wait_s
+            pending.due = trio.current_time() + consumer.config.ack_wait_for(pending.delivered)
 
     async def term(self) -> None:
         if not await self._conn._fire_and_forget():
@@ -741,8 +740,13 @@ class SimTransport:
     # --- durable pull consumers -------------------------------------------------------------
 
     async def ensure_consumer(self, config: ConsumerConfig) -> None:
-        if config.ack_wait_s <= 0:
-            raise ValueError(f"ack_wait_s must be positive, got {config.ack_wait_s}")
+        if config.ack_wait_s <= 0 or any(wait <= 0 for wait in config.backoff_s):
+            raise ValueError(
+                f"ack_wait_s and backoff_s must be positive, got {config.ack_wait_s}, "
+                f"{config.backoff_s}"
+            )
+        if config.backoff_s and 0 < config.max_deliver <= len(config.backoff_s):
+            raise ValueError("max_deliver must be -1 or larger than the length of backoff_s")
         await self._call()
         server = self._server
         stream = server._stream(config.stream)

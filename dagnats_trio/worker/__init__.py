@@ -11,21 +11,25 @@ from ._errors import (
     JournalUnavailable,
     RunCancelled,
 )
-from ._waits import MAX_WAIT_MS, Delay, Until, UntilInput, WaitArg, WaitSpec, build_wait
-from ._worker import (
+from ._lease import (
     DEFAULT_ACK_WAIT_S,
-    DEFAULT_CONCURRENCY,
-    FETCH_WAIT_S,
     HEARTBEATS_PER_ACK_WAIT,
-    Handler,
-    Worker,
+    LEASE_GROWTH_FACTOR,
+    MAX_LEASE_S,
+    heartbeat_interval_s,
+    lease_schedule,
+    task_consumer,
 )
+from ._waits import MAX_WAIT_MS, Delay, Until, UntilInput, WaitArg, WaitSpec, build_wait
+from ._worker import DEFAULT_CONCURRENCY, FETCH_WAIT_S, Handler, Worker
 
 __all__ = [
     "DEFAULT_ACK_WAIT_S",
     "DEFAULT_CONCURRENCY",
     "FETCH_WAIT_S",
     "HEARTBEATS_PER_ACK_WAIT",
+    "LEASE_GROWTH_FACTOR",
+    "MAX_LEASE_S",
     "MAX_WAIT_MS",
     "AlreadySettled",
     "CheckpointTooLarge",
@@ -45,4 +49,7 @@ __all__ = [
     "WaitSpec",
     "Worker",
     "build_wait",
+    "heartbeat_interval_s",
+    "lease_schedule",
+    "task_consumer",
 ]

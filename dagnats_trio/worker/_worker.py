@@ -23,7 +23,6 @@ from dagnats_trio.journal import (
 from dagnats_trio.protocol import DecodeError, check_id, decode_task
 from dagnats_trio.transport import (
     Closed,
-    ConsumerConfig,
     CoreMsg,
     Delivery,
     NotProvisioned,
@@ -33,21 +32,18 @@ from dagnats_trio.transport import (
 from dagnats_trio.transport.layout import (
     TASK_STREAM,
     cancel_subject,
-    task_filter,
     worker_durable,
 )
 
 from ._context import InputsPending, TaskContext, _error_text, _Services
 from ._errors import JournalUnavailable
+from ._lease import DEFAULT_ACK_WAIT_S, heartbeat_interval_s, task_consumer
 
 _log = logging.getLogger(__name__)
 
 Handler = Callable[[TaskContext], Awaitable[None]]
 
-DEFAULT_ACK_WAIT_S: Final = 30.0
 DEFAULT_CONCURRENCY: Final = 16
-#: The background heartbeat extends the AckWait this many times per AckWait.
-HEARTBEATS_PER_ACK_WAIT: Final = 3
 #: How long one fetch waits for the first task before asking again.
 FETCH_WAIT_S: Final = 1.0
 #: Most deliveries asked for in one fetch.
@@ -61,6 +57,10 @@ CANCEL_SUBJECTS: Final = cancel_subject("*")
 
 class Worker:
     """Runs handlers for task types: ``await nursery.start(worker.run)``.
+
+    ``ack_wait_s`` is the lease on a task's first delivery (``_lease``: 0.8 s by default, longer
+    on each redelivery); the worker's heartbeat keeps it while the handler runs, so it bounds
+    only how long the task of a dead (or silent) worker waits for another one.
 
     ``inputs`` wires the inputs service: ``tc.place_inputs`` places through it, each commit marks
     the inputs its iteration placed ``done``, and ``continue_`` with ``UntilInput()`` raises
@@ -130,15 +130,7 @@ class Worker:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Create the consumers, listen for cancels, pull and run tasks until cancelled."""
         for task_type in self._handlers:
-            await self._transport.ensure_consumer(
-                ConsumerConfig(
-                    stream=TASK_STREAM,
-                    durable=worker_durable(task_type),
-                    filter_subject=task_filter(task_type),
-                    ack_wait_s=self._ack_wait_s,
-                    max_deliver=-1,
-                )
-            )
+            await self._transport.ensure_consumer(task_consumer(task_type, self._ack_wait_s))
         slots = trio.Semaphore(self._concurrency)
         async with (
             self._transport.subscribe(CANCEL_SUBJECTS) as cancels,
@@ -277,11 +269,11 @@ class Worker:
         delivery cost several scheduler passes on every task's critical path. A delivery gets
         its first beat at most ``interval`` after it arrived, as before (sooner is harmless: a
         beat only restarts its AckWait), and a stalled, killed or fenced holder gets none, so its
-        AckWait runs out exactly as before. A beat is a core publish that waits only when the
-        connection's outgoing buffer is full (which every beat would then wait on alike); it is
-        bounded by ``interval`` so the loop still comes round.
+        AckWait runs out exactly as before (see ``_lease`` for the figures). A beat is a core
+        publish that waits only when the connection's outgoing buffer is full (which every beat
+        would then wait on alike); it is bounded by ``interval`` so the loop still comes round.
         """
-        interval = self._ack_wait_s / HEARTBEATS_PER_ACK_WAIT
+        interval = heartbeat_interval_s(self._ack_wait_s)
         while True:
             await trio.sleep(interval)
             for holder, delivery in list(self._beating.items()):

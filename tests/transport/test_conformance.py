@@ -264,6 +264,41 @@ async def test_ack_wait_redelivery_counts(transport: Transport, clock: object, u
         assert await transport.fetch(HISTORY_STREAM, durable, 1, ACK_WAIT_S + SHORT_WAIT_S) == []
 
 
+#: A lease schedule of growing AckWaits, one per delivery count (the last one repeats).
+BACKOFF_S = (0.6, 1.8)
+
+
+async def test_backoff_gives_each_redelivery_its_own_ack_wait(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    """Delivery n gets ``backoff_s[n - 1]``, and ``in_progress`` restarts that same deadline:
+    the workers' growing leases (worker/_lease.py) rest on it, on both transports."""
+    durable = f"c-{uid}"
+    config = ConsumerConfig(
+        HISTORY_STREAM, durable, history_subject(uid), BACKOFF_S[0], backoff_s=BACKOFF_S
+    )
+    assert [config.ack_wait_for(n) for n in (1, 2, 3)] == [0.6, 1.8, 1.8]
+    await transport.ensure_consumer(config)
+    await transport.ensure_consumer(config)  # idempotent
+    seq = await transport.publish(history_subject(uid), b"event")
+    with trio.fail_after(TEST_BOUND_S):
+        first = await fetch_one(transport, HISTORY_STREAM, durable)
+        assert first.num_delivered == 1
+        second = await fetch_one(transport, HISTORY_STREAM, durable)
+        assert (second.stream_seq, second.num_delivered) == (seq, 2)
+        # The second delivery holds 1.8 s: beats every 0.9 s (longer than the first lease)
+        # keep it, and nothing comes meanwhile.
+        for _ in range(3):
+            assert await transport.fetch(HISTORY_STREAM, durable, 1, BACKOFF_S[1] / 2) == []
+            await second.in_progress()
+        beaten_at = trio.current_time()
+        third = await fetch_one(transport, HISTORY_STREAM, durable)
+        assert trio.current_time() - beaten_at >= BACKOFF_S[1] - SLACK_S
+        assert third.num_delivered == 3
+        await third.ack()
+        assert await transport.fetch(HISTORY_STREAM, durable, 1, BACKOFF_S[1] + SHORT_WAIT_S) == []
+
+
 async def test_fetch_times_out_empty(transport: Transport, clock: object, uid: str) -> None:
     durable = await history_consumer(transport, uid)
     with trio.fail_after(TEST_BOUND_S):
