@@ -18,13 +18,15 @@ from typing import Final
 
 import trio
 
-from dagnats_trio.journal import check, read_journal
+from dagnats_trio._seams import Seam, SeamContext, install_hook
+from dagnats_trio.journal import Fenced, Replay, ToolCall, check, read_journal
 from dagnats_trio.protocol import ClaimRecord, StepCompleted, ToolIntentRecord, ToolResultRecord
 from dagnats_trio.transport import NatsTransport
 from dagnats_trio.worker import (
     DEFAULT_ACK_WAIT_S,
     HEARTBEATS_PER_ACK_WAIT,
     MAX_LEASE_S,
+    TaskContext,
     Worker,
     heartbeat_interval_s,
     lease_schedule,
@@ -54,6 +56,9 @@ PROCESS_START_S: Final = 60.0
 TAKEOVER_BOUND_S: Final = 15.0
 #: Bound on everything else the test waits for.
 WAIT_S: Final = 20.0
+#: How long the successor stays silent: past the first lease (0.8 s), well inside the second
+#: (3.2 s), so the growing lease is what keeps it.
+SUCCESSOR_STALL_S: Final = 1.5
 
 
 def test_default_lease_is_under_a_second() -> None:
@@ -137,3 +142,69 @@ async def test_killed_worker_process_is_taken_over(
     (result,) = [r for r in records if isinstance(r, ToolResultRecord)]
     assert result.interrupted and result.claim_id == claims[1]
     assert check(await read_journal(t, task.run_id, "agent"), engine_iterations=1).ok
+
+
+async def test_stalled_worker_is_fenced_and_its_successor_keeps_the_task(
+    nats_transport: NatsTransport,
+) -> None:
+    """At the default settings, a holder silent past the lease (a stalled, loaded worker) loses
+    the task and is fenced when it wakes; the successor, silent for longer than the first lease
+    too, keeps the task (its redelivery has the longer lease): no third delivery, no churn."""
+    t = nats_transport
+    task = make_task(uid(), task_type=uid("t"))
+    assert SUCCESSOR_STALL_S > DEFAULT_ACK_WAIT_S
+    assert lease_schedule(DEFAULT_ACK_WAIT_S)[1] / 2 > SUCCESSOR_STALL_S
+    successor_done = trio.Event()
+    zombie_fenced = trio.Event()
+    deliveries: list[int] = []
+    tool_starts: list[int] = []
+    stalls: list[SeamContext] = []
+
+    async def agent(tc: TaskContext) -> None:
+        deliveries.append(tc.num_delivered)
+        j = await tc.journal()
+
+        async def charge(call: ToolCall) -> str:
+            tool_starts.append(tc.num_delivered)
+            return "charged"
+
+        try:
+            result = await j.tool(ToolCall("charge", 5), Replay.UNSAFE, charge)
+        except Fenced:
+            zombie_fenced.set()
+            raise
+        await tc.complete({"interrupted": result.interrupted, "delivered": tc.num_delivered})
+        successor_done.set()
+
+    async def stall(ctx: SeamContext) -> None:
+        """The holder stops (no heartbeat) right after its claim: the first until the second
+        is done, the second for SUCCESSOR_STALL_S."""
+        if ctx.seam is not Seam.AFTER_CLAIM:
+            return
+        stalls.append(ctx)
+        if len(stalls) == 1:
+            await successor_done.wait()
+        else:
+            await trio.sleep(SUCCESSOR_STALL_S)
+
+    worker = Worker(t, {task.task: agent}, concurrency=2)
+    assert worker.ack_wait_s == DEFAULT_ACK_WAIT_S
+    with install_hook(stall):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            await publish_task(t, task)
+            with trio.fail_after(WAIT_S):
+                await successor_done.wait()
+                await zombie_fenced.wait()
+            events = await wait_history(t, task.run_id, 1)
+            nursery.cancel_scope.cancel()
+
+    assert deliveries == [1, 2]  # the successor kept its lease through its own stall
+    assert len(stalls) == 2
+    assert tool_starts == [2]  # the zombie never reached the tool: its intent was refused
+    (event,) = events
+    assert isinstance(event, StepCompleted) and event.dispatch == task.dispatch
+    assert event.output == {"interrupted": False, "delivered": 2}
+    records = await read_journal(t, task.run_id, "agent")
+    assert sum(isinstance(r, ClaimRecord) for _, r in records) == 2
+    assert check(records, engine_iterations=1).ok
