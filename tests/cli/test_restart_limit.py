@@ -131,3 +131,40 @@ def test_dev_takes_the_restart_limit_from_its_environment(tmp_path: Path) -> Non
         assert dev.banner["restart limit"] == "7"
     finally:
         assert dev.stop() == 0
+
+
+def test_dev_gives_the_limit_to_its_bridge_too(tmp_path: Path) -> None:
+    """An HTTP worker that claims and vanishes counts as a restart: with ``--restart-limit 1``
+    the second lease's claim answers 410 restart_limit (the default 5 would give it the
+    journal)."""
+    dev = start_dev(
+        [
+            *("--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0"),
+            *("--restart-limit", "1", "--ack-wait", ACK_WAIT_S),
+        ]
+    )
+    try:
+        assert dev.banner["restart limit"] == "1"
+        with httpx.Client(base_url=dev.api_url, timeout=30.0) as http:
+            step = {"id": "b", "task": "cli_bridged", "retry": {"max_attempts": 1}}
+            wf = {"name": "cli-bridge-restart-limit", "steps": [step]}
+            assert http.post("/workflows", content=json.dumps(wf)).status_code == 201
+            run_id = http.post("/runs", json={"workflow": wf["name"]}).json()["run_id"]
+            poll = "/bridge/tasks/cli_bridged/poll?wait=20s"
+            first = http.post(poll)
+            assert first.status_code == 200, first.text
+            read = http.post(f"/bridge/leases/{first.json()['token']}/journal/read")
+            assert read.status_code == 200, read.text  # claimed; then this client vanishes
+            second = http.post(poll)  # redelivered once the first lease's AckWait ran out
+            assert second.status_code == 200, second.text
+            assert second.json()["run_id"] == run_id
+            refused = http.post(f"/bridge/leases/{second.json()['token']}/journal/read")
+            assert refused.status_code == 410, refused.text
+            assert refused.json()["error"]["code"] == "restart_limit"
+            deadline = time.monotonic() + RUN_FAILED_TIMEOUT_S
+            while (seen := _step(http, run_id, "b"))["run_status"] == "running":
+                assert time.monotonic() < deadline, seen
+                time.sleep(0.1)
+            assert seen["status"] == "failed" and seen["reason"] == "restart_limit", seen
+    finally:
+        assert dev.stop() == 0
