@@ -147,3 +147,11 @@ def test_durations_as_text_take_ascii_digits_only(text: str) -> None:
         parse_duration_text(text)
     assert parse_duration_text("250") == 250
     assert parse_duration_text("1m30s") == 90_000
+
+
+def test_text_with_a_raw_lone_surrogate_is_refused_naming_where() -> None:
+    with pytest.raises(JsonPolicyError) as info:
+        decode_json('{"a": ["ok", "\ud800"]}')
+    assert info.value.where == "body.a[1]"
+    with pytest.raises(JsonPolicyError, match=r"^body\[[01]\]: "):  # either is a refusal
+        decode_json('["\ud800", NaN]')

@@ -5,7 +5,9 @@ data: it reads ``NaN`` and ``Infinity``, turns ``1e400`` into ``inf``, decodes b
 ``surrogatepass`` and lets ``"\\ud800"`` through as a lone surrogate, which then cannot be
 encoded as UTF-8. A value like that was stored and served back as invalid JSON, or failed later
 with a 500. Every door therefore goes through this module: REST and bridge bodies, the NATS
-``api.*`` requests, inputs, checkpoints, run inputs, signal payloads.
+``api.*`` requests, inputs, checkpoints, run inputs, signal payloads, journal values (through
+``canonical_json``), the CLI's JSON arguments. What the runtime reads back from NATS was written
+through these doors, so :func:`~dagnats_trio.protocol.from_json` reads it without the walk.
 
 The rules:
 
@@ -114,7 +116,9 @@ def decode_json(data: bytes | str, *, where: str = "body") -> Any:
         raise JsonPolicyError(where, f"nested deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError as exc:
         raise JsonPolicyError(where, f"not valid JSON: {exc}") from None
-    if _needs_walk(text):
+    # Text given as ``str`` (not bytes) may also hold a raw lone surrogate.
+    raw_surrogate = text is data and not text.isascii() and _SURROGATE.search(text) is not None
+    if raw_surrogate or _needs_walk(text):
         check_json(value, where=where)
     return value
 
