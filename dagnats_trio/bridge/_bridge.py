@@ -458,7 +458,7 @@ class Bridge:
 
     async def _on_committed(self, info: CommittedIteration) -> None:
         if self._inputs is not None and info.request_ids:
-            await self._inputs.mark_done(info.run_id, info.step_id, info.request_ids)
+            await self._inputs.mark_committed(info.run_id, info.step_id, info.request_ids)
 
     async def _run_cancelled(self, run_id: str) -> bool:
         entry = await self._transport.kv_get(RUNS_BUCKET, run_key(run_id))

@@ -51,7 +51,13 @@ from dagnats_trio.protocol import (
     request_id_token,
     to_json,
 )
-from dagnats_trio.transport import KeyExists, RevisionMismatch, Transport, layout
+from dagnats_trio.transport import (
+    KeyExists,
+    RevisionMismatch,
+    Transport,
+    TransportError,
+    layout,
+)
 
 from . import _index, _journal
 from ._index import IndexEntry, StepIndex
@@ -83,6 +89,12 @@ MAX_CONTENT_BYTES = 64 * 1024
 MAX_GET_WAIT_S = 60.0
 #: Compare-and-set attempts before giving up with :class:`ContentionError`.
 MAX_CAS_ATTEMPTS = 64
+#: How long :meth:`InputsService.mark_committed` keeps retrying a failing marking; under the
+#: journal's bound on its ``on_committed`` hook (10 s), so the lifecycle event is not held longer.
+MARK_COMMITTED_BUDGET_S = 8.0
+#: First pause between two markings, doubled after each failure up to the next bound.
+MARK_COMMITTED_BACKOFF_S = 0.1
+MARK_COMMITTED_BACKOFF_MAX_S = 1.0
 
 
 @attrs.frozen
@@ -342,6 +354,30 @@ class InputsService:
             if done is not None and done.submission.status is SubmissionStatus.DONE:
                 moved.append(done.submission)
         return moved
+
+    async def mark_committed(
+        self, run_id: str, step_id: str, request_ids: Iterable[str]
+    ) -> builtins.list[Submission]:
+        """:meth:`mark_done` for the commit hook of a worker or the bridge: a failure (NATS
+        unavailable for a moment, contention) is retried with backoff for up to
+        :data:`MARK_COMMITTED_BUDGET_S`, so a done is not lost to a transient error and a client
+        waiting on the input sees it now, not when the step finishes (the settlement of the
+        finished step would still make it done, from the journal). Raises the last error when
+        the budget runs out."""
+        ids = tuple(request_ids)
+        delay = MARK_COMMITTED_BACKOFF_S
+        last: Exception = TransportError(
+            f"marking {len(ids)} inputs done took over {MARK_COMMITTED_BUDGET_S} s"
+        )
+        with trio.move_on_after(MARK_COMMITTED_BUDGET_S):
+            while True:
+                try:
+                    return await self.mark_done(run_id, step_id, ids)
+                except (TransportError, ContentionError) as exc:
+                    last = exc
+                await trio.sleep(delay)
+                delay = min(2 * delay, MARK_COMMITTED_BACKOFF_MAX_S)
+        raise last
 
     # --- for placement ---------------------------------------------------------------------
 

@@ -303,7 +303,7 @@ def _with_mark_done(
     async def committed(info: CommittedIteration) -> None:
         try:
             if info.request_ids:
-                await service.mark_done(info.run_id, info.step_id, info.request_ids)
+                await service.mark_committed(info.run_id, info.step_id, info.request_ids)
         finally:
             if on_committed is not None:
                 await on_committed(info)

@@ -16,7 +16,7 @@ from dagnats_trio.engine import Engine
 from dagnats_trio.inputs import MAX_GET_WAIT_S, InputsService, Submission, SubmissionStatus
 from dagnats_trio.protocol import RunStatus
 from dagnats_trio.transport import NatsTransport, TransportError
-from dagnats_trio.worker import TaskContext
+from dagnats_trio.worker import TaskContext, UntilInput
 from examples import agent_turn
 from examples.agent_turn import History
 
@@ -198,14 +198,14 @@ async def test_a_placed_input_of_a_timed_out_step_ends_unanswered(
 
 
 class LosesMarking(InputsService):
-    """The worker's inputs service, dying between the commit and the marking: ``mark_done``
+    """The worker's inputs service, dying between the commit and the marking: the marking
     never reaches the store (the journal's ``on_committed`` logs the failure and goes on)."""
 
     def __init__(self, transport: NatsTransport) -> None:
         super().__init__(transport)
         self.lost: list[str] = []
 
-    async def mark_done(
+    async def mark_committed(
         self, run_id: str, step_id: str, request_ids: Iterable[str]
     ) -> list[Submission]:
         await trio.lowlevel.checkpoint()
@@ -289,3 +289,52 @@ async def test_an_engine_killed_between_the_commit_and_the_settlement_settles_on
             run,
             {"s1": (SubmissionStatus.DONE, 0), "q1": (SubmissionStatus.UNANSWERED, None)},
         )
+
+
+class FailsToMarkAtFirst(InputsService):
+    """The worker's inputs service, with NATS unavailable for its first two markings."""
+
+    def __init__(self, transport: NatsTransport) -> None:
+        super().__init__(transport)
+        self.failures = 0
+
+    async def mark_done(
+        self, run_id: str, step_id: str, request_ids: Iterable[str]
+    ) -> list[Submission]:
+        if self.failures < TRANSIENT_MARKING_FAILURES:
+            self.failures += 1
+            await trio.lowlevel.checkpoint()
+            raise TransportError("NATS is not answering right now")
+        return await super().mark_done(run_id, step_id, request_ids)
+
+
+#: Markings that fail before one goes through.
+TRANSIENT_MARKING_FAILURES: Final = 2
+
+
+async def test_a_transient_failure_to_mark_done_does_not_wait_for_the_step_to_finish(
+    nats_transport: NatsTransport,
+) -> None:
+    t = nats_transport
+    task = uid("transient")
+    worker_inputs = FailsToMarkAtFirst(t)
+    placed: list[str] = []
+
+    async def handler(tc: TaskContext) -> None:
+        await tc.journal()
+        placed.extend(p.request_id for p in await tc.place_inputs("steer"))
+        await tc.continue_(wait=UntilInput())
+
+    async with open_stack(t) as stack:
+        await stack.start(new_engine(t, stack.inputs))
+        wf = agent_workflow(task)
+        await stack.workflow(wf)
+        run = await stack.service.start_run(str(wf["name"]), PROMPT)
+        await stack.inputs.submit(run, STEP, "s1", "steer", {"text": "hello"})
+        await stack.start(new_worker(t, worker_inputs, {task: handler}))
+        sub = await stack.wait_input(run, STEP, "s1", SubmissionStatus.DONE)
+        assert (sub.placed_iteration, placed) == (0, ["s1"])
+        assert worker_inputs.failures == TRANSIENT_MARKING_FAILURES
+        # Done while the step still waits for its next input: not left for the settlement.
+        snap = await stack.wait_waiting(run, STEP, iterations=1)
+        assert snap.status is RunStatus.RUNNING
