@@ -1,0 +1,14 @@
+"""The one error of the sans-IO core: the bytes (or an event to send) break the protocol."""
+
+from __future__ import annotations
+
+from typing import final
+
+
+@final
+class ProtocolError(ValueError):
+    """Input that is not valid NATS protocol, or an event that cannot be sent.
+
+    The message names the operation and what was wrong with it (a field, a size, a byte), so a
+    log line says why a connection was dropped.
+    """

@@ -1,0 +1,139 @@
+"""NATS message headers (ADR-4): a ``NATS/1.0`` line with an optional status, then fields.
+
+A status line is ``NATS/1.0 503`` or ``NATS/1.0 408 Request Timeout``: three digits and an
+optional description. Keys may repeat, so fields are an ordered tuple of pairs, not a dict.
+"""
+
+from __future__ import annotations
+
+from typing import final
+
+import attrs
+
+from ._errors import ProtocolError
+from ._limits import MAX_HEADER_BYTES
+
+#: The version line every header block starts with.
+HEADER_VERSION = b"NATS/1.0"
+
+#: Status of a control message sent on idle subscriptions (JetStream consumers).
+IDLE_HEARTBEAT_STATUS = 100
+#: End of a batch direct get.
+END_OF_BATCH_STATUS = 204
+#: A pull request expired or was not satisfied.
+REQUEST_TIMEOUT_STATUS = 408
+#: Conflict (for example a pull consumer's limits were exceeded).
+CONFLICT_STATUS = 409
+#: A request found no subscriber on its subject.
+NO_RESPONDERS_STATUS = 503
+
+_CRLF = b"\r\n"
+
+
+def _check_key(key: str, where: str) -> None:
+    if not key:
+        raise ProtocolError(f"{where}: empty header name")
+    for ch in key:
+        code = ord(ch)
+        if code < 33 or code > 126 or ch == ":":
+            raise ProtocolError(f"{where}: header name {key!r} has invalid character {ch!r}")
+
+
+def _check_value(value: str, where: str) -> None:
+    if "\r" in value or "\n" in value:
+        raise ProtocolError(f"{where}: header value {value!r} contains CR or LF")
+    if value != value.strip(" \t"):
+        raise ProtocolError(f"{where}: header value {value!r} has surrounding whitespace")
+
+
+@final
+@attrs.frozen
+class Headers:
+    """A header block: status (``None`` for a plain block), its description, ordered fields."""
+
+    fields: tuple[tuple[str, str], ...] = ()
+    status: int | None = None
+    description: str = ""
+
+    def get(self, key: str) -> str | None:
+        """The first value of ``key`` (names compare case-insensitively), or ``None``."""
+        folded = key.lower()
+        for name, value in self.fields:
+            if name.lower() == folded:
+                return value
+        return None
+
+    def get_all(self, key: str) -> tuple[str, ...]:
+        """Every value of ``key``, in order."""
+        folded = key.lower()
+        return tuple(value for name, value in self.fields if name.lower() == folded)
+
+    @classmethod
+    def of(cls, mapping: dict[str, str] | None = None, /, **fields: str) -> Headers:
+        """Build a plain (status-less) block from a mapping."""
+        items = dict(mapping or {}, **fields)
+        return cls(fields=tuple(items.items()))
+
+
+def encode_headers(headers: Headers) -> bytes:
+    """The wire bytes of ``headers``, ending with the blank line."""
+    parts = [HEADER_VERSION]
+    if headers.status is not None:
+        if not 100 <= headers.status <= 999:
+            raise ProtocolError(f"headers: status {headers.status} is not three digits")
+        parts.append(b" %d" % headers.status)
+        if headers.description:
+            _check_value(headers.description, "headers status description")
+            parts.append(b" " + headers.description.encode())
+    elif headers.description:
+        raise ProtocolError("headers: a description needs a status")
+    parts.append(_CRLF)
+    for key, value in headers.fields:
+        _check_key(key, "headers")
+        _check_value(value, "headers")
+        parts.append(f"{key}: {value}\r\n".encode())
+    parts.append(_CRLF)
+    block = b"".join(parts)
+    if len(block) > MAX_HEADER_BYTES:
+        raise ProtocolError(f"headers: {len(block)} bytes, more than {MAX_HEADER_BYTES}")
+    return block
+
+
+def _decode(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"HMSG headers: {what} is not UTF-8 ({exc.reason})") from None
+
+
+def parse_headers(block: bytes) -> Headers:
+    """Parse one header block (as counted by HMSG's header size, blank line included)."""
+    if len(block) > MAX_HEADER_BYTES:
+        raise ProtocolError(f"HMSG headers: {len(block)} bytes, more than {MAX_HEADER_BYTES}")
+    if not block.endswith(b"\r\n\r\n"):
+        raise ProtocolError("HMSG headers: block does not end with an empty line (CRLF CRLF)")
+    lines = block[:-4].split(_CRLF)
+    first = lines[0]
+    if not first.startswith(HEADER_VERSION):
+        raise ProtocolError(f"HMSG headers: version line {first[:32]!r} is not NATS/1.0")
+    status: int | None = None
+    description = ""
+    rest = first[len(HEADER_VERSION) :]
+    if rest:
+        if rest[:1] not in (b" ", b"\t"):
+            raise ProtocolError(f"HMSG headers: version line {first[:32]!r} is not NATS/1.0")
+        rest = rest.strip(b" \t")
+        code, _, desc = rest.partition(b" ")
+        if len(code) != 3 or not code.isdigit():
+            raise ProtocolError(f"HMSG headers: status {code[:16]!r} is not three digits")
+        status = int(code)
+        description = _decode(desc.strip(b" \t"), "status description")
+    fields: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep:
+            raise ProtocolError(f"HMSG headers: line {line[:32]!r} has no colon")
+        key = _decode(name, "header name")
+        _check_key(key, "HMSG headers")
+        fields.append((key, _decode(value.strip(b" \t"), "header value")))
+    return Headers(fields=tuple(fields), status=status, description=description)

@@ -1,0 +1,17 @@
+"""The size bounds of the NATS wire protocol that the sans-IO core enforces.
+
+The server's own bound on a message is the ``max_payload`` of its INFO; until an INFO arrives the
+core assumes the server default. Control lines and header blocks have fixed bounds here, so a
+peer that never sends CRLF cannot make the parser buffer without end.
+"""
+
+from __future__ import annotations
+
+#: Longest control line (op and arguments, without CRLF) accepted or sent; nats-server's default.
+MAX_CONTROL_LINE_BYTES = 4096
+#: Payload bound before the server's INFO says otherwise (nats-server's default, 1 MiB).
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+#: Largest header block (``NATS/1.0`` line through the blank line) accepted or sent.
+MAX_HEADER_BYTES = 64 * 1024
+#: Longest INFO or CONNECT JSON accepted (they travel on the control line but may be long).
+MAX_JSON_LINE_BYTES = 64 * 1024

@@ -1,0 +1,282 @@
+"""An incremental parser: bytes in with :meth:`Parser.receive_data`, events out.
+
+It parses every operation of both directions (the role check lives in :mod:`._protocol`), so
+tests can round-trip anything the encoder writes. It never buffers more than one control line
+(bounded) plus one message (bounded by ``max_payload_bytes``), and after a
+:class:`ProtocolError` it stays failed: the stream's framing is lost.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from typing import Final, Literal
+
+from ._errors import ProtocolError
+from ._events import Err, Event, Msg, Ok, Ping, Pong, Pub, Sub, Unsub, parse_connect, parse_info
+from ._headers import parse_headers
+from ._limits import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_CONTROL_LINE_BYTES,
+    MAX_HEADER_BYTES,
+    MAX_JSON_LINE_BYTES,
+)
+
+
+class NeedData(enum.Enum):
+    """``next_event`` has nothing whole to return yet."""
+
+    NEED_DATA = "NEED_DATA"
+
+
+#: Returned by :meth:`Parser.next_event` until more bytes arrive.
+NEED_DATA: Final = NeedData.NEED_DATA
+
+_CRLF = b"\r\n"
+_JSON_OPS = (b"INFO", b"CONNECT")
+#: Compact the buffer once this many consumed bytes sit at its front.
+_COMPACT_AFTER_BYTES = 64 * 1024
+
+
+def _text(op: str, name: str, raw: bytes) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise ProtocolError(f"{op}: {name} {raw[:64]!r} is not UTF-8") from None
+
+
+def _size(op: str, name: str, raw: bytes) -> int:
+    if not raw.isdigit() or len(raw) > 12:
+        raise ProtocolError(f"{op}: {name} {raw[:32]!r} is not a byte count")
+    return int(raw)
+
+
+class _Pending:
+    """A MSG/HMSG/PUB/HPUB whose control line is parsed and whose payload is awaited."""
+
+    __slots__ = ("header_bytes", "is_msg", "reply", "sid", "subject", "total_bytes")
+
+    def __init__(
+        self,
+        *,
+        is_msg: bool,
+        subject: str,
+        sid: str,
+        reply: str | None,
+        header_bytes: int | None,
+        total_bytes: int,
+    ) -> None:
+        self.is_msg = is_msg
+        self.subject = subject
+        self.sid = sid
+        self.reply = reply
+        self.header_bytes = header_bytes
+        self.total_bytes = total_bytes
+
+
+class Parser:
+    """Incremental NATS parser. ``max_payload_bytes`` may be raised or lowered at any time (the
+    client protocol sets it from the server's INFO)."""
+
+    def __init__(
+        self,
+        *,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        max_control_line_bytes: int = MAX_CONTROL_LINE_BYTES,
+    ) -> None:
+        self.max_payload_bytes = max_payload_bytes
+        self.max_control_line_bytes = max_control_line_bytes
+        self._buf = bytearray()
+        self._pos = 0
+        self._pending: _Pending | None = None
+        self._error: ProtocolError | None = None
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received and not yet returned as events."""
+        return len(self._buf) - self._pos
+
+    def receive_data(self, data: bytes) -> None:
+        """Add bytes read from the peer."""
+        if self._pos >= _COMPACT_AFTER_BYTES:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    def events(self) -> Iterator[Event]:
+        """Every whole event buffered, in order."""
+        while True:
+            event = self.next_event()
+            if event is NEED_DATA:
+                return
+            yield event
+
+    def next_event(self) -> Event | Literal[NeedData.NEED_DATA]:
+        """The next whole event, or :data:`NEED_DATA`."""
+        if self._error is not None:
+            raise self._error
+        try:
+            return self._next()
+        except ProtocolError as exc:
+            self._error = exc
+            raise
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _next(self) -> Event | Literal[NeedData.NEED_DATA]:
+        buf = self._buf
+        if self._pending is None:
+            end = buf.find(_CRLF, self._pos)
+            if end < 0:
+                self._check_partial_line()
+                return NEED_DATA
+            line = bytes(buf[self._pos : end])
+            self._pos = end + 2
+            if self._pos == len(buf):
+                buf.clear()
+                self._pos = 0
+            event = self._parse_line(line)
+            if event is not None:
+                return event
+        pending = self._pending
+        assert pending is not None
+        start = self._pos
+        stop = start + pending.total_bytes
+        if len(buf) < stop + 2:
+            return NEED_DATA
+        if buf[stop : stop + 2] != _CRLF:
+            op = ("H" if pending.header_bytes is not None else "") + (
+                "MSG" if pending.is_msg else "PUB"
+            )
+            raise ProtocolError(
+                f"{op}: payload of {pending.total_bytes} bytes not followed by CRLF"
+            )
+        headers = None
+        body_start = start
+        if pending.header_bytes is not None:
+            body_start = start + pending.header_bytes
+            headers = parse_headers(bytes(buf[start:body_start]))
+        payload = bytes(buf[body_start:stop])
+        self._pos = stop + 2
+        if self._pos == len(buf):
+            buf.clear()
+            self._pos = 0
+        self._pending = None
+        if pending.is_msg:
+            return Msg(pending.subject, pending.sid, payload, pending.reply, headers)
+        return Pub(pending.subject, payload, pending.reply, headers)
+
+    def _check_partial_line(self) -> None:
+        waiting = len(self._buf) - self._pos
+        if waiting <= self.max_control_line_bytes + 1:  # +1: a CR whose LF has not come
+            return
+        head = bytes(self._buf[self._pos : self._pos + 8]).upper()
+        if head.startswith(_JSON_OPS) and waiting <= MAX_JSON_LINE_BYTES + 1:
+            return
+        raise ProtocolError(
+            f"control line {head!r}... over {self.max_control_line_bytes} bytes without CRLF"
+        )
+
+    def _parse_line(self, line: bytes) -> Event | None:
+        parts = line.split(None, 1)
+        op_raw = parts[0] if parts else b""
+        rest = parts[1] if len(parts) == 2 else b""
+        op = op_raw.upper()
+        limit = MAX_JSON_LINE_BYTES if op in _JSON_OPS else self.max_control_line_bytes
+        if len(line) > limit:
+            raise ProtocolError(f"{op[:16]!r}: control line of {len(line)} bytes, over {limit}")
+        if op == b"MSG":
+            self._parse_msg(rest.split(), headers=False)
+            return None
+        if op == b"HMSG":
+            self._parse_msg(rest.split(), headers=True)
+            return None
+        if op == b"PUB":
+            self._parse_pub(rest.split(), headers=False)
+            return None
+        if op == b"HPUB":
+            self._parse_pub(rest.split(), headers=True)
+            return None
+        if op in (b"PING", b"PONG", b"+OK"):
+            if rest.strip():
+                raise ProtocolError(f"{op.decode()}: takes no arguments, got {rest[:32]!r}")
+            return Ping() if op == b"PING" else Pong() if op == b"PONG" else Ok()
+        if op == b"-ERR":
+            text = rest.strip(b" \t")
+            if len(text) >= 2 and text.startswith(b"'") and text.endswith(b"'"):
+                text = text[1:-1]
+            return Err(_text("-ERR", "message", text))
+        if op == b"SUB":
+            return self._parse_sub(rest.split())
+        if op == b"UNSUB":
+            return self._parse_unsub(rest.split())
+        if op == b"INFO":
+            return parse_info(rest)
+        if op == b"CONNECT":
+            return parse_connect(rest)
+        raise ProtocolError(f"unknown operation {op_raw[:16]!r}")
+
+    def _check_sizes(self, op: str, header_bytes: int | None, total_bytes: int) -> None:
+        if total_bytes > self.max_payload_bytes:
+            raise ProtocolError(
+                f"{op}: {total_bytes} bytes of payload, over max_payload {self.max_payload_bytes}"
+            )
+        if header_bytes is not None:
+            if header_bytes > total_bytes:
+                raise ProtocolError(
+                    f"{op}: header size {header_bytes} over total size {total_bytes}"
+                )
+            if header_bytes > MAX_HEADER_BYTES:
+                raise ProtocolError(f"{op}: header size {header_bytes} over {MAX_HEADER_BYTES}")
+
+    def _parse_msg(self, args: list[bytes], *, headers: bool) -> None:
+        op = "HMSG" if headers else "MSG"
+        sizes = 2 if headers else 1
+        if len(args) not in (2 + sizes, 3 + sizes):
+            raise ProtocolError(f"{op}: {len(args)} arguments, expected {2 + sizes} or {3 + sizes}")
+        subject = _text(op, "subject", args[0])
+        sid = _text(op, "sid", args[1])
+        reply = _text(op, "reply", args[2]) if len(args) == 3 + sizes else None
+        total = _size(op, "total size" if headers else "size", args[-1])
+        header_bytes = _size(op, "header size", args[-2]) if headers else None
+        self._check_sizes(op, header_bytes, total)
+        self._pending = _Pending(
+            is_msg=True,
+            subject=subject,
+            sid=sid,
+            reply=reply,
+            header_bytes=header_bytes,
+            total_bytes=total,
+        )
+
+    def _parse_pub(self, args: list[bytes], *, headers: bool) -> None:
+        op = "HPUB" if headers else "PUB"
+        sizes = 2 if headers else 1
+        if len(args) not in (1 + sizes, 2 + sizes):
+            raise ProtocolError(f"{op}: {len(args)} arguments, expected {1 + sizes} or {2 + sizes}")
+        subject = _text(op, "subject", args[0])
+        reply = _text(op, "reply", args[1]) if len(args) == 2 + sizes else None
+        total = _size(op, "total size" if headers else "size", args[-1])
+        header_bytes = _size(op, "header size", args[-2]) if headers else None
+        self._check_sizes(op, header_bytes, total)
+        self._pending = _Pending(
+            is_msg=False,
+            subject=subject,
+            sid="",
+            reply=reply,
+            header_bytes=header_bytes,
+            total_bytes=total,
+        )
+
+    def _parse_sub(self, args: list[bytes]) -> Sub:
+        if len(args) not in (2, 3):
+            raise ProtocolError(f"SUB: {len(args)} arguments, expected 2 or 3")
+        subject = _text("SUB", "subject", args[0])
+        queue = _text("SUB", "queue", args[1]) if len(args) == 3 else None
+        return Sub(subject, _text("SUB", "sid", args[-1]), queue)
+
+    def _parse_unsub(self, args: list[bytes]) -> Unsub:
+        if len(args) not in (1, 2):
+            raise ProtocolError(f"UNSUB: {len(args)} arguments, expected 1 or 2")
+        max_msgs = _size("UNSUB", "max_msgs", args[1]) if len(args) == 2 else None
+        return Unsub(_text("UNSUB", "sid", args[0]), max_msgs)

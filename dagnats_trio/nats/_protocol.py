@@ -1,0 +1,71 @@
+"""The client side of one NATS connection, sans I/O (h11's ``Connection``, for NATS).
+
+Bytes from the socket go in with :meth:`ClientProtocol.receive_data`; events come out of
+:meth:`ClientProtocol.next_event`; :meth:`ClientProtocol.send` turns an event into the bytes to
+write. It knows which operations each side may send, and the server's limits from INFO: a payload
+over ``max_payload`` is refused before it is written, and headers only go to a server that takes
+them. The caller owns the socket, the clock and every wait.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, final
+
+from ._encoder import encode
+from ._errors import ProtocolError
+from ._events import CLIENT_EVENTS, SERVER_EVENTS, Event, Info, Pub
+from ._limits import DEFAULT_MAX_PAYLOAD_BYTES
+from ._parser import NeedData, Parser
+
+
+@final
+class ClientProtocol:
+    """Protocol state of a client: the last INFO, the server's limits, the parser."""
+
+    def __init__(self) -> None:
+        self._parser = Parser()
+        self._info: Info | None = None
+
+    @property
+    def info(self) -> Info | None:
+        """The server's last INFO, or ``None`` before the first."""
+        return self._info
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """The largest message (headers and payload) the server takes."""
+        return DEFAULT_MAX_PAYLOAD_BYTES if self._info is None else self._info.max_payload
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received and not yet returned as events."""
+        return self._parser.buffered_bytes
+
+    def receive_data(self, data: bytes) -> None:
+        """Add bytes read from the server."""
+        self._parser.receive_data(data)
+
+    def next_event(self) -> Event | Literal[NeedData.NEED_DATA]:
+        """The next event from the server, or ``NEED_DATA``."""
+        event = self._parser.next_event()
+        if isinstance(event, NeedData):
+            return event
+        if not isinstance(event, SERVER_EVENTS):
+            raise ProtocolError(f"{type(event).__name__.upper()}: not sent by a server")
+        if isinstance(event, Info):
+            self._info = event
+            self._parser.max_payload_bytes = event.max_payload
+        return event
+
+    def send(self, event: Event) -> bytes:
+        """The bytes that send ``event`` to the server."""
+        if not isinstance(event, CLIENT_EVENTS):
+            raise ProtocolError(f"{type(event).__name__.upper()}: not sent by a client")
+        if (
+            isinstance(event, Pub)
+            and event.headers is not None
+            and self._info is not None
+            and not self._info.headers
+        ):
+            raise ProtocolError("HPUB: the server does not support headers")
+        return encode(event, max_payload_bytes=self.max_payload_bytes)
