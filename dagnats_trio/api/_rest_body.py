@@ -1,7 +1,8 @@
 """Reading request bodies: bounded while reading, strict about shape, decoded into attrs classes.
 
 The size bound is enforced chunk by chunk as the body arrives (and up front from
-``Content-Length``), so an oversized body is refused without being held in memory. The protocol
+``Content-Length``), so an oversized body is refused without being held in memory. The JSON is
+read by the one JSON policy (:mod:`dagnats_trio.protocol.json_policy`), as everywhere. The protocol
 converter is lenient on purpose (it turns ``5`` into ``"5"`` for a ``str`` field and ignores
 unknown keys, which suits reading our own stored data); a client's body gets the strict check
 below first, so a typo or a wrong type is a 400 that names the field.
