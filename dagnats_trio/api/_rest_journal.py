@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import logging
 
-import attrs
 import trio
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
 from ..protocol import (
     RECORD_TYPE_HEADER,
@@ -28,8 +25,17 @@ from ..protocol import (
 )
 from ..transport import StoredMsg, Transport, TransportError, layout
 from ._rest_errors import bad_request
+from ._rest_sse import (
+    END_EVENT,
+    FOLLOW_KEEPALIVE_S,
+    FOLLOW_MAX_S,
+    EventSink,
+    EventStreamResponse,
+    FollowEnd,
+    step_finished,
+)
 from ._rest_views import JournalEntry, JournalPage
-from .service import RunNotFound, Service
+from .service import Service
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +46,9 @@ JOURNAL_PAGE_LIMIT_MAX = 1_000
 FOLLOW_BATCH_RECORDS = 100
 #: Longest a live stream goes without looking for new records or a finished step.
 FOLLOW_POLL_INTERVAL_S = 0.5
-#: A comment line is sent after this much silence, so proxies and clients see a live stream.
-FOLLOW_KEEPALIVE_S = 15.0
-#: A live stream is closed after this long; the client reconnects with ``Last-Event-ID``.
-FOLLOW_MAX_S = 3_600.0
 
 #: Largest record sequence accepted from a client (``from``, ``Last-Event-ID``).
 MAX_SEQ = 2**63 - 1
-
-SSE_MEDIA_TYPE = "text/event-stream"
-#: The event that closes a stream because the step finished.
-END_EVENT = "end"
 
 
 def entry_of(msg: StoredMsg) -> JournalEntry:
@@ -75,21 +73,7 @@ async def read_page(
     return JournalPage(records=entries, next=following)
 
 
-def sse_event(entry: JournalEntry) -> bytes:
-    """One event: ``id`` the sequence, ``event`` the record type, ``data`` the entry as JSON
-    (compact JSON has no raw newlines, so one ``data`` line always holds it)."""
-    return f"id: {entry.seq}\nevent: {entry.type}\ndata: ".encode() + to_json(entry) + b"\n\n"
-
-
-@attrs.frozen
-class FollowEnd:
-    """Data of the ``end`` event: why the stream closed."""
-
-    step_status: str
-    run_status: str
-
-
-class JournalFollowResponse(Response):
+class JournalFollowResponse(EventStreamResponse):
     """A server-sent event stream of one step's journal, from ``start_seq`` on, until the step
     (or its run) is finished and every record written before that was sent."""
 
@@ -106,46 +90,24 @@ class JournalFollowResponse(Response):
         max_follow_s: float = FOLLOW_MAX_S,
     ) -> None:
         super().__init__(
-            status_code=200,
-            media_type=SSE_MEDIA_TYPE,
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+            what=f"journal stream {run_id}/{step_id}",
+            keepalive_s=keepalive_s,
+            max_follow_s=max_follow_s,
         )
-        # The base class counted an empty body; a stream has no length.
-        del self.headers["content-length"]
         self._service = service
         self._transport = transport
         self._run_id = run_id
         self._step_id = step_id
         self._cursor = max(start_seq, 1)
         self._poll_interval_s = poll_interval_s
-        self._keepalive_s = keepalive_s
-        self._max_follow_s = max_follow_s
         self._wake = trio.Event()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send(
-            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-        )
+    async def stream(self, sink: EventSink) -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch_disconnect, receive, nursery.cancel_scope)
             await nursery.start(self._wake_on_publish)
-            with trio.move_on_after(self._max_follow_s):
-                try:
-                    await self._stream(send)
-                except (OSError, TransportError) as exc:
-                    # The client went away mid-write, or NATS failed: the stream just ends and
-                    # the client resumes from its last event id.
-                    log.warning("journal stream %s/%s ended: %r", self._run_id, self._step_id, exc)
+            await sink.start()
+            await self._follow(sink)
             nursery.cancel_scope.cancel()
-        # A client that disconnected cannot be written to; hypercorn ignores the late send.
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    async def _watch_disconnect(self, receive: Receive, scope: trio.CancelScope) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                scope.cancel()
-                return
 
     async def _wake_on_publish(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -161,8 +123,7 @@ class JournalFollowResponse(Response):
             log.warning("journal stream without live wake-ups for %s: %r", subject, exc)
             task_status.started()
 
-    async def _stream(self, send: Send) -> None:
-        quiet_since = trio.current_time()
+    async def _follow(self, sink: EventSink) -> None:
         finished: FollowEnd | None = None
         while True:
             # A fresh event before each read: a publish during the read wakes the next wait.
@@ -171,46 +132,20 @@ class JournalFollowResponse(Response):
                 self._transport, self._run_id, self._step_id, self._cursor, FOLLOW_BATCH_RECORDS
             )
             for entry in page.records:
-                await send(
-                    {"type": "http.response.body", "body": sse_event(entry), "more_body": True}
-                )
+                await sink.event(entry.type, to_json(entry), event_id=entry.seq)
             self._cursor = page.next
-            if page.records:
-                quiet_since = trio.current_time()
             if len(page.records) == FOLLOW_BATCH_RECORDS:
                 continue
             if finished is not None:
                 # The step was seen finished before this read, so this read got every record.
-                data = to_json(finished)
-                await send(
-                    {
-                        "type": "http.response.body",
-                        "body": f"event: {END_EVENT}\ndata: ".encode() + data + b"\n\n",
-                        "more_body": True,
-                    }
-                )
+                await sink.event(END_EVENT, to_json(finished))
                 return
-            finished = await self._finished()
+            finished = await step_finished(self._service, self._run_id, self._step_id)
             if finished is not None:
                 continue
             with trio.move_on_after(self._poll_interval_s):
                 await self._wake.wait()
-            if trio.current_time() - quiet_since >= self._keepalive_s:
-                await send(
-                    {"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True}
-                )
-                quiet_since = trio.current_time()
-
-    async def _finished(self) -> FollowEnd | None:
-        try:
-            snap = await self._service.get_run(self._run_id)
-        except RunNotFound:
-            return FollowEnd(step_status="unknown", run_status="unknown")
-        step = snap.steps.get(self._step_id)
-        step_status = step.status.value if step is not None else "unknown"
-        if step is None or step.status.finished or snap.status.finished:
-            return FollowEnd(step_status=step_status, run_status=snap.status.value)
-        return None
+            await sink.keepalive_if_quiet()
 
 
 def parse_last_event_id(value: str | None) -> int | None:

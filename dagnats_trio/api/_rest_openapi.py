@@ -36,12 +36,14 @@ from ..dag import WorkflowDef
 from ..inputs import Submission
 from ._rest_journal import JOURNAL_PAGE_LIMIT_DEFAULT, JOURNAL_PAGE_LIMIT_MAX
 from ._rest_views import (
+    HEALTH_NATS_TIMEOUT_S,
     CancelBody,
     ErrorEnvelope,
     Health,
     InvalidWorkflowEnvelope,
     JournalEntry,
     JournalPage,
+    PreviewChunk,
     RunList,
     RunStarted,
     RunView,
@@ -117,8 +119,17 @@ ROUTES: tuple[RouteDoc, ...] = (
         "GET",
         "/healthz",
         "health",
-        "Liveness of the API process.",
-        answers=(Answer(200, "The process serves requests.", Health),),
+        "Health of the API process and of its NATS connection.",
+        description=(
+            "Answers 200 with `nats` = `up` when NATS JetStream answers a round trip within "
+            f"{HEALTH_NATS_TIMEOUT_S:g} s, and 503 with `status` = `unavailable` and `nats` = "
+            "`down` when it does not (the process serves, but every NATS-backed route would "
+            "answer 503)."
+        ),
+        answers=(
+            Answer(200, "The process serves requests and NATS answers.", Health),
+            Answer(503, "NATS does not answer.", Health),
+        ),
         auth=False,
     ),
     RouteDoc(
@@ -383,6 +394,28 @@ ROUTES: tuple[RouteDoc, ...] = (
                 JournalEntry,
                 media=SSE,
             ),
+            _BAD,
+            _NO_STEP,
+        ),
+    ),
+    RouteDoc(
+        "GET",
+        "/runs/{run_id}/steps/{step_id}/preview",
+        "follow_preview",
+        "A step's live preview (what its handler sends with `put_stream`), as a server-sent "
+        "event stream.",
+        description=(
+            "The answer is `text/event-stream`. Each chunk the handler puts after the client has "
+            "the response headers is one `preview` event, in the order it was put, whose `data` "
+            "is a preview chunk as JSON: `text` when the chunk is UTF-8, else `base64` of its "
+            "bytes. The stream ends with an `end` event once the step (or its run) has "
+            "finished. A preview is live, not a record: nothing is stored, events carry no "
+            "`id`, and a reconnect gets what is put from then on (the journal holds the "
+            "record). Comment lines keep a quiet stream alive."
+        ),
+        params=(_RUN, _STEP),
+        answers=(
+            Answer(200, "Events whose data is a preview chunk.", PreviewChunk, media=SSE),
             _BAD,
             _NO_STEP,
         ),
@@ -663,8 +696,10 @@ def openapi_document() -> dict[str, Any]:
             slot = responses.setdefault(key, {"description": answer.description})
             if slot["description"] != answer.description:
                 slot["description"] += " " + answer.description
-            if answer.body is not None:
-                slot.setdefault("content", {})[answer.media] = {"schema": schemas.ref(answer.body)}
+            if answer.body is not None:  # a route's own body wins over the common one
+                slot.setdefault("content", {}).setdefault(
+                    answer.media, {"schema": schemas.ref(answer.body)}
+                )
         op["responses"] = dict(sorted(responses.items()))
         if not route.auth:
             op["security"] = []

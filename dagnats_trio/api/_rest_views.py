@@ -50,8 +50,24 @@ class SubmitInputBody:
 
 
 @attrs.frozen
+class PreviewChunk:
+    """One ``put_stream`` chunk: ``text`` when it is UTF-8, else ``base64`` of its bytes."""
+
+    text: str | None = None
+    base64: str | None = None
+
+
+#: How long ``/healthz`` waits for NATS to answer before it reports NATS down.
+HEALTH_NATS_TIMEOUT_S = 2.0
+
+
+@attrs.frozen
 class Health:
+    """``status`` is ``ok`` when the process serves and NATS (JetStream) answers, ``unavailable``
+    when NATS does not; ``nats`` says which: ``up`` or ``down``."""
+
     status: str = "ok"
+    nats: str = "up"
 
 
 @attrs.frozen

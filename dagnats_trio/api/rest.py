@@ -28,7 +28,7 @@ from ..bridge import Bridge, bridge_endpoints
 from ..dag import DurationError, parse_duration_text
 from ..inputs import InputsService, SubmissionStatus
 from ..protocol import check_id, parse_decimal, to_json
-from ..transport import Transport
+from ..transport import Transport, TransportError
 from ._rest_body import decode_body, parse_json, read_body
 from ._rest_errors import (
     JSON_MEDIA_TYPE,
@@ -49,7 +49,9 @@ from ._rest_journal import (
     read_page,
 )
 from ._rest_openapi import ROUTES, openapi_json
+from ._rest_preview import PreviewFollowResponse
 from ._rest_views import (
+    HEALTH_NATS_TIMEOUT_S,
     CancelBody,
     Health,
     RunList,
@@ -134,6 +136,7 @@ def create_app(
         "get_input": h.get_input,
         "withdraw_input": h.withdraw_input,
         "read_journal": h.read_journal,
+        "follow_preview": h.follow_preview,
         **bridge_endpoints(bridge, max_body_bytes=max_body_bytes),
     }
     routes = [
@@ -211,6 +214,13 @@ class _Handlers:
         return await read_body(request, self.config.max_body_bytes)
 
     async def health(self, request: Request) -> Response:
+        """200 while NATS answers a JetStream round trip within :data:`HEALTH_NATS_TIMEOUT_S`,
+        503 (same body shape) while it does not: a process whose NATS is gone is not healthy."""
+        try:
+            await self.transport.ping(HEALTH_NATS_TIMEOUT_S)
+        except TransportError as exc:
+            log.warning("health: NATS is not answering: %r", exc)
+            return _json(Health(status="unavailable", nats="down"), 503)
         return _json(Health())
 
     async def openapi(self, request: Request) -> Response:
@@ -336,6 +346,19 @@ class _Handlers:
             run_id,
             step_id,
             start,
+            poll_interval_s=self.config.poll_interval_s,
+        )
+
+    async def follow_preview(self, request: Request) -> Response:
+        _only_params(request, set())
+        run_id = request.path_params["run_id"]
+        step_id = request.path_params["step_id"]
+        await self._require_step(run_id, step_id)
+        return PreviewFollowResponse(
+            self.service,
+            self.transport,
+            run_id,
+            step_id,
             poll_interval_s=self.config.poll_interval_s,
         )
 

@@ -309,6 +309,10 @@ class Transport(Protocol):
     ) -> bytes:
         """Request/reply; :class:`TemporarilyUnavailable` when nobody listens."""
 
+    async def ping(self, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
+        """One JetStream round trip: returns when the server's JetStream answers within
+        ``timeout_s``, raises a :class:`TransportError` otherwise (what a health check asks)."""
+
     # --- provisioning ------------------------------------------------------------------------
 
     async def ensure_stream(self, spec: StreamSpec, replicas: int = 1) -> None:

@@ -1,8 +1,9 @@
 """`NatsTransport`: the :class:`Transport` protocol over nats-py, driven from Trio.
 
 nats-py is asyncio code; trio-asyncio runs its event loop inside the Trio run. Every call crosses
-into asyncio exactly once (``loop.run_aio_coroutine`` on a nats-py coroutine), so the hop cost is
-paid once per round trip. JetStream API requests are sent as plain requests on their API
+into asyncio exactly once (an asyncio task for a nats-py coroutine, :func:`_run_shielded`), so
+the hop cost is paid once per round trip, and a cancelled Trio caller never cancels nats-py
+midway. JetStream API requests are sent as plain requests on their API
 subjects and their JSON answers read here: that is one hop and gives the server's ``err_code``
 for the typed errors. Nothing asyncio-flavoured leaves this module: messages are copied into the
 interface's values, deliveries wrap only the reply subject, errors are mapped.
@@ -10,6 +11,7 @@ interface's values, deliveries wrap only the reply subject, errors are mapped.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import json
@@ -17,7 +19,7 @@ import logging
 import math
 import re
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 
@@ -667,6 +669,92 @@ async def _hand_over(loop: Any, send: trio.MemorySendChannel[T], item: T) -> Non
         pass
 
 
+async def _run_shielded(
+    loop: Any,
+    coro: Coroutine[Any, Any, T],
+    what: str,
+    undo: Callable[[T], Coroutine[Any, Any, object]] | None = None,
+) -> T:
+    """Run ``coro`` as an asyncio task and wait for it; cancelling the wait never cancels it.
+
+    This is why a dropped client could break the connection: trio-asyncio's own
+    ``run_aio_coroutine`` cancels the asyncio task when the Trio caller is cancelled, and nats-py
+    is not safe against that. A ``flush`` cancelled while its PONG is due leaves its cancelled
+    future queued in the client's list of pongs; the PONG then pops it, ``set_result`` raises
+    ``InvalidStateError`` inside the read loop, and the connection goes through reconnects that
+    meet the same state again (every route answered 503 while the process looked healthy). A
+    ``subscribe`` cancelled after its SUB went out also left a subscription nobody owned.
+
+    Here a cancelled caller stops waiting at once (Trio's cancellation is prompt), while the
+    task runs on to its own end, bounded by nats-py's own timeouts; nats-py never sees a future
+    cancelled under it. What the abandoned task made is released by ``undo`` (an unsubscribe, a
+    close), and its error, if any, is retrieved and logged so asyncio does not report it.
+    """
+    try:
+        await trio.lowlevel.checkpoint_if_cancelled()
+    except BaseException:
+        coro.close()  # never started: nothing to undo
+        raise
+    task: asyncio.Task[T] = loop.create_task(coro)
+    try:
+        await _wait_done(task)
+    except BaseException:
+        task.add_done_callback(functools.partial(_abandoned, loop, what, undo))
+        raise
+    if task.cancelled():  # cancelled by nats-py itself (the connection closing)
+        raise Closed(f"{what}: cancelled by the NATS client")
+    try:
+        return task.result()
+    except Exception as exc:
+        mapped = _map_exception(exc, what)
+        if mapped is None:
+            raise
+        raise mapped from None
+
+
+async def _wait_done(future: asyncio.Future[Any]) -> None:
+    """Until ``future`` is done; a cancelled wait leaves the future alone."""
+    task = trio.lowlevel.current_task()
+    waiting = True
+
+    def wake(_: object) -> None:
+        # asyncio runs done callbacks a loop step after completion, so an abort may come in
+        # between: only a task still waiting may be rescheduled.
+        if waiting:
+            trio.lowlevel.reschedule(task)
+
+    def abort(_: object) -> trio.lowlevel.Abort:
+        nonlocal waiting
+        waiting = False
+        future.remove_done_callback(wake)
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    future.add_done_callback(wake)
+    await trio.lowlevel.wait_task_rescheduled(abort)
+
+
+def _abandoned(
+    loop: Any,
+    what: str,
+    undo: Callable[[Any], Coroutine[Any, Any, object]] | None,
+    task: asyncio.Task[Any],
+) -> None:
+    """A task whose caller was cancelled has ended: release what it made, keep its error quiet."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        _log.debug("%s: finished after its caller left: %r", what, exc)
+        return
+    if undo is not None:
+        cleanup: asyncio.Task[object] = loop.create_task(undo(task.result()))
+        cleanup.add_done_callback(functools.partial(_abandoned, loop, f"undo {what}", None))
+
+
+async def _unsubscribe(sub: Any) -> None:
+    await sub.unsubscribe()
+
+
 class NatsTransport:
     """:class:`Transport` over one nats-py connection; create with :func:`open_nats_transport`."""
 
@@ -680,6 +768,7 @@ class NatsTransport:
         self._pulls: dict[tuple[str, str], _PullInbox] = {}
         self._kv_handles: dict[str, Any] = {}
         self._mux: _ReplyMux | None = None
+        self._subscriptions = 0
 
     @property
     def round_trips(self) -> int:
@@ -687,20 +776,48 @@ class NatsTransport:
 
     # --- the one hop ---------------------------------------------------------------------------
 
-    async def _aio(self, coro: Awaitable[T], what: str) -> T:
-        """Run one nats-py coroutine on the asyncio side, mapping its errors."""
+    async def _aio(
+        self,
+        coro: Coroutine[Any, Any, T],
+        what: str,
+        undo: Callable[[T], Coroutine[Any, Any, object]] | None = None,
+    ) -> T:
+        """Run one nats-py coroutine on the asyncio side, mapping its errors; a cancelled
+        caller leaves it running to its end and ``undo`` releases what it made (see
+        :func:`_run_shielded`)."""
         if self._closed:
-            if hasattr(coro, "close"):
-                coro.close()
+            coro.close()
             raise Closed(f"{what}: transport closed")
+        return await _run_shielded(self._loop, coro, what, undo)
+
+    @property
+    def open_subscriptions(self) -> int:
+        """Subscriptions this transport holds on its connection right now (the request and
+        pull inboxes, core subscriptions, watches); for tests and diagnostics: a caller that
+        left without releasing one shows here."""
+        return self._subscriptions
+
+    async def _subscribe_counted(self, subject: str, **options: Any) -> Any:
+        """asyncio side: a nats-py subscription, counted until :meth:`_unsubscribe_counted`."""
+        sub = await self._nc.subscribe(subject, **options)
+        self._subscriptions += 1
+        return sub
+
+    async def _unsubscribe_counted(self, sub: Any) -> None:
+        """asyncio side: the end of a subscription (a closed connection has none left either)."""
         try:
-            result: T = await self._loop.run_aio_coroutine(coro)
-        except Exception as exc:
-            mapped = _map_exception(exc, what)
-            if mapped is None:
-                raise
-            raise mapped from None
-        return result
+            await sub.unsubscribe()
+        finally:
+            self._subscriptions -= 1
+
+    async def _flushed(self, sub: Any) -> Any:
+        """asyncio side: ``sub`` once the server has it; released when the flush fails."""
+        try:
+            await self._nc.flush(timeout=int(max(1.0, self._timeout)))
+        except BaseException:
+            await self._unsubscribe_counted(sub)
+            raise
+        return sub
 
     async def _request(
         self,
@@ -786,10 +903,9 @@ class NatsTransport:
         if isinstance(getattr(socket_link, "max_size", None), int):
             socket_link.max_size = SOCKET_READ_BYTES_MAX
 
-    async def _subscribe_future(self, subject: str, future: _ReplyMux | _PullInbox) -> None:
+    async def _subscribe_future(self, subject: str, future: _ReplyMux | _PullInbox) -> Any:
         """asyncio side: a subscription nats-py resolves inline, live on the server on return."""
-        await self._nc.subscribe(subject, future=future)  # type: ignore[arg-type]
-        await self._nc.flush(timeout=int(max(1.0, self._timeout)))
+        return await self._flushed(await self._subscribe_counted(subject, future=future))
 
     async def _api(self, subject: str, body: Mapping[str, Any], what: str) -> dict[str, Any]:
         """A JetStream API request; its JSON answer, or the typed error it carries."""
@@ -1006,26 +1122,31 @@ class NatsTransport:
             )
             await _hand_over(self._loop, send, entry)
 
-        self._round_trips += 1
-        sub = await self._aio(
-            self._js.subscribe(
+        async def watch() -> Any:  # asyncio side
+            sub = await self._js.subscribe(
                 _watch_filter(bucket, prefix),
                 stream=stream,
                 cb=on_msg,
                 ordered_consumer=True,
                 deliver_policy=js_api.DeliverPolicy.NEW,
                 inactive_threshold=WATCH_INACTIVE_THRESHOLD_S,
-            ),
-            f"watch {bucket!r}",
-        )
-        try:
-            async with receive:
-                yield receive
-        finally:
-            await self._quietly(sub.unsubscribe())
-            send.close()
+            )
+            self._subscriptions += 1
+            return sub
 
-    async def _quietly(self, coro: Awaitable[object]) -> None:
+        self._round_trips += 1
+        try:
+            sub = await self._aio(watch(), f"watch {bucket!r}", self._unsubscribe_counted)
+            try:
+                async with receive:
+                    yield receive
+            finally:
+                await self._quietly(self._unsubscribe_counted(sub))
+        finally:
+            send.close()
+            receive.close()
+
+    async def _quietly(self, coro: Coroutine[Any, Any, object]) -> None:
         """Cleanup that must neither hang nor fail the caller (runs shielded, bounded)."""
         with (
             trio.CancelScope(shield=True),
@@ -1101,8 +1222,15 @@ class NatsTransport:
         pull = self._pulls.get((stream, durable))
         if pull is None:  # (another task may have bound it meanwhile)
             pull = _PullInbox(self._nc.new_inbox(), f"$JS.API.CONSUMER.MSG.NEXT.{api}")
-            await self._aio(self._subscribe_future(pull.inbox, pull), f"bind {stream}/{durable}")
-            self._pulls[(stream, durable)] = pull
+            sub = await self._aio(
+                self._subscribe_future(pull.inbox, pull),
+                f"bind {stream}/{durable}",
+                self._unsubscribe_counted,
+            )
+            bound = self._pulls.setdefault((stream, durable), pull)
+            if bound is not pull:  # another task bound it while this one subscribed
+                await self._quietly(self._unsubscribe_counted(sub))
+            pull = bound
         return pull
 
     async def _send(self, subject: str, payload: bytes, reply: str, what: str) -> None:
@@ -1134,23 +1262,26 @@ class NatsTransport:
             await _hand_over(self._loop, send, core)
 
         self._round_trips += 1  # the flush that makes the subscription live before we return
-        sub = await self._aio(
-            self._subscribe_live(subject, queue or "", on_msg), f"subscribe {subject!r}"
-        )
         try:
-            async with receive:
-                yield receive
+            sub = await self._aio(
+                self._subscribe_live(subject, queue or "", on_msg),
+                f"subscribe {subject!r}",
+                self._unsubscribe_counted,
+            )
+            try:
+                async with receive:
+                    yield receive
+            finally:
+                await self._quietly(self._unsubscribe_counted(sub))
         finally:
-            await self._quietly(sub.unsubscribe())
             send.close()
+            receive.close()
 
     async def _subscribe_live(
         self, subject: str, queue: str, cb: Callable[[Msg], Awaitable[None]]
     ) -> Any:
         """asyncio side: subscribe, then flush so the server knows before anyone publishes."""
-        sub = await self._nc.subscribe(subject, queue=queue, cb=cb)
-        await self._nc.flush(timeout=int(max(1.0, self._timeout)))
-        return sub
+        return await self._flushed(await self._subscribe_counted(subject, queue=queue, cb=cb))
 
     async def respond(self, msg: CoreMsg, data: bytes) -> None:
         if msg.reply is None:
@@ -1168,6 +1299,18 @@ class NatsTransport:
             subject, data, dict(headers) if headers else None, f"request {subject!r}", timeout_s
         )
         return bytes(msg.data)
+
+    async def ping(self, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
+        what = "ping"
+        if self._closed:
+            raise Closed(f"{what}: transport closed")
+        if not self._nc.is_connected:  # reconnecting: nothing would be answered now
+            await trio.lowlevel.checkpoint()
+            raise TemporarilyUnavailable(f"{what}: not connected to NATS")
+        msg = await self._request("$JS.API.INFO", b"", None, what, timeout_s)
+        err = json.loads(msg.data).get("error")
+        if err is not None:
+            raise _from_json_error(err, what)
 
     # --- provisioning --------------------------------------------------------------------------
 
@@ -1233,6 +1376,7 @@ class NatsTransport:
         ):
             await self._aio(self._nc.close(), "close")
         self._closed = True
+        self._subscriptions = 0  # a closed connection holds none
         self._pulls.clear()
         self._kv_handles.clear()
 
@@ -1342,12 +1486,17 @@ def _skip_idle_synchronise(loop: Any) -> None:
     loop._io_task = io_task
 
 
+async def _close_client(nc: NatsClient) -> None:
+    await nc.close()
+
+
 async def _connect(
     loop: Any, servers: list[str], name: str | None, connect_timeout_s: float
 ) -> NatsClient:
     with trio.move_on_after(connect_timeout_s):
         try:
-            nc: NatsClient = await loop.run_aio_coroutine(
+            nc: NatsClient = await _run_shielded(
+                loop,
                 nats.connect(
                     servers,
                     name=name,
@@ -1358,9 +1507,11 @@ async def _connect(
                     error_cb=_log_error,
                     disconnected_cb=_log_event,
                     reconnected_cb=_log_event,
-                )
+                ),
+                "connect",
+                _close_client,
             )
-        except (nats.errors.Error, OSError) as exc:
+        except (TransportError, OSError) as exc:
             raise TemporarilyUnavailable(f"cannot connect to {servers}: {exc}") from None
         return nc
     raise TransportTimeout(f"cannot connect to {servers} within {connect_timeout_s}s")

@@ -828,6 +828,9 @@ class SimTransport:
         await self._arrive()
         self._server._deliver_core(msg.reply, data, {}, None)
 
+    async def ping(self, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
+        await self._call()
+
     async def request(
         self,
         subject: str,

@@ -30,7 +30,8 @@ def app_routes(stack: Stack) -> set[tuple[str, str]]:
 async def test_every_route_is_in_openapi_and_docs(api: Stack) -> None:
     routes = app_routes(api)
     assert ("GET", "/runs/{run_id}/steps/{step_id}/journal") in routes
-    assert len(routes) == 26  # 15 REST routes and 11 of the worker bridge
+    assert ("GET", "/runs/{run_id}/steps/{step_id}/preview") in routes
+    assert len(routes) == 27  # 16 REST routes and 11 of the worker bridge
 
     r = await api.client.get("/openapi.json")
     doc = r.json()

@@ -22,7 +22,7 @@ from ._stack import (
 async def test_healthz_and_openapi(api: Stack) -> None:
     r = await api.client.get("/healthz")
     assert r.status_code == 200
-    assert r.json() == {"status": "ok"}
+    assert r.json() == {"status": "ok", "nats": "up"}
     r = await api.client.get("/openapi.json")
     assert r.status_code == 200
     doc = r.json()

@@ -473,3 +473,9 @@ async def test_round_trips_are_counted(transport: Transport, clock: object, uid:
     await transport.publish(history_subject(uid), b"x")
     await transport.get_last_msg(HISTORY_STREAM, history_subject(uid))
     assert transport.round_trips >= before + 2
+
+
+async def test_ping_is_a_round_trip(transport: Transport, clock: object, uid: str) -> None:
+    before = transport.round_trips
+    await transport.ping(ARRIVAL_S)
+    assert transport.round_trips == before + 1

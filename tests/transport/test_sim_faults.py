@@ -73,6 +73,7 @@ async def test_unavailability_window(sim: SimTransport, autojump_clock: MockCloc
         sim.kv_get(CHECKPOINTS_BUCKET, "k"),
         sim.fetch(HISTORY_STREAM, DURABLE, 1, 1.0),
         delivery.ack(),
+        sim.ping(),
     ):
         with pytest.raises(TemporarilyUnavailable):
             await call
