@@ -688,28 +688,37 @@ async def _run_shielded(
     Here a cancelled caller stops waiting at once (Trio's cancellation is prompt), while the
     task runs on to its own end, bounded by nats-py's own timeouts; nats-py never sees a future
     cancelled under it. What the abandoned task made is released by ``undo`` (an unsubscribe, a
-    close), and its error, if any, is retrieved and logged so asyncio does not report it.
+    close). The task holds its error as a value (:func:`_captured`): a task still running when
+    the loop closes must not raise into whoever closes it, as an abandoned one would.
     """
     try:
         await trio.lowlevel.checkpoint_if_cancelled()
     except BaseException:
         coro.close()  # never started: nothing to undo
         raise
-    task: asyncio.Task[T] = loop.create_task(coro)
+    task: asyncio.Task[outcome.Outcome[T]] = loop.create_task(_captured(coro))
     try:
         await _wait_done(task)
     except BaseException:
         task.add_done_callback(functools.partial(_abandoned, loop, what, undo))
         raise
-    if task.cancelled():  # cancelled by nats-py itself (the connection closing)
-        raise Closed(f"{what}: cancelled by the NATS client")
+    if task.cancelled():  # cancelled by nats-py itself, or by the loop closing
+        raise Closed(f"{what}: cancelled on the asyncio side")
     try:
-        return task.result()
+        return task.result().unwrap()
     except Exception as exc:
         mapped = _map_exception(exc, what)
         if mapped is None:
             raise
         raise mapped from None
+
+
+async def _captured(coro: Coroutine[Any, Any, T]) -> outcome.Outcome[T]:
+    """asyncio side: ``coro``'s result or error as a value (a cancellation still cancels)."""
+    try:
+        return outcome.Value(await coro)
+    except Exception as exc:
+        return outcome.Error(exc)
 
 
 async def _wait_done(future: asyncio.Future[Any]) -> None:
@@ -737,22 +746,18 @@ def _abandoned(
     loop: Any,
     what: str,
     undo: Callable[[Any], Coroutine[Any, Any, object]] | None,
-    task: asyncio.Task[Any],
+    task: asyncio.Task[outcome.Outcome[Any]],
 ) -> None:
     """A task whose caller was cancelled has ended: release what it made, keep its error quiet."""
     if task.cancelled():
         return
-    exc = task.exception()
-    if exc is not None:
-        _log.debug("%s: finished after its caller left: %r", what, exc)
+    result: outcome.Outcome[Any] = task.result()
+    if isinstance(result, outcome.Error):
+        _log.debug("%s: finished after its caller left: %r", what, result.error)
         return
     if undo is not None:
-        cleanup: asyncio.Task[object] = loop.create_task(undo(task.result()))
+        cleanup = loop.create_task(_captured(undo(result.unwrap())))
         cleanup.add_done_callback(functools.partial(_abandoned, loop, f"undo {what}", None))
-
-
-async def _unsubscribe(sub: Any) -> None:
-    await sub.unsubscribe()
 
 
 class NatsTransport:

@@ -22,6 +22,7 @@ from dagnats_trio.transport import (
     NatsTransport,
     TransportError,
     layout,
+    open_nats_transport,
 )
 
 #: Calls cancelled in one test.
@@ -150,3 +151,27 @@ async def test_ping_answers_and_fails_when_closed(nats_transport: NatsTransport)
         pass
     else:
         raise AssertionError("ping on a closed transport answered")
+
+
+#: Connections opened and closed right after a cancelled call.
+CLOSE_AFTER_CANCEL_ROUNDS = 40
+
+
+async def test_closing_right_after_a_cancelled_call_raises_nothing(nats_url: str) -> None:
+    """A call abandoned by its caller may still be running on the asyncio side when the
+    transport closes; its failure (the connection is gone) must not surface from the close."""
+    rng = random.Random(int(os.environ.get(SEED_ENV, random.randrange(2**32))))
+    cancelled_inside = 0
+    with trio.fail_after(TEST_BOUND_S):
+        for round_ in range(CLOSE_AFTER_CANCEL_ROUNDS):
+            async with open_nats_transport(nats_url, name="pytest-close") as t:
+                started = trio.current_time()
+                async with t.subscribe(f"close.{round_}"):
+                    took = trio.current_time() - started
+                entered = False
+                with trio.move_on_after(rng.uniform(0, took)):
+                    async with t.subscribe(f"close.{round_}"):
+                        entered = True
+                cancelled_inside += not entered
+    print(f"{cancelled_inside} of {CLOSE_AFTER_CANCEL_ROUNDS} closes right after a cancelled call")
+    assert cancelled_inside > 0
