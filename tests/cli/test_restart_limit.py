@@ -3,17 +3,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from _procs import exit_watch
 
 from dagnats_trio._host import HostConfig, HostSetupError, parse_restart_limit
 
-from ._dev import HERE, dagnats_command, start_dagnats, start_dev
+from ._dev import DEV_STOP_TIMEOUT_S, HERE, dagnats_command, start_dagnats, start_dev
 
 #: Bound of a crashing worker's life: start, a task (after the AckWait), its own SIGKILL.
 WORKER_DEATH_TIMEOUT_S = 40.0
@@ -134,15 +138,15 @@ def test_dev_takes_the_restart_limit_from_its_environment(tmp_path: Path) -> Non
 
 
 def test_dev_gives_the_limit_to_its_bridge_too(tmp_path: Path) -> None:
-    """An HTTP worker that claims and vanishes counts as a restart: with ``--restart-limit 1``
-    the second lease's claim answers 410 restart_limit (the default 5 would give it the
-    journal)."""
-    dev = start_dev(
-        [
-            *("--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0"),
-            *("--restart-limit", "1", "--ack-wait", ACK_WAIT_S),
-        ]
-    )
+    """An HTTP worker's claim whose holder died counts as a restart: the dev serving the bridge
+    is SIGKILLed after the claim; with ``--restart-limit 1`` the next lease's claim answers 410
+    restart_limit (the default 5 would give it the journal)."""
+    args = [
+        *("--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0"),
+        *("--restart-limit", "1", "--ack-wait", ACK_WAIT_S),
+    ]
+    poll = "/bridge/tasks/cli_bridged/poll?wait=20s"
+    dev = start_dev(args, own_group=True)
     try:
         assert dev.banner["restart limit"] == "1"
         with httpx.Client(base_url=dev.api_url, timeout=30.0) as http:
@@ -150,12 +154,22 @@ def test_dev_gives_the_limit_to_its_bridge_too(tmp_path: Path) -> None:
             wf = {"name": "cli-bridge-restart-limit", "steps": [step]}
             assert http.post("/workflows", content=json.dumps(wf)).status_code == 201
             run_id = http.post("/runs", json={"workflow": wf["name"]}).json()["run_id"]
-            poll = "/bridge/tasks/cli_bridged/poll?wait=20s"
             first = http.post(poll)
             assert first.status_code == 200, first.text
             read = http.post(f"/bridge/leases/{first.json()['token']}/journal/read")
-            assert read.status_code == 200, read.text  # claimed; then this client vanishes
-            second = http.post(poll)  # redelivered once the first lease's AckWait ran out
+            assert read.status_code == 200, read.text  # claimed
+        with exit_watch(dev.nats_pid) as server_exited:
+            dev.proc.send_signal(signal.SIGKILL)  # the bridge's process dies with the lease
+            assert dev.proc.wait(DEV_STOP_TIMEOUT_S) == -signal.SIGKILL
+            assert server_exited(DEV_STOP_TIMEOUT_S)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(dev.proc.pid, signal.SIGKILL)
+        dev.proc.wait()
+    dev = start_dev(args)
+    try:
+        with httpx.Client(base_url=dev.api_url, timeout=30.0) as http:
+            second = http.post(poll)  # redelivered: the first lease's holder is gone
             assert second.status_code == 200, second.text
             assert second.json()["run_id"] == run_id
             refused = http.post(f"/bridge/leases/{second.json()['token']}/journal/read")
