@@ -2,6 +2,7 @@
 an iteration that then fails for good, is cancelled or times out, and the crashes between a
 commit and the update of the input (the worker's marking lost, the engine killed between saving
 the finished step and settling its inputs). A client long-polling the input sees the final state.
+Each case runs on nats-server and again on SimTransport (real clock).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import trio
 from dagnats_trio.engine import Engine
 from dagnats_trio.inputs import MAX_GET_WAIT_S, InputsService, Submission, SubmissionStatus
 from dagnats_trio.protocol import RunStatus
-from dagnats_trio.transport import NatsTransport, TransportError
+from dagnats_trio.transport import Transport, TransportError
 from dagnats_trio.worker import TaskContext, UntilInput
 from examples import agent_turn
 from examples.agent_turn import History
@@ -123,9 +124,9 @@ def agent_workflow(task: str, **step: Any) -> dict[str, Any]:
 
 
 async def test_a_placed_input_of_an_iteration_that_fails_for_good_ends_unanswered(
-    nats_transport: NatsTransport,
+    transport: Transport,
 ) -> None:
-    t = nats_transport
+    t = transport
     task = uid("fails")
     handler = Placer("fail")
     async with open_stack(t) as stack:
@@ -149,9 +150,9 @@ async def test_a_placed_input_of_an_iteration_that_fails_for_good_ends_unanswere
 
 
 async def test_a_placed_input_of_a_cancelled_run_ends_unanswered(
-    nats_transport: NatsTransport,
+    transport: Transport,
 ) -> None:
-    t = nats_transport
+    t = transport
     task = uid("cancelled")
     handler = Placer("hang")
     async with open_stack(t) as stack:
@@ -173,9 +174,9 @@ async def test_a_placed_input_of_a_cancelled_run_ends_unanswered(
 
 
 async def test_a_placed_input_of_a_timed_out_step_ends_unanswered(
-    nats_transport: NatsTransport,
+    transport: Transport,
 ) -> None:
-    t = nats_transport
+    t = transport
     task = uid("slow")
     handler = Placer("hang")
     wf = agent_workflow(task, timeout=STEP_TIMEOUT, retry={"max_attempts": 1})
@@ -201,7 +202,7 @@ class LosesMarking(InputsService):
     """The worker's inputs service, dying between the commit and the marking: the marking
     never reaches the store (the journal's ``on_committed`` logs the failure and goes on)."""
 
-    def __init__(self, transport: NatsTransport) -> None:
+    def __init__(self, transport: Transport) -> None:
         super().__init__(transport)
         self.lost: list[str] = []
 
@@ -214,9 +215,9 @@ class LosesMarking(InputsService):
 
 
 async def test_a_lost_done_is_settled_from_the_journal_when_the_step_finishes(
-    nats_transport: NatsTransport,
+    transport: Transport,
 ) -> None:
-    t = nats_transport
+    t = transport
     task = uid("lost-done")
     handler = Placer("continue")  # iteration 0 places "s1" and commits; iteration 1 fails
     worker_inputs = LosesMarking(t)
@@ -257,9 +258,9 @@ class DiesBeforeSettling:
 
 
 async def test_an_engine_killed_between_the_commit_and_the_settlement_settles_on_redelivery(
-    nats_transport: NatsTransport,
+    transport: Transport,
 ) -> None:
-    t = nats_transport
+    t = transport
     task = uid("engine-dies")
     handler = Placer("complete")
     worker_inputs = LosesMarking(t)  # so only the engine's settlement can make it done
@@ -294,7 +295,7 @@ async def test_an_engine_killed_between_the_commit_and_the_settlement_settles_on
 class FailsToMarkAtFirst(InputsService):
     """The worker's inputs service, with NATS unavailable for its first two markings."""
 
-    def __init__(self, transport: NatsTransport) -> None:
+    def __init__(self, transport: Transport) -> None:
         super().__init__(transport)
         self.failures = 0
 
@@ -313,9 +314,9 @@ TRANSIENT_MARKING_FAILURES: Final = 2
 
 
 async def test_a_transient_failure_to_mark_done_does_not_wait_for_the_step_to_finish(
-    nats_transport: NatsTransport,
+    transport: Transport,
 ) -> None:
-    t = nats_transport
+    t = transport
     task = uid("transient")
     worker_inputs = FailsToMarkAtFirst(t)
     placed: list[str] = []
