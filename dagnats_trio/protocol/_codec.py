@@ -82,9 +82,11 @@ def _require_object(conv: cattrs.Converter) -> Any:
 converter = _make_converter()
 
 #: ``json.dumps`` with non-default options builds a new encoder on every call; this one is
-#: built once (the encoder keeps no state between calls). ``allow_nan=False``: nothing that is
-#: not JSON is ever written (values from outside pass :mod:`.json_policy` before they get here).
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+#: built once (the encoder keeps no state between calls). Values from outside pass
+#: :mod:`.json_policy` before they get here; the encoder itself still writes a ``NaN`` read back
+#: from a record stored by an older release, so such a run can still be cancelled and purged
+#: (with ``allow_nan=False`` its every event failed and it was stuck; docs/upgrading.md).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def register_union(union: Any) -> None:

@@ -3,18 +3,22 @@
 On a real nats-server: superscript digits in integer query parameters, lone surrogates (escaped
 or as raw bytes), and NaN, Infinity and 1e400 in run inputs, signal payloads and input content;
 and the same values through the Python service and the NATS ``api.inputs`` endpoint, which share
-the one JSON policy (:mod:`dagnats_trio.protocol.json_policy`).
+the one JSON policy (:mod:`dagnats_trio.protocol.json_policy`). A run an older release stored
+with a NaN input is not stuck: it can still be cancelled and purged.
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import trio
 
 from dagnats_trio.api import InvalidRequest
 from dagnats_trio.inputs import SUBMIT_SUBJECT, ErrorReply, InputsEndpoints, decode_reply
+from dagnats_trio.protocol import RunStatus
+from dagnats_trio.transport import RevisionMismatch, layout
 
 from ._stack import IDLE_WORKFLOW, Stack, error_code, idle_run
 
@@ -128,3 +132,38 @@ async def test_the_service_and_the_nats_endpoint_refuse_the_same_values(api: Sta
     assert reply.status == 400
     assert reply.error.code == "invalid_request"
     assert reply.error.message.startswith("request.content[0]: 1e400 is not a JSON number")
+
+
+#: Bound on waiting for the engine to cancel a run.
+CANCEL_WAIT_S = 10.0
+
+
+async def store_legacy_nan_input(api: Stack, run_id: str) -> None:
+    """Rewrite the run's snapshot the way an older release stored a NaN input (compare-and-set,
+    retried while the engine writes it too)."""
+    key = layout.run_key(run_id)
+    while True:
+        entry = await api.transport.kv_get(layout.RUNS_BUCKET, key)
+        assert entry is not None and entry.value is not None
+        data = entry.value.replace(b'"input":null', b'"input":NaN', 1)
+        assert data != entry.value
+        try:
+            await api.transport.kv_update(layout.RUNS_BUCKET, key, data, entry.revision)
+            return
+        except RevisionMismatch:
+            continue
+
+
+async def test_a_run_stored_with_nan_by_an_older_release_can_be_cancelled_and_purged(
+    api: Stack,
+) -> None:
+    run_id = await idle_run(api)
+    await store_legacy_nan_input(api, run_id)
+    r = await api.client.post(f"/runs/{run_id}/cancel")
+    assert r.status_code == 202, r.text
+    snap = await api.service.wait_for_run(run_id, CANCEL_WAIT_S)
+    assert snap.status is RunStatus.CANCELLED
+    assert math.isnan(snap.input)
+    r = await api.client.delete(f"/runs/{run_id}")
+    assert r.status_code == 204
+    assert (await api.client.get(f"/runs/{run_id}")).status_code == 404
