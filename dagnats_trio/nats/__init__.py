@@ -4,6 +4,22 @@ The core (``ClientProtocol``, ``Parser``, ``encode`` and the events) does no I/O
 async library, in the style of h11; the connection is the thin Trio shell around it.
 """
 
+from ._connection import (
+    CONNECT_TIMEOUT_S,
+    DRAIN_TIMEOUT_S,
+    FLUSH_TIMEOUT_S,
+    MAX_OUTSTANDING_PINGS,
+    MAX_PENDING_BYTES,
+    MAX_RECONNECT_ROUNDS,
+    PING_INTERVAL_S,
+    RECONNECT_BACKOFF_BASE_S,
+    RECONNECT_BACKOFF_MAX_S,
+    REQUEST_TIMEOUT_S,
+    Connection,
+    ConnectionStats,
+    backoff_s,
+    open_connection,
+)
 from ._encoder import encode
 from ._errors import ProtocolError
 from ._events import (
@@ -35,37 +51,76 @@ from ._limits import (
     MAX_HEADER_BYTES,
     MAX_JSON_LINE_BYTES,
 )
+from ._nuid import new_inbox
 from ._parser import NEED_DATA, NeedData, Parser
 from ._protocol import ClientProtocol
+from ._servers import DEFAULT_PORT, ServerAddress, parse_servers
+from ._shell_errors import (
+    AuthorizationError,
+    ConnectionClosedError,
+    ConnectionLostError,
+    NatsError,
+    NatsTimeoutError,
+    NoRespondersError,
+    NoServersError,
+)
+from ._subscription import SUBSCRIPTION_BUFFER_MSGS, Subscription
 
 __all__ = [
     "CONFLICT_STATUS",
+    "CONNECT_TIMEOUT_S",
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_PORT",
+    "DRAIN_TIMEOUT_S",
     "END_OF_BATCH_STATUS",
+    "FLUSH_TIMEOUT_S",
     "IDLE_HEARTBEAT_STATUS",
     "MAX_CONTROL_LINE_BYTES",
     "MAX_HEADER_BYTES",
     "MAX_JSON_LINE_BYTES",
+    "MAX_OUTSTANDING_PINGS",
+    "MAX_PENDING_BYTES",
+    "MAX_RECONNECT_ROUNDS",
     "NEED_DATA",
     "NO_RESPONDERS_STATUS",
+    "PING_INTERVAL_S",
+    "RECONNECT_BACKOFF_BASE_S",
+    "RECONNECT_BACKOFF_MAX_S",
+    "REQUEST_TIMEOUT_S",
     "REQUEST_TIMEOUT_STATUS",
+    "SUBSCRIPTION_BUFFER_MSGS",
+    "AuthorizationError",
     "ClientProtocol",
     "Connect",
+    "Connection",
+    "ConnectionClosedError",
+    "ConnectionLostError",
+    "ConnectionStats",
     "Err",
     "Event",
     "Headers",
     "Info",
     "Msg",
+    "NatsError",
+    "NatsTimeoutError",
     "NeedData",
+    "NoRespondersError",
+    "NoServersError",
     "Ok",
     "Parser",
     "Ping",
     "Pong",
     "ProtocolError",
     "Pub",
+    "ServerAddress",
     "Sub",
+    "Subscription",
     "Unsub",
+    "backoff_s",
     "encode",
     "encode_headers",
+    "new_inbox",
+    "open_connection",
     "parse_headers",
+    "parse_servers",
 ]

@@ -96,7 +96,7 @@ class Parser:
         """Bytes received and not yet returned as events."""
         return len(self._buf) - self._pos
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         """Add bytes read from the peer."""
         if self._pos >= _COMPACT_AFTER_BYTES:
             del self._buf[: self._pos]

@@ -41,7 +41,7 @@ class ClientProtocol:
         """Bytes received and not yet returned as events."""
         return self._parser.buffered_bytes
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         """Add bytes read from the server."""
         self._parser.receive_data(data)
 

@@ -1,0 +1,39 @@
+"""Errors of the Trio connection (the sans-IO core has only :class:`ProtocolError`)."""
+
+from __future__ import annotations
+
+from typing import final
+
+
+class NatsError(Exception):
+    """Base class of every error the connection raises."""
+
+
+@final
+class ConnectionClosedError(NatsError):
+    """The connection is closed: by its owner, or after it gave up reconnecting."""
+
+
+@final
+class NoServersError(NatsError):
+    """No server of the list could be reached (the message holds the last error)."""
+
+
+@final
+class AuthorizationError(NatsError):
+    """The server refused the credentials (its -ERR text is the message)."""
+
+
+@final
+class NoRespondersError(NatsError):
+    """A request found nobody subscribed to its subject (status 503)."""
+
+
+@final
+class NatsTimeoutError(NatsError, TimeoutError):
+    """A request, flush or publish waited longer than its deadline."""
+
+
+@final
+class ConnectionLostError(NatsError):
+    """The socket failed, the server closed it or stopped answering pings; the shell reconnects."""

@@ -1,0 +1,91 @@
+"""One subscription: messages arrive in a bounded memory channel the reader never waits on."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import final
+
+import trio
+
+from ._events import Msg
+
+#: Messages a subscription buffers before the reader drops new ones (a slow consumer).
+SUBSCRIPTION_BUFFER_MSGS = 4096
+
+
+@final
+class Subscription:
+    """Messages on ``subject`` (and ``queue``, if set). Iterate it, or ``await next_msg()``.
+
+    The reader delivers with ``send_nowait``: a consumer that falls ``max_buffered_msgs`` behind
+    loses the newest messages (counted in :attr:`dropped`) instead of stalling every other
+    subscription. Iteration ends when the subscription or the connection closes.
+    """
+
+    def __init__(
+        self,
+        *,
+        subject: str,
+        sid: str,
+        queue: str | None,
+        max_buffered_msgs: int,
+        on_close: Callable[[Subscription], None],
+    ) -> None:
+        if max_buffered_msgs < 1:
+            raise ValueError(f"max_buffered_msgs must be at least 1, got {max_buffered_msgs}")
+        self.subject = subject
+        self.sid = sid
+        self.queue = queue
+        self._send, self._receive = trio.open_memory_channel[Msg](max_buffered_msgs)
+        self._on_close = on_close
+        self._dropped = 0
+        self._delivered = 0
+        self._closed_flag = False
+
+    @property
+    def dropped(self) -> int:
+        """Messages lost because the buffer was full."""
+        return self._dropped
+
+    @property
+    def delivered(self) -> int:
+        """Messages put in the buffer."""
+        return self._delivered
+
+    @property
+    def closed(self) -> bool:
+        """Whether the subscription is closed (no more messages will arrive)."""
+        return self._closed_flag
+
+    async def next_msg(self) -> Msg:
+        """The next message; ``trio.EndOfChannel`` once closed and emptied. Cancel-safe: a
+        cancelled wait takes no message."""
+        return await self._receive.receive()
+
+    def __aiter__(self) -> AsyncIterator[Msg]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Msg]:
+        async for msg in self._receive:
+            yield msg
+
+    def unsubscribe(self) -> None:
+        """Stop delivery now (UNSUB is queued); buffered messages stay readable."""
+        if not self._closed_flag:
+            self._on_close(self)
+
+    # --- called by the connection ------------------------------------------------------------
+
+    def _deliver(self, msg: Msg) -> None:
+        try:
+            self._send.send_nowait(msg)
+        except trio.WouldBlock:
+            self._dropped += 1
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+        else:
+            self._delivered += 1
+
+    def _close(self) -> None:
+        self._closed_flag = True
+        self._send.close()
