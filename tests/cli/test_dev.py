@@ -25,7 +25,7 @@ def test_dev_serves_runs_and_stops_cleanly_on_sigint(tmp_path: Path) -> None:
         assert dev.banner["sync"].startswith("always")
         assert process_alive(dev.nats_pid)
         with httpx.Client(base_url=dev.api_url, timeout=5.0) as http:
-            assert http.get("/healthz").json() == {"status": "ok"}
+            assert http.get("/healthz").json() == {"status": "ok", "nats": "up"}
             wf = {"name": "dev-echo", "steps": [{"id": "e", "task": "cli_echo"}]}
             assert http.post("/workflows", content=json.dumps(wf)).status_code == 201
             run_id = http.post("/runs", json={"workflow": "dev-echo", "input": 5}).json()["run_id"]
