@@ -18,6 +18,7 @@ SECTIONS: dict[str, str] = {
     "agent": "bench.agent",
     "append": "bench.append",
     "takeover": "bench.takeover",
+    "client": "bench.client",
 }
 
 #: Printed last of all, so scripts can read it with ``tail -1``.

@@ -1,0 +1,107 @@
+"""Sequential fenced appends: the native Trio client (``dagnats_trio.nats``) against raw nats-py.
+
+The same JetStream publish as the ``append`` section (a 200-byte body with the expected last
+subject sequence header, waiting for the stream's ack), sent with ``Connection.request`` on
+the native client and parsed as JSON, so the figure is the client's own cost without a
+transport on top. Both paths hit one server in one run; rounds alternate and the best round
+of each counts, because the machine is shared.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+import time
+
+import trio
+
+from dagnats_trio.nats import Connection, open_connection
+from dagnats_trio.server import open_nats_server
+
+BODY_BYTES = 200
+APPENDS_PER_ROUND = 2000
+QUICK_APPENDS_PER_ROUND = 300
+WARMUP_APPENDS = 200
+ROUNDS = 3
+#: Bound on one raw round (a subprocess).
+RAW_ROUND_TIMEOUT_S = 120.0
+EXPECTED = "Nats-Expected-Last-Subject-Sequence"
+
+
+async def _append(conn: Connection, subject: str, body: bytes, last: int) -> int:
+    reply = await conn.request(subject, body, headers={EXPECTED: str(last)})
+    ack = json.loads(reply.payload)
+    if "error" in ack:
+        raise RuntimeError(f"append failed: {ack['error']}")
+    seq: int = ack["seq"]
+    return seq
+
+
+async def _native_round(url: str, subject: str, count: int) -> float:
+    body = b"x" * BODY_BYTES
+    async with open_connection(url, name="bench") as conn:
+        last = 0
+        for _ in range(WARMUP_APPENDS):
+            last = await _append(conn, subject + "w", body, last)
+        last = 0
+        start = time.perf_counter()
+        for _ in range(count):
+            last = await _append(conn, subject, body, last)
+        return (time.perf_counter() - start) / count * 1e6
+
+
+def _raw_round(url: str, subject: str, count: int) -> float:
+    subprocess.run(  # warm the server side the same way
+        [sys.executable, "-m", "bench._raw_append", url, subject + "w", str(WARMUP_APPENDS),
+         str(BODY_BYTES)],
+        check=True, capture_output=True, timeout=RAW_ROUND_TIMEOUT_S,
+    )  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "bench._raw_append", url, subject, str(count), str(BODY_BYTES)],
+        check=True, capture_output=True, text=True, timeout=RAW_ROUND_TIMEOUT_S,
+    )  # fmt: skip
+    return float(out.stdout.strip())
+
+
+async def _measure(count: int) -> tuple[float, float]:
+    async with open_nats_server(sync_always=False) as server:
+        run = secrets.token_hex(4)
+        stream = f"BENCH_CLIENT_{run}"
+        config = {"name": stream, "subjects": [f"benchc.{run}.>"], "storage": "file"}
+        async with open_connection(server.url) as conn:
+            created = json.loads(
+                (await conn.request(f"$JS.API.STREAM.CREATE.{stream}", json.dumps(config).encode()))
+                .payload
+            )
+            if "error" in created:
+                raise RuntimeError(f"stream: {created['error']}")
+        raw: list[float] = []
+        native: list[float] = []
+        for i in range(ROUNDS):
+            raw.append(
+                await trio.to_thread.run_sync(_raw_round, server.url, f"benchc.{run}.raw{i}", count)
+            )
+            native.append(await _native_round(server.url, f"benchc.{run}.native{i}", count))
+        return min(raw), min(native)
+
+
+def run(*, quick: bool = False) -> dict[str, float]:
+    """Print the section and return ``client_ratio`` (native client / raw nats-py floor)."""
+    count = QUICK_APPENDS_PER_ROUND if quick else APPENDS_PER_ROUND
+    print(f"== client: {count} sequential fenced appends of {BODY_BYTES} B, best of {ROUNDS} "
+          "rounds, sync_interval default")  # fmt: skip
+    raw, native = trio.run(_measure, count)
+    ratio = native / raw
+    print(f"raw nats-py asyncio {raw:7.1f} us/append | native Trio client {native:7.1f} "
+          f"us/append | ratio {ratio:.2f}")  # fmt: skip
+    return {
+        "client_ratio": round(ratio, 2),
+        "client_raw_us": round(raw, 1),
+        "client_native_us": round(native, 1),
+    }
+
+
+if __name__ == "__main__":
+    run()
