@@ -384,6 +384,7 @@ def check(call: Call, answer: Answer, tally: Counter[str]) -> None:
     where = (call.method, call.path, call.query, call.body[:80], answer.status, answer.body[:200])
     assert answer.status < 500, where
     tally[str(answer.status)] += 1
+    tally[f"{call.method} {call.template}"] += 1
     if answer.status < 400:
         if answer.content_type.startswith("application/json"):
             decode_json(answer.body, where="answer")  # what is served is JSON by the policy
@@ -401,6 +402,11 @@ def check(call: Call, answer: Answer, tally: Counter[str]) -> None:
     # Routed requests answer a status their operation documents (a junk id with a slash in it
     # may reach no route at all: 404).
     assert answer.status in call.documented or answer.status == 404, where
+
+
+def requests_in(tally: Counter[str]) -> int:
+    """Requests answered so far (the tally counts each by status and by operation)."""
+    return sum(count for key, count in tally.items() if key.isdigit())
 
 
 async def send_batch(send: Callable[[Call], Any], batch: list[Call], tally: Counter[str]) -> None:
@@ -502,7 +508,7 @@ async def test_every_route_survives_a_fuzz_generated_from_openapi(
                 return await asgi_request(app, call)
 
             await trio.to_thread.run_sync(fuzz, send, stack.known, auth, ASGI_BATCHES, tally)
-        in_process = sum(tally.values())
+        in_process = requests_in(tally)
         async with httpx.AsyncClient(base_url=stack.url, timeout=REQUEST_HANG_S * 2) as client:
 
             async def send_http(call: Call) -> Answer:
@@ -511,12 +517,17 @@ async def test_every_route_survives_a_fuzz_generated_from_openapi(
             await trio.to_thread.run_sync(
                 fuzz, send_http, stack.known, token_auth, HTTP_BATCHES, tally
             )
-    total = sum(tally.values())
+    total = requests_in(tally)
+    statuses = {k: v for k, v in sorted(tally.items()) if k.isdigit()}
+    fewest = min(tally[f"{method} {path}"] for method, path, _ in OPERATIONS)
     print(
         f"fuzz: {total} requests ({in_process} over ASGI, {total - in_process} over HTTP) "
-        f"in {trio.current_time() - started:.1f} s; statuses {dict(sorted(tally.items()))}"
+        f"in {trio.current_time() - started:.1f} s; {len(OPERATIONS)} operations, each sent "
+        f">= {fewest} times; statuses {statuses}"
     )
     assert in_process >= 1_000
     # Both sides of the token were exercised, and some requests got through every check.
     assert tally["401"] > 0 and tally["400"] > 0
+    # Every operation of the document was sent.
+    assert all(tally[f"{method} {path}"] > 0 for method, path, _ in OPERATIONS)
     assert tally["200"] + tally["201"] + tally["202"] > 0
