@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import select
 import socket
 import struct
 from collections.abc import AsyncIterator, Callable
@@ -85,7 +86,8 @@ async def _read_until(sock: trio.socket.SocketType, marker: bytes, have: bytes) 
     return have
 
 
-async def cut_once(host: str, port: int, path: str, moment: str, rng: random.Random) -> None:
+async def cut_once(host: str, port: int, path: str, moment: str, rng: random.Random) -> bool:
+    """One follower cut with a reset; True when no byte of the answer had arrived by then."""
     sock = trio.socket.socket()
     try:
         await sock.connect((host, port))
@@ -103,6 +105,8 @@ async def cut_once(host: str, port: int, path: str, moment: str, rng: random.Ran
                         break
                     body += chunk
         await trio.sleep(rng.uniform(0, CUT_JITTER_S))
+        readable, _, _ = select.select([sock], [], [], 0)
+        return moment == "request" and not readable
     finally:
         _reset(sock)
 
@@ -170,20 +174,23 @@ async def test_reset_followers_leave_the_api_whole(own_api: Stack) -> None:
 
     path = f"/runs/{run_id}/steps/agent/journal?follow=1"
     counts = dict.fromkeys(MOMENTS, 0)
+    before_headers = [0]
     plan = [rng.choice(MOMENTS) for _ in range(CUTS)]
     lane_rngs = [random.Random(rng.random()) for _ in range(CUT_LANES)]
 
     async def lane(index: int) -> None:
         for moment in plan[index::CUT_LANES]:
             with trio.fail_after(CUT_BOUND_S):
-                await cut_once(host, port, path, moment, lane_rngs[index])
+                early = await cut_once(host, port, path, moment, lane_rngs[index])
+            before_headers[0] += early
             counts[moment] += 1
 
     with trio.fail_after(ALL_CUTS_S):
         async with trio.open_nursery() as nursery:
             for index in range(CUT_LANES):
                 nursery.start_soon(lane, index)
-    print(f"cuts by moment: {counts}")
+    print(f"cuts by moment: {counts}, {before_headers[0]} of them before any byte of the answer")
+    assert before_headers[0] > 0
     assert sum(counts.values()) == CUTS
 
     await _wait_for(
