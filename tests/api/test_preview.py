@@ -18,7 +18,8 @@ PREVIEW_BOUND_S = 20.0
 RAW_CHUNK = b"\xff\x00\xfe"
 
 
-async def test_preview_stream_carries_what_the_handler_put(api: Stack) -> None:
+async def test_preview_stream_carries_what_the_handler_put(any_api: Stack) -> None:
+    api = any_api  # the session nats-server, then SimTransport
     task = unique("apitest_preview").replace("-", "_")
     workflow = unique("apitest-preview")
     await api.service.register_workflow({"name": workflow, "steps": [{"id": "talk", "task": task}]})
