@@ -259,7 +259,8 @@ def calls(known: Known, auth: Callable[[], st.SearchStrategy[tuple[tuple[str, st
                 value = draw(param_value(schema))
                 if where == "query":
                     query.append((name, value))
-                elif value.isascii() and value.isprintable():
+                elif value.isascii() and value.isprintable() and value == value.strip():
+                    # HTTP trims a header value's outer whitespace; h11 refuses to send it.
                     headers.append((name, value))
         if draw(st.integers(0, 9)) == 0:
             query.append((draw(st.text(min_size=1, max_size=6)), "1"))
