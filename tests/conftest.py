@@ -21,6 +21,7 @@ from dagnats_trio.transport import (
     open_sim_transport,
     provision,
 )
+from dagnats_trio.transport._trio_nats import TrioNatsTransport, open_trio_nats_transport
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +39,14 @@ def nats_url() -> Iterator[str]:
 async def nats_transport(nats_url: str) -> AsyncIterator[NatsTransport]:
     """A connected, provisioned NatsTransport on the session server, for one test."""
     async with open_nats_transport(nats_url, name="pytest") as transport:
+        await provision(transport)
+        yield transport
+
+
+@pytest.fixture
+async def trio_transport(nats_url: str) -> AsyncIterator[TrioNatsTransport]:
+    """A connected, provisioned TrioNatsTransport (the native client) on the session server."""
+    async with open_trio_nats_transport(nats_url, name="pytest") as transport:
         await provision(transport)
         yield transport
 

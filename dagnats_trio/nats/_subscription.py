@@ -62,6 +62,10 @@ class Subscription:
         cancelled wait takes no message."""
         return await self._receive.receive()
 
+    def next_msg_nowait(self) -> Msg:
+        """A buffered message, or ``trio.WouldBlock`` (``trio.EndOfChannel`` once closed)."""
+        return self._receive.receive_nowait()
+
     def __aiter__(self) -> AsyncIterator[Msg]:
         return self._iterate()
 

@@ -11,6 +11,7 @@ import ast
 import pathlib
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "dagnats_trio" / "nats"
+TRIO_TRANSPORT = PACKAGE.parent / "transport" / "_trio_nats.py"
 #: Packages whose private names are off limits (and everything else outside ours).
 WATCHED = ("trio", "asyncio", "nats", "trio_asyncio", "ssl", "socket")
 
@@ -35,8 +36,11 @@ def own_private_names(files: list[pathlib.Path]) -> set[str]:
     return {name for name in names if _is_private(name)}
 
 
-def violations(directory: pathlib.Path) -> list[str]:
-    files = sorted(directory.glob("*.py"))
+def violations(directory: pathlib.Path, *extra: pathlib.Path) -> list[str]:
+    """Private access in ``directory``'s modules (and ``extra`` files, which may use the
+    package's own names)."""
+    package_files = sorted(directory.glob("*.py"))
+    files = [*package_files, *extra]
     own = own_private_names(files)
     found: list[str] = []
     for path in files:
@@ -72,6 +76,11 @@ def violations(directory: pathlib.Path) -> list[str]:
 def test_the_nats_client_touches_no_private_name_of_another_package() -> None:
     assert list(PACKAGE.glob("*.py")), PACKAGE
     assert violations(PACKAGE) == []
+
+
+def test_the_trio_nats_transport_touches_none_either() -> None:
+    assert TRIO_TRANSPORT.is_file()
+    assert violations(PACKAGE, TRIO_TRANSPORT) == []
 
 
 def test_the_scanner_sees_private_access(tmp_path: pathlib.Path) -> None:

@@ -16,7 +16,7 @@ from trio.testing import MockClock
 
 from dagnats_trio.transport import Transport
 
-BACKENDS = ("sim", "nats")
+BACKENDS = ("sim", "nats", "trio")
 _ids = itertools.count()
 _SESSION = secrets.token_hex(3)
 

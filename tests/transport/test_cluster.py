@@ -23,6 +23,7 @@ from dagnats_trio.transport import (
     WrongLastSequence,
     open_nats_transport,
 )
+from dagnats_trio.transport._trio_nats import open_trio_nats_transport
 
 pytestmark = pytest.mark.cluster
 
@@ -84,9 +85,14 @@ async def leader(t: Transport) -> str | None:
     return str(name) if name else None
 
 
-async def test_fenced_appends_survive_a_leader_step_down(nats_cluster: NatsCluster) -> None:
+@pytest.mark.parametrize(
+    "open_transport", [open_nats_transport, open_trio_nats_transport], ids=["nats-py", "trio"]
+)
+async def test_fenced_appends_survive_a_leader_step_down(
+    nats_cluster: NatsCluster, open_transport: Any
+) -> None:
     with trio.fail_after(TEST_BOUND_S):
-        async with open_nats_transport(
+        async with open_transport(
             nats_cluster.urls, name="cluster-test", request_timeout_s=REQUEST_TIMEOUT_S
         ) as t:
             await t.ensure_stream(StreamSpec(STREAM, ("appends.>",)), replicas=REPLICAS)
