@@ -6,35 +6,124 @@ Nothing is started on import and nothing is global: every part is an object you 
 ``await nursery.start(part.run)``.
 """
 
-from .api import RunNotFound, Service, WorkflowNotFound
-from .bridge import Bridge
-from .dag import WorkflowDef, WorkflowInvalid
-from .engine import Engine
-from .inputs import InputsEndpoints, InputsService, Mode
-from .journal import (
-    Committed,
-    Fenced,
-    Journal,
-    JournalSettled,
-    Replay,
-    ReplayMismatch,
-    RestartLimit,
-    ScriptedModel,
-    Stale,
-    ToolCall,
-    ToolResult,
-)
-from .server import NatsCluster, NatsServer, open_nats_cluster, open_nats_server
-from .transport import Transport, open_nats_transport, open_sim_transport, provision
-from .worker import (
-    Delay,
-    InputsQueued,
-    RunCancelled,
-    TaskContext,
-    Until,
-    UntilInput,
-    Worker,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dagnats_trio._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .api import (
+        RunNotFound,
+        Service,
+        WorkflowNotFound,
+    )
+    from .bridge import (
+        Bridge,
+    )
+    from .dag import (
+        WorkflowDef,
+        WorkflowInvalid,
+    )
+    from .engine import (
+        Engine,
+    )
+    from .inputs import (
+        InputsEndpoints,
+        InputsService,
+        Mode,
+    )
+    from .journal import (
+        Committed,
+        Fenced,
+        Journal,
+        JournalSettled,
+        Replay,
+        ReplayMismatch,
+        RestartLimit,
+        ScriptedModel,
+        Stale,
+        ToolCall,
+        ToolResult,
+    )
+    from .server import (
+        NatsCluster,
+        NatsServer,
+        open_nats_cluster,
+        open_nats_server,
+    )
+    from .transport import (
+        Transport,
+        open_nats_transport,
+        open_sim_transport,
+        provision,
+    )
+    from .worker import (
+        Delay,
+        InputsQueued,
+        RunCancelled,
+        TaskContext,
+        Until,
+        UntilInput,
+        Worker,
+    )
+else:
+    # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            ".api": (
+                "RunNotFound",
+                "Service",
+                "WorkflowNotFound",
+            ),
+            ".bridge": ("Bridge",),
+            ".dag": (
+                "WorkflowDef",
+                "WorkflowInvalid",
+            ),
+            ".engine": ("Engine",),
+            ".inputs": (
+                "InputsEndpoints",
+                "InputsService",
+                "Mode",
+            ),
+            ".journal": (
+                "Committed",
+                "Fenced",
+                "Journal",
+                "JournalSettled",
+                "Replay",
+                "ReplayMismatch",
+                "RestartLimit",
+                "ScriptedModel",
+                "Stale",
+                "ToolCall",
+                "ToolResult",
+            ),
+            ".server": (
+                "NatsCluster",
+                "NatsServer",
+                "open_nats_cluster",
+                "open_nats_server",
+            ),
+            ".transport": (
+                "Transport",
+                "open_nats_transport",
+                "open_sim_transport",
+                "provision",
+            ),
+            ".worker": (
+                "Delay",
+                "InputsQueued",
+                "RunCancelled",
+                "TaskContext",
+                "Until",
+                "UntilInput",
+                "Worker",
+            ),
+        },
+    )
 
 __all__ = [
     "Bridge",

@@ -1,6 +1,6 @@
 """Purging a finished run: every message and key the run left in NATS, child runs included.
 
-A run's traces are spread over four streams and five buckets (see ``transport.layout``). Which
+A run's traces are spread over four streams and five buckets (see ``protocol.layout``). Which
 subjects and keys belong to a run follows from its snapshot alone (its steps, their task types,
 its idempotency key, its sub-workflow children), so the plan is a pure function of the snapshot
 (:func:`plan_purge`) and the shell (:func:`execute_plan`) only carries it out.
@@ -23,7 +23,8 @@ import attrs
 
 from ..dag import StepType, WorkflowDef
 from ..engine import RunSnapshot, child_run_id
-from ..transport import RevisionMismatch, Transport, layout
+from ..protocol import layout
+from ..transport import RevisionMismatch, Transport
 
 #: Levels of sub-workflow children followed below the run being purged.
 PURGE_DEPTH_MAX = 8

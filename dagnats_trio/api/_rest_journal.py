@@ -20,10 +20,11 @@ from ..protocol import (
     JournalRecord,
     converter,
     decode_record,
+    layout,
     parse_decimal,
     to_json,
 )
-from ..transport import StoredMsg, Transport, TransportError, layout
+from ..transport import StoredMsg, Transport, TransportError
 from ._rest_errors import bad_request
 from ._rest_sse import (
     END_EVENT,

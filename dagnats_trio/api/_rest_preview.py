@@ -15,8 +15,8 @@ import math
 
 import trio
 
-from ..protocol import to_json
-from ..transport import Transport, TransportError, layout
+from ..protocol import layout, to_json
+from ..transport import Transport, TransportError
 from ._rest_sse import (
     END_EVENT,
     FOLLOW_KEEPALIVE_S,

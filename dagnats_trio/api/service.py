@@ -32,8 +32,9 @@ from ..protocol import (
     encode_event,
     encode_json,
     from_json,
+    layout,
 )
-from ..transport import KeyExists, Transport, layout
+from ..transport import KeyExists, Transport
 from ._purge import collect_tree, execute_plan, plan_purge, purge_orphan
 
 #: Most runs one ``list_runs`` call returns.

@@ -63,14 +63,7 @@ from ..protocol import (
     from_obj,
     lifecycle_event,
 )
-from ..transport import (
-    CoreMsg,
-    Delivery,
-    NotProvisioned,
-    Transport,
-    TransportError,
-)
-from ..transport.layout import (
+from ..protocol.layout import (
     CHECKPOINTS_BUCKET,
     JOURNAL_STREAM,
     RUNS_BUCKET,
@@ -80,6 +73,13 @@ from ..transport.layout import (
     journal_subject,
     run_key,
     worker_durable,
+)
+from ..transport import (
+    CoreMsg,
+    Delivery,
+    NotProvisioned,
+    Transport,
+    TransportError,
 )
 from ..worker import DEFAULT_ACK_WAIT_S, MAX_WAIT_MS, heartbeat_interval_s, task_consumer
 from ._errors import BridgeError, bad_request, cancelled, fenced, gone, lease_not_found

@@ -1,14 +1,11 @@
 """The workflow engine: a pure decision core (:func:`advance`) and its I/O shell."""
 
-from ._shell import (
-    ENGINE_ACK_WAIT_S,
-    LEGACY_ENV_VAR,
-    TIMER_DUE_HEADER,
-    TIMER_ID_HEADER,
-    Engine,
-    EngineStats,
-    legacy_from_env,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dagnats_trio._lazy import lazy_exports
+
 from .core import (
     TIMER_LOOP_DELAY,
     TIMER_MAX_DURATION,
@@ -43,6 +40,33 @@ from .snapshot import (
     decode_snapshot,
     encode_snapshot,
 )
+
+if TYPE_CHECKING:
+    from ._shell import (
+        ENGINE_ACK_WAIT_S,
+        LEGACY_ENV_VAR,
+        TIMER_DUE_HEADER,
+        TIMER_ID_HEADER,
+        Engine,
+        EngineStats,
+        legacy_from_env,
+    )
+else:
+    # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "._shell": (
+                "ENGINE_ACK_WAIT_S",
+                "LEGACY_ENV_VAR",
+                "TIMER_DUE_HEADER",
+                "TIMER_ID_HEADER",
+                "Engine",
+                "EngineStats",
+                "legacy_from_env",
+            ),
+        },
+    )
 
 __all__ = [
     "ENGINE_ACK_WAIT_S",

@@ -32,6 +32,7 @@ from ..protocol import (
     encode_task,
     from_json,
     is_id,
+    layout,
 )
 from ..transport import (
     ConsumerConfig,
@@ -40,7 +41,6 @@ from ..transport import (
     RevisionMismatch,
     Transport,
     TransportError,
-    layout,
 )
 from .core import AdvanceContext, decide
 from .effects import (

@@ -1,17 +1,11 @@
 """Inputs and steering: submissions to a running step, their store, placement and settlement."""
 
-from .endpoints import (
-    GET_SUBJECT,
-    SUBMIT_SUBJECT,
-    WITHDRAW_SUBJECT,
-    ErrorReply,
-    GetRequest,
-    InputsEndpoints,
-    SubmissionReply,
-    SubmitRequest,
-    WithdrawRequest,
-    decode_reply,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dagnats_trio._lazy import lazy_exports
+
 from .errors import (
     BadRequestError,
     ConflictError,
@@ -21,8 +15,6 @@ from .errors import (
     NotFoundError,
     UnauthorizedError,
 )
-from .placement import JournalWriter, PlacedInput, PlacementState, place_inputs
-from .service import MAX_CONTENT_BYTES, MAX_GET_WAIT_S, InputsService, StoredSubmission
 from .submission import (
     TRANSITIONS,
     InvalidTransition,
@@ -34,6 +26,63 @@ from .submission import (
     to_unanswered,
     to_withdrawn,
 )
+
+if TYPE_CHECKING:
+    from .endpoints import (
+        GET_SUBJECT,
+        SUBMIT_SUBJECT,
+        WITHDRAW_SUBJECT,
+        ErrorReply,
+        GetRequest,
+        InputsEndpoints,
+        SubmissionReply,
+        SubmitRequest,
+        WithdrawRequest,
+        decode_reply,
+    )
+    from .placement import (
+        JournalWriter,
+        PlacedInput,
+        PlacementState,
+        place_inputs,
+    )
+    from .service import (
+        MAX_CONTENT_BYTES,
+        MAX_GET_WAIT_S,
+        InputsService,
+        StoredSubmission,
+    )
+else:
+    # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            ".endpoints": (
+                "GET_SUBJECT",
+                "SUBMIT_SUBJECT",
+                "WITHDRAW_SUBJECT",
+                "ErrorReply",
+                "GetRequest",
+                "InputsEndpoints",
+                "SubmissionReply",
+                "SubmitRequest",
+                "WithdrawRequest",
+                "decode_reply",
+            ),
+            ".placement": (
+                "JournalWriter",
+                "PlacedInput",
+                "PlacementState",
+                "place_inputs",
+            ),
+            ".service": (
+                "MAX_CONTENT_BYTES",
+                "MAX_GET_WAIT_S",
+                "InputsService",
+                "StoredSubmission",
+            ),
+        },
+    )
 
 __all__ = [
     "GET_SUBJECT",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from dagnats_trio.protocol import JournalRecord, decode_record
-from dagnats_trio.transport import Transport, layout
+from dagnats_trio.protocol import JournalRecord, decode_record, layout
+from dagnats_trio.transport import Transport
 
 from ._settlement import JournalPlacements, journal_placements
 

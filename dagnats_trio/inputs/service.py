@@ -10,7 +10,7 @@ Storage is the KV bucket ``inputs``, which has no bucket-wide TTL:
 A queued or placed submission and an open index carry no TTL: they live as long as their step,
 however long it waits. The write that settles a submission (done, unanswered, withdrawn) and
 every write of a closed index carry a per-message TTL of seven days
-(:data:`~dagnats_trio.transport.layout.INPUTS_DEDUPE_TTL_S`): the dedupe window of a request id
+(:data:`~dagnats_trio.protocol.layout.INPUTS_DEDUPE_TTL_S`): the dedupe window of a request id
 runs from the moment its submission finished, and then the key goes away by itself.
 
 Every state change is a compare-and-set on the key's revision, so a withdrawal, a placement and
@@ -48,6 +48,7 @@ from dagnats_trio.protocol import (
     encode_event,
     encode_json,
     from_json,
+    layout,
     request_id_token,
     to_json,
 )
@@ -56,7 +57,6 @@ from dagnats_trio.transport import (
     RevisionMismatch,
     Transport,
     TransportError,
-    layout,
 )
 
 from . import _index, _journal

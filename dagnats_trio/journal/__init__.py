@@ -4,6 +4,11 @@
 ``_replay`` and the audit is :func:`check.check`.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dagnats_trio._lazy import lazy_exports
 from dagnats_trio.protocol import CommitAction, Replay
 
 from ._errors import (
@@ -18,24 +23,63 @@ from ._errors import (
     Stale,
     ToolOutputNotJson,
 )
-from ._handle import (
-    DEFAULT_RESTART_LIMIT,
-    MAX_RESTART_LIMIT,
-    MIN_RESTART_LIMIT,
-    CommittedIteration,
-    Journal,
-    ModelFn,
-    OnCommitted,
-    ToolCall,
-    ToolFn,
-    check_restart_limit,
-    load_commit_state,
-    open_journal,
-)
-from ._holder import Holder, Settlement
-from ._model import ScriptedModel, ScriptExhausted
 from ._replay import MAX_CALLS_PER_ITERATION, RESTART_LIMIT_REASON, TaskIdentity, ToolResult
-from .check import CheckReport, Violation, check, read_journal
+from .check import CheckReport, Violation, check
+
+if TYPE_CHECKING:
+    from ._handle import (
+        DEFAULT_RESTART_LIMIT,
+        MAX_RESTART_LIMIT,
+        MIN_RESTART_LIMIT,
+        CommittedIteration,
+        Journal,
+        ModelFn,
+        OnCommitted,
+        ToolCall,
+        ToolFn,
+        check_restart_limit,
+        load_commit_state,
+        open_journal,
+        read_journal,
+    )
+    from ._holder import (
+        Holder,
+        Settlement,
+    )
+    from ._model import (
+        ScriptedModel,
+        ScriptExhausted,
+    )
+else:
+    # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "._handle": (
+                "DEFAULT_RESTART_LIMIT",
+                "MAX_RESTART_LIMIT",
+                "MIN_RESTART_LIMIT",
+                "CommittedIteration",
+                "Journal",
+                "ModelFn",
+                "OnCommitted",
+                "ToolCall",
+                "ToolFn",
+                "check_restart_limit",
+                "load_commit_state",
+                "open_journal",
+                "read_journal",
+            ),
+            "._holder": (
+                "Holder",
+                "Settlement",
+            ),
+            "._model": (
+                "ScriptedModel",
+                "ScriptExhausted",
+            ),
+        },
+    )
 
 __all__ = [
     "DEFAULT_RESTART_LIMIT",

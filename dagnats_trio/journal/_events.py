@@ -5,8 +5,8 @@ from __future__ import annotations
 import trio
 
 from dagnats_trio.protocol import LifecycleEvent, encode_event
+from dagnats_trio.protocol.layout import history_subject
 from dagnats_trio.transport import TemporarilyUnavailable, Transport, TransportTimeout
-from dagnats_trio.transport.layout import history_subject
 
 #: How long a transient failure (no leader, timeout) is retried before giving up.
 TRANSIENT_RETRY_DEADLINE_S = 10.0

@@ -36,6 +36,7 @@ from dagnats_trio.protocol import (
     encode_record,
     record_headers,
 )
+from dagnats_trio.protocol.layout import JOURNAL_STREAM, journal_subject
 from dagnats_trio.transport import (
     NotFound,
     StoredMsg,
@@ -44,7 +45,6 @@ from dagnats_trio.transport import (
     TransportTimeout,
     WrongLastSequence,
 )
-from dagnats_trio.transport.layout import JOURNAL_STREAM, journal_subject
 
 from ._errors import (
     CallLimitExceeded,
@@ -210,6 +210,14 @@ async def read_entries(
             break
         seq = page[-1].seq + 1
     return out
+
+
+async def read_journal(
+    transport: Transport, run_id: str, step_id: str
+) -> list[tuple[int, JournalRecord]]:
+    """Every record of one step's journal, in order: the one reader every tool shares (never a
+    consumer: one direct get per record)."""
+    return await read_entries(transport, journal_subject(run_id, step_id), 1)
 
 
 class Journal:

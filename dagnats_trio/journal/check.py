@@ -1,4 +1,5 @@
-"""The journal audit (``dagnats journal check``): a pure check over records, and the one reader.
+"""The journal audit (``dagnats journal check``): a pure check over records (no I/O; the
+one reader, :func:`dagnats_trio.journal.read_journal`, lives with the handle).
 
 The rules, precisely (``rule`` names in parentheses):
 
@@ -43,10 +44,6 @@ from dagnats_trio.protocol import (
     ToolOutputRecord,
     ToolResultRecord,
 )
-from dagnats_trio.transport import Transport
-from dagnats_trio.transport.layout import journal_subject
-
-from ._handle import read_entries
 
 
 @attrs.frozen
@@ -236,11 +233,3 @@ def check(
             f"the journal has {ended_count} continue/complete commits",
         )
     return CheckReport(tuple(out), len(records), commits, ended_count)
-
-
-async def read_journal(
-    transport: Transport, run_id: str, step_id: str
-) -> list[tuple[int, JournalRecord]]:
-    """Every record of one step's journal, in order: the one reader every tool shares (never a
-    consumer: one direct get per record)."""
-    return await read_entries(transport, journal_subject(run_id, step_id), 1)

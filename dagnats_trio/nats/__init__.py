@@ -4,22 +4,11 @@ The core (``ClientProtocol``, ``Parser``, ``encode`` and the events) does no I/O
 async library, in the style of h11; the connection is the thin Trio shell around it.
 """
 
-from ._connection import (
-    CONNECT_TIMEOUT_S,
-    DRAIN_TIMEOUT_S,
-    FLUSH_TIMEOUT_S,
-    MAX_OUTSTANDING_PINGS,
-    MAX_PENDING_BYTES,
-    MAX_RECONNECT_ROUNDS,
-    PING_INTERVAL_S,
-    RECONNECT_BACKOFF_BASE_S,
-    RECONNECT_BACKOFF_MAX_S,
-    REQUEST_TIMEOUT_S,
-    Connection,
-    ConnectionStats,
-    backoff_s,
-    open_connection,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from ._encoder import encode
 from ._errors import ProtocolError
 from ._events import (
@@ -64,7 +53,55 @@ from ._shell_errors import (
     NoRespondersError,
     NoServersError,
 )
-from ._subscription import SUBSCRIPTION_BUFFER_MSGS, Subscription
+
+if TYPE_CHECKING:
+    from ._connection import (
+        CONNECT_TIMEOUT_S,
+        DRAIN_TIMEOUT_S,
+        FLUSH_TIMEOUT_S,
+        MAX_OUTSTANDING_PINGS,
+        MAX_PENDING_BYTES,
+        MAX_RECONNECT_ROUNDS,
+        PING_INTERVAL_S,
+        RECONNECT_BACKOFF_BASE_S,
+        RECONNECT_BACKOFF_MAX_S,
+        REQUEST_TIMEOUT_S,
+        Connection,
+        ConnectionStats,
+        backoff_s,
+        open_connection,
+    )
+    from ._subscription import (
+        SUBSCRIPTION_BUFFER_MSGS,
+        Subscription,
+    )
+else:
+    # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "._connection": (
+                "CONNECT_TIMEOUT_S",
+                "DRAIN_TIMEOUT_S",
+                "FLUSH_TIMEOUT_S",
+                "MAX_OUTSTANDING_PINGS",
+                "MAX_PENDING_BYTES",
+                "MAX_RECONNECT_ROUNDS",
+                "PING_INTERVAL_S",
+                "RECONNECT_BACKOFF_BASE_S",
+                "RECONNECT_BACKOFF_MAX_S",
+                "REQUEST_TIMEOUT_S",
+                "Connection",
+                "ConnectionStats",
+                "backoff_s",
+                "open_connection",
+            ),
+            "._subscription": (
+                "SUBSCRIPTION_BUFFER_MSGS",
+                "Subscription",
+            ),
+        },
+    )
 
 __all__ = [
     "CONFLICT_STATUS",

@@ -1,5 +1,6 @@
 """Wire shapes: attrs classes for every message and record, one cattrs converter. No I/O."""
 
+from . import layout
 from ._codec import DecodeError, JsonValue, converter, from_json, from_obj, to_json
 from .common import DispatchId, ParentRef, Wait
 from .events import (
@@ -112,6 +113,7 @@ __all__ = [
     "is_ascii_digits",
     "is_id",
     "is_request_id",
+    "layout",
     "lifecycle_event",
     "parse_decimal",
     "record_headers",

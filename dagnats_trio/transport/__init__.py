@@ -22,11 +22,13 @@ from ._interface import (
     WrongLastSequence,
 )
 from ._nats import NatsDelivery, NatsTransport, open_nats_transport
+from ._provision import BUCKETS, STREAMS, provision
 from ._sim import SimDelivery, SimFaults, SimServer, SimTransport, open_sim_transport
-from .layout import provision
 
 __all__ = [
+    "BUCKETS",
     "DEFAULT_REQUEST_TIMEOUT_S",
+    "STREAMS",
     "BucketSpec",
     "Closed",
     "ConsumerConfig",

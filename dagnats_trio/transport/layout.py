@@ -1,100 +1,11 @@
-"""The NATS layout of DESIGN.md in one place: stream, subject and bucket names, and provisioning.
-
-Subjects embed run and step ids as single tokens, so ids are restricted to ``[A-Za-z0-9_-]``;
-the one validator is :func:`dagnats_trio.protocol.check_id` (a dot or wildcard in an id would
-address other runs' messages). Callers validate before they build a name here.
-"""
+"""Transition shim: the layout's names moved to :mod:`dagnats_trio.protocol.layout` (pure) and
+provisioning to :mod:`dagnats_trio.transport` (``STREAMS``, ``BUCKETS``, ``provision``)."""
 
 from __future__ import annotations
 
-from ._interface import BucketSpec, StreamSpec, Transport
+from dagnats_trio.protocol.layout import *  # noqa: F403
+from dagnats_trio.protocol.layout import __all__ as _names
 
-HISTORY_STREAM = "WORKFLOW_HISTORY"
-TASK_STREAM = "TASK_QUEUES"
-TIMER_STREAM = "SLEEP_TIMERS"
-JOURNAL_STREAM = "AGENT_JOURNAL"
+from ._provision import BUCKETS, STREAMS, provision
 
-DEFS_BUCKET = "workflow_defs"
-RUNS_BUCKET = "workflow_runs"
-CHECKPOINTS_BUCKET = "checkpoints"
-SIGNALS_BUCKET = "signals"
-INPUTS_BUCKET = "inputs"
-
-ENGINE_DURABLE = "orchestrator"
-TIMER_DURABLE = "timers"
-
-JOURNAL_MAX_AGE_S = 30 * 24 * 3600.0
-#: How long a finished input submission stays (the window in which a repeated request id is
-#: recognised): a per-message TTL on the write that settles it. Queued and placed submissions
-#: carry none, so they live as long as their step.
-INPUTS_DEDUPE_TTL_S = 7 * 24 * 3600
-HISTORY_DUPLICATE_WINDOW_S = 120.0
-
-
-def history_subject(run_id: str) -> str:
-    return f"history.{run_id}"
-
-
-def task_subject(task_type: str, run_id: str) -> str:
-    return f"task.{task_type}.{run_id}"
-
-
-def task_filter(task_type: str) -> str:
-    return f"task.{task_type}.*"
-
-
-def worker_durable(task_type: str) -> str:
-    return f"workers-{task_type}"
-
-
-def timer_subject(run_id: str, step_id: str) -> str:
-    return f"sleep.{run_id}.{step_id}"
-
-
-def journal_subject(run_id: str, step_id: str) -> str:
-    return f"journal.{run_id}.{step_id}"
-
-
-def cancel_subject(run_id: str) -> str:
-    return f"cancel.{run_id}"
-
-
-def preview_subject(run_id: str, step_id: str) -> str:
-    """Where ``put_stream`` sends its live preview (core NATS, not a record)."""
-    return f"preview.{run_id}.{step_id}"
-
-
-def run_key(run_id: str) -> str:
-    return f"run.{run_id}"
-
-
-def checkpoint_key(run_id: str, step_id: str) -> str:
-    return f"{run_id}.{step_id}"
-
-
-def signal_key(run_id: str, name: str) -> str:
-    return f"{run_id}.{name}"
-
-
-STREAMS: tuple[StreamSpec, ...] = (
-    StreamSpec(HISTORY_STREAM, ("history.*",), duplicate_window_s=HISTORY_DUPLICATE_WINDOW_S),
-    StreamSpec(TASK_STREAM, ("task.*.*",), work_queue=True),
-    StreamSpec(TIMER_STREAM, ("sleep.*.*",), work_queue=True),
-    StreamSpec(JOURNAL_STREAM, ("journal.*.*",), max_age_s=JOURNAL_MAX_AGE_S),
-)
-
-BUCKETS: tuple[BucketSpec, ...] = (
-    BucketSpec(DEFS_BUCKET, history=5),
-    BucketSpec(RUNS_BUCKET),
-    BucketSpec(CHECKPOINTS_BUCKET),
-    BucketSpec(SIGNALS_BUCKET),
-    BucketSpec(INPUTS_BUCKET, message_ttl=True),
-)
-
-
-async def provision(transport: Transport, replicas: int = 1) -> None:
-    """Create or update every stream and bucket of the layout; safe to run at every start."""
-    for stream in STREAMS:
-        await transport.ensure_stream(stream, replicas=replicas)
-    for bucket in BUCKETS:
-        await transport.ensure_bucket(bucket, replicas=replicas)
+__all__ = [*_names, "BUCKETS", "STREAMS", "provision"]

@@ -35,14 +35,14 @@ from dagnats_trio.protocol import (
     encode_json,
     lifecycle_event,
 )
-from dagnats_trio.transport import Delivery, Transport
-from dagnats_trio.transport.layout import (
+from dagnats_trio.protocol.layout import (
     CHECKPOINTS_BUCKET,
     RUNS_BUCKET,
     checkpoint_key,
     preview_subject,
     run_key,
 )
+from dagnats_trio.transport import Delivery, Transport
 
 from ._errors import (
     AlreadySettled,

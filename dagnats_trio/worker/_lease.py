@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from dagnats_trio.protocol.layout import TASK_STREAM, task_filter, worker_durable
 from dagnats_trio.transport import ConsumerConfig
-from dagnats_trio.transport.layout import TASK_STREAM, task_filter, worker_durable
 
 #: The AckWait of a task message's first delivery: how long a dead worker's task waits.
 DEFAULT_ACK_WAIT_S: Final = 0.8

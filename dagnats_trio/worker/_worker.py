@@ -21,6 +21,11 @@ from dagnats_trio.journal import (
     check_restart_limit,
 )
 from dagnats_trio.protocol import DecodeError, check_id, decode_task
+from dagnats_trio.protocol.layout import (
+    TASK_STREAM,
+    cancel_subject,
+    worker_durable,
+)
 from dagnats_trio.transport import (
     Closed,
     CoreMsg,
@@ -28,11 +33,6 @@ from dagnats_trio.transport import (
     NotProvisioned,
     Transport,
     TransportError,
-)
-from dagnats_trio.transport.layout import (
-    TASK_STREAM,
-    cancel_subject,
-    worker_durable,
 )
 
 from ._context import InputsPending, TaskContext, _error_text, _Services

@@ -1,0 +1,104 @@
+"""The NATS layout of DESIGN.md: stream, subject, durable and bucket names. Pure: no I/O.
+
+Subjects embed run and step ids as single tokens, so ids are restricted to ``[A-Za-z0-9_-]``;
+the one validator is :func:`dagnats_trio.protocol.check_id` (a dot or wildcard in an id would
+address other runs' messages). Callers validate before they build a name here. Provisioning the
+streams and buckets named here is the transport's job (:func:`dagnats_trio.transport.provision`).
+"""
+
+from __future__ import annotations
+
+HISTORY_STREAM = "WORKFLOW_HISTORY"
+TASK_STREAM = "TASK_QUEUES"
+TIMER_STREAM = "SLEEP_TIMERS"
+JOURNAL_STREAM = "AGENT_JOURNAL"
+
+DEFS_BUCKET = "workflow_defs"
+RUNS_BUCKET = "workflow_runs"
+CHECKPOINTS_BUCKET = "checkpoints"
+SIGNALS_BUCKET = "signals"
+INPUTS_BUCKET = "inputs"
+
+ENGINE_DURABLE = "orchestrator"
+TIMER_DURABLE = "timers"
+
+JOURNAL_MAX_AGE_S = 30 * 24 * 3600.0
+#: How long a finished input submission stays (the window in which a repeated request id is
+#: recognised): a per-message TTL on the write that settles it. Queued and placed submissions
+#: carry none, so they live as long as their step.
+INPUTS_DEDUPE_TTL_S = 7 * 24 * 3600
+HISTORY_DUPLICATE_WINDOW_S = 120.0
+
+
+def history_subject(run_id: str) -> str:
+    return f"history.{run_id}"
+
+
+def task_subject(task_type: str, run_id: str) -> str:
+    return f"task.{task_type}.{run_id}"
+
+
+def task_filter(task_type: str) -> str:
+    return f"task.{task_type}.*"
+
+
+def worker_durable(task_type: str) -> str:
+    return f"workers-{task_type}"
+
+
+def timer_subject(run_id: str, step_id: str) -> str:
+    return f"sleep.{run_id}.{step_id}"
+
+
+def journal_subject(run_id: str, step_id: str) -> str:
+    return f"journal.{run_id}.{step_id}"
+
+
+def cancel_subject(run_id: str) -> str:
+    return f"cancel.{run_id}"
+
+
+def preview_subject(run_id: str, step_id: str) -> str:
+    """Where ``put_stream`` sends its live preview (core NATS, not a record)."""
+    return f"preview.{run_id}.{step_id}"
+
+
+def run_key(run_id: str) -> str:
+    return f"run.{run_id}"
+
+
+def checkpoint_key(run_id: str, step_id: str) -> str:
+    return f"{run_id}.{step_id}"
+
+
+def signal_key(run_id: str, name: str) -> str:
+    return f"{run_id}.{name}"
+
+
+__all__ = [
+    "CHECKPOINTS_BUCKET",
+    "DEFS_BUCKET",
+    "ENGINE_DURABLE",
+    "HISTORY_DUPLICATE_WINDOW_S",
+    "HISTORY_STREAM",
+    "INPUTS_BUCKET",
+    "INPUTS_DEDUPE_TTL_S",
+    "JOURNAL_MAX_AGE_S",
+    "JOURNAL_STREAM",
+    "RUNS_BUCKET",
+    "SIGNALS_BUCKET",
+    "TASK_STREAM",
+    "TIMER_DURABLE",
+    "TIMER_STREAM",
+    "cancel_subject",
+    "checkpoint_key",
+    "history_subject",
+    "journal_subject",
+    "preview_subject",
+    "run_key",
+    "signal_key",
+    "task_filter",
+    "task_subject",
+    "timer_subject",
+    "worker_durable",
+]

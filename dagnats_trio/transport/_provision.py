@@ -1,0 +1,42 @@
+"""Provisioning: the streams and buckets of :mod:`dagnats_trio.protocol.layout`, on start."""
+
+from __future__ import annotations
+
+from dagnats_trio.protocol.layout import (
+    CHECKPOINTS_BUCKET,
+    DEFS_BUCKET,
+    HISTORY_DUPLICATE_WINDOW_S,
+    HISTORY_STREAM,
+    INPUTS_BUCKET,
+    JOURNAL_MAX_AGE_S,
+    JOURNAL_STREAM,
+    RUNS_BUCKET,
+    SIGNALS_BUCKET,
+    TASK_STREAM,
+    TIMER_STREAM,
+)
+
+from ._interface import BucketSpec, StreamSpec, Transport
+
+STREAMS: tuple[StreamSpec, ...] = (
+    StreamSpec(HISTORY_STREAM, ("history.*",), duplicate_window_s=HISTORY_DUPLICATE_WINDOW_S),
+    StreamSpec(TASK_STREAM, ("task.*.*",), work_queue=True),
+    StreamSpec(TIMER_STREAM, ("sleep.*.*",), work_queue=True),
+    StreamSpec(JOURNAL_STREAM, ("journal.*.*",), max_age_s=JOURNAL_MAX_AGE_S),
+)
+
+BUCKETS: tuple[BucketSpec, ...] = (
+    BucketSpec(DEFS_BUCKET, history=5),
+    BucketSpec(RUNS_BUCKET),
+    BucketSpec(CHECKPOINTS_BUCKET),
+    BucketSpec(SIGNALS_BUCKET),
+    BucketSpec(INPUTS_BUCKET, message_ttl=True),
+)
+
+
+async def provision(transport: Transport, replicas: int = 1) -> None:
+    """Create or update every stream and bucket of the layout; safe to run at every start."""
+    for stream in STREAMS:
+        await transport.ensure_stream(stream, replicas=replicas)
+    for bucket in BUCKETS:
+        await transport.ensure_bucket(bucket, replicas=replicas)
