@@ -9,6 +9,7 @@ import pytest
 
 from dagnats_trio.server import NatsServer
 from dagnats_trio.transport import SimServer, Transport, open_nats_transport
+from dagnats_trio.transport._trio_nats import open_trio_nats_transport
 
 from ._harness import Connect
 
@@ -19,6 +20,17 @@ def nats_connect(fresh_nats_server: NatsServer) -> Connect:
 
     def connect() -> AbstractAsyncContextManager[Transport]:
         return open_nats_transport(url, name="matrix")
+
+    return connect
+
+
+@pytest.fixture
+def trio_connect(fresh_nats_server: NatsServer) -> Connect:
+    """The same server through TrioNatsTransport (the native client)."""
+    url = fresh_nats_server.url
+
+    def connect() -> AbstractAsyncContextManager[Transport]:
+        return open_trio_nats_transport(url, name="matrix")
 
     return connect
 

@@ -69,6 +69,11 @@ async def test_matrix_nats(nats_connect: Connect, seam: Seam, mode: Mode) -> Non
 
 
 @pytest.mark.parametrize(("seam", "mode"), ROWS, ids=ROW_IDS)
+async def test_matrix_trio(trio_connect: Connect, seam: Seam, mode: Mode) -> None:
+    await _matrix_row(trio_connect, seam, mode)
+
+
+@pytest.mark.parametrize(("seam", "mode"), ROWS, ids=ROW_IDS)
 async def test_matrix_sim(
     sim_connect: Connect, seam: Seam, mode: Mode, autojump_clock: trio.testing.MockClock
 ) -> None:
