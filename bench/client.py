@@ -1,10 +1,10 @@
 """Sequential fenced appends: the native Trio client (``dagnats_trio.nats``) against raw nats-py.
 
 The same JetStream publish as the ``append`` section (a 200-byte body with the expected last
-subject sequence header, waiting for the stream's ack), sent with ``Connection.request`` on
-the native client and parsed as JSON, so the figure is the client's own cost without a
-transport on top. Both paths hit one server in one run; rounds alternate and the best round
-of each counts, because the machine is shared.
+subject sequence header, waiting for the stream's ack), three ways: raw nats-py on asyncio (the
+floor), ``Connection.request`` on the native client (its own cost, JSON ack parsed), and
+``TrioNatsTransport.publish`` on a journal subject (what the journal pays). All hit one server
+in one run; rounds alternate and the best round of each counts, because the machine is shared.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ import trio
 
 from dagnats_trio.nats import Connection, open_connection
 from dagnats_trio.server import open_nats_server
+from dagnats_trio.transport import provision
+from dagnats_trio.transport._trio_nats import open_trio_nats_transport
+from dagnats_trio.transport.layout import journal_subject
 
 BODY_BYTES = 200
 APPENDS_PER_ROUND = 2000
@@ -52,6 +55,19 @@ async def _native_round(url: str, subject: str, count: int) -> float:
         return (time.perf_counter() - start) / count * 1e6
 
 
+async def _transport_round(url: str, subject: str, count: int) -> float:
+    body = b"x" * BODY_BYTES
+    async with open_trio_nats_transport(url, name="bench") as transport:
+        last = 0
+        for _ in range(WARMUP_APPENDS):
+            last = await transport.publish(subject + "w", body, expected_last_subject_seq=last)
+        last = 0
+        start = time.perf_counter()
+        for _ in range(count):
+            last = await transport.publish(subject, body, expected_last_subject_seq=last)
+        return (time.perf_counter() - start) / count * 1e6
+
+
 def _raw_round(url: str, subject: str, count: int) -> float:
     subprocess.run(  # warm the server side the same way
         [sys.executable, "-m", "bench._raw_append", url, subject + "w", str(WARMUP_APPENDS),
@@ -65,7 +81,7 @@ def _raw_round(url: str, subject: str, count: int) -> float:
     return float(out.stdout.strip())
 
 
-async def _measure(count: int) -> tuple[float, float]:
+async def _measure(count: int) -> tuple[float, float, float]:
     async with open_nats_server(sync_always=False) as server:
         run = secrets.token_hex(4)
         stream = f"BENCH_CLIENT_{run}"
@@ -77,29 +93,40 @@ async def _measure(count: int) -> tuple[float, float]:
             )
             if "error" in created:
                 raise RuntimeError(f"stream: {created['error']}")
+        async with open_trio_nats_transport(server.url) as transport:
+            await provision(transport)
         raw: list[float] = []
         native: list[float] = []
+        transported: list[float] = []
         for i in range(ROUNDS):
             raw.append(
                 await trio.to_thread.run_sync(_raw_round, server.url, f"benchc.{run}.raw{i}", count)
             )
             native.append(await _native_round(server.url, f"benchc.{run}.native{i}", count))
-        return min(raw), min(native)
+            transported.append(
+                await _transport_round(server.url, journal_subject(f"bc{run}{i}", "s"), count)
+            )
+        return min(raw), min(native), min(transported)
 
 
 def run(*, quick: bool = False) -> dict[str, float]:
-    """Print the section and return ``client_ratio`` (native client / raw nats-py floor)."""
+    """Print the section; ``client_ratio`` is the native client over the raw nats-py floor,
+    ``client_transport_ratio`` TrioNatsTransport's fenced append over the same floor."""
     count = QUICK_APPENDS_PER_ROUND if quick else APPENDS_PER_ROUND
     print(f"== client: {count} sequential fenced appends of {BODY_BYTES} B, best of {ROUNDS} "
           "rounds, sync_interval default")  # fmt: skip
-    raw, native = trio.run(_measure, count)
+    raw, native, transported = trio.run(_measure, count)
     ratio = native / raw
+    transport_ratio = transported / raw
     print(f"raw nats-py asyncio {raw:7.1f} us/append | native Trio client {native:7.1f} "
           f"us/append | ratio {ratio:.2f}")  # fmt: skip
+    print(f"TrioNatsTransport   {transported:7.1f} us/append | ratio {transport_ratio:.2f}")
     return {
         "client_ratio": round(ratio, 2),
+        "client_transport_ratio": round(transport_ratio, 2),
         "client_raw_us": round(raw, 1),
         "client_native_us": round(native, 1),
+        "client_transport_us": round(transported, 1),
     }
 
 
