@@ -12,6 +12,7 @@ import base64
 import itertools
 import json
 import re
+from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Any, final
@@ -271,6 +272,14 @@ class _Pull:
         self.prefix = prefix
         self.next_subject = next_subject
         self.tokens = itertools.count(1)
+        self.taken: deque[Msg] = deque()
+
+    def hand_out(self, transport: TrioNatsTransport, batch: int) -> list[Delivery]:
+        """Up to ``batch`` of the deliveries taken from the inbox, oldest first."""
+        out: list[Delivery] = []
+        while self.taken and len(out) < batch:
+            out.append(TrioNatsDelivery(transport, self.taken.popleft()))
+        return out
 
 
 @final
@@ -610,15 +619,15 @@ class TrioNatsTransport:
         what = f"fetch {stream}/{durable}"
         self._check_open(what)
         pull = await self._pull(stream, durable)
-        out: list[Delivery] = []
+        taken = pull.taken
         with suppress(trio.WouldBlock, trio.EndOfChannel):  # left by an earlier request
-            while len(out) < batch:
+            while len(taken) < batch:
                 msg = pull.sub.next_msg_nowait()
                 if msg.status is None and msg.reply is not None:
-                    out.append(TrioNatsDelivery(self, msg))
-        if out:
+                    taken.append(msg)
+        if taken:
             await trio.lowlevel.checkpoint()
-            return out
+            return pull.hand_out(self, batch)
         reply = f"{pull.prefix}.{next(pull.tokens)}"
         body: dict[str, Any] = {"batch": batch, "no_wait": True}
         expires = _ns(timeout_s) - PULL_EXPIRES_MARGIN_NS
@@ -629,23 +638,25 @@ class TrioNatsTransport:
             await self._conn.publish(pull.next_subject, json.dumps(body).encode(), reply=reply)
         except (NatsError, ProtocolError) as exc:
             raise _map_error(exc, what) from None
+        # Deliveries wait in ``pull.taken`` until returned: a fetch cancelled while waiting
+        # for more leaves them to the next fetch instead of losing them until their AckWait.
         with trio.move_on_after(timeout_s + FETCH_GRACE_S):
-            while len(out) < batch:
+            while len(taken) < batch:
                 try:
                     msg = await pull.sub.next_msg()
                 except trio.EndOfChannel:
                     raise Closed(f"{what}: transport closed") from None
                 if msg.status is None:
                     if msg.reply is not None:
-                        out.append(TrioNatsDelivery(self, msg))
+                        taken.append(msg)
                     continue
                 if msg.subject != reply:
                     continue  # the end of an earlier fetch
-                if msg.status in _PULL_END_STATUSES or out:
+                if msg.status in _PULL_END_STATUSES or taken:
                     break
                 description = msg.headers.description if msg.headers else ""
                 raise _api_error(msg.status, None, description, what)
-        return out
+        return pull.hand_out(self, batch)
 
     # --- core NATS -----------------------------------------------------------------------------
 

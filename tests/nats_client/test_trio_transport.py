@@ -107,3 +107,27 @@ async def test_cancelled_transport_calls_leave_it_usable(nats_url: str) -> None:
                     await d.ack()
         stats = t.connection.stats()
         assert stats.pending_requests == 0 and stats.connected, stats
+
+
+async def test_a_cancelled_fetch_loses_no_delivery(nats_url: str) -> None:
+    """The pull request of a cancelled fetch stays open on the server; what it delivers later
+    goes to the next fetch at once (delivered once), not back to the stream after the AckWait."""
+    run = uid()
+    stream, durable = "TF_" + run, "d" + run
+    async with open_trio_nats_transport(nats_url) as t:
+        await t.ensure_stream(StreamSpec(stream, (f"tf.{run}.>",), work_queue=True))
+        await t.ensure_consumer(ConsumerConfig(stream, durable, f"tf.{run}.>", ack_wait_s=60))
+        for _ in range(3):
+            with trio.move_on_after(0.05) as scope:
+                await t.fetch(stream, durable, 2, timeout_s=10.0)
+            assert scope.cancelled_caught  # nothing to fetch yet
+        await t.publish(f"tf.{run}.a", b"job-1")
+        await t.publish(f"tf.{run}.a", b"job-2")
+        got = []
+        with trio.fail_after(RECONNECT_BOUND_S):  # far below the 60 s AckWait
+            while len(got) < 2:
+                for delivery in await t.fetch(stream, durable, 2, timeout_s=2.0):
+                    got.append((delivery.data, delivery.num_delivered))
+                    await delivery.ack()
+        await t.request(f"$JS.API.STREAM.DELETE.{stream}", b"")
+    assert got == [(b"job-1", 1), (b"job-2", 1)]
