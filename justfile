@@ -6,11 +6,12 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 test *ARGS:
     uv run --frozen pytest -q -p no:cacheprovider {{ARGS}}
 
-# ruff and mypy --strict
+# ruff, mypy --strict, and the import-layer contract of DESIGN.md (tools/check_layers.py)
 lint:
-    uv run --frozen ruff check dagnats_trio tests chaos bench examples
-    uv run --frozen ruff format --check dagnats_trio
+    uv run --frozen ruff check dagnats_trio tests chaos bench examples tools
+    uv run --frozen ruff format --check dagnats_trio tools
     uv run --frozen mypy --strict dagnats_trio
+    uv run --frozen python tools/check_layers.py
 
 # benchmarks: ratios against a raw JetStream publish measured in the same run
 bench *ARGS:

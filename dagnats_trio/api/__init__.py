@@ -1,5 +1,6 @@
 """The API: one service layer (:class:`Service`) under the REST and NATS endpoints."""
 
+from ._rest_views import JournalEntry, JournalPage, RunStarted, RunView, StepView
 from .service import (
     InvalidRequest,
     RunNotFound,
@@ -13,11 +14,16 @@ from .service import (
 
 __all__ = [
     "InvalidRequest",
+    "JournalEntry",
+    "JournalPage",
     "RunNotFound",
     "RunPage",
     "RunRunning",
+    "RunStarted",
+    "RunView",
     "RunWaitTimeout",
     "Service",
     "ServiceError",
+    "StepView",
     "WorkflowNotFound",
 ]

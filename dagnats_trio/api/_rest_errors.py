@@ -8,51 +8,13 @@ details.
 
 from __future__ import annotations
 
-from starlette.responses import Response
-
 from ..dag import WorkflowInvalid
 from ..inputs import InputError
-from ..protocol import InvalidId, to_json
+from ..protocol import InvalidId
 from ..transport import NotProvisioned, TemporarilyUnavailable, TransportTimeout
-from ._rest_views import (
-    ErrorBody,
-    ErrorEnvelope,
-    InvalidWorkflowBody,
-    InvalidWorkflowEnvelope,
-    ProblemView,
-    problem_views,
-)
+from ..web import ApiError
+from ._rest_views import problem_views
 from .service import InvalidRequest, RunNotFound, RunWaitTimeout, WorkflowNotFound
-
-JSON_MEDIA_TYPE = "application/json"
-
-
-class ApiError(Exception):
-    """An answer other than success, raised anywhere under a handler."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        problems: tuple[ProblemView, ...] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.problems = problems
-        self.headers = headers or {}
-
-
-def bad_request(message: str, code: str = "bad_request") -> ApiError:
-    return ApiError(400, code, message)
-
-
-def not_found(message: str, code: str = "not_found") -> ApiError:
-    return ApiError(404, code, message)
 
 
 def api_error_for(exc: BaseException) -> ApiError | None:
@@ -88,18 +50,3 @@ def api_error_for(exc: BaseException) -> ApiError | None:
     if isinstance(exc, TemporarilyUnavailable | TransportTimeout):
         return ApiError(503, "unavailable", "NATS is not answering right now; try again")
     return None
-
-
-def error_response(err: ApiError) -> Response:
-    body: ErrorEnvelope | InvalidWorkflowEnvelope
-    if err.problems is not None:
-        body = InvalidWorkflowEnvelope(InvalidWorkflowBody(err.code, err.message, err.problems))
-    else:
-        body = ErrorEnvelope(ErrorBody(err.code, err.message))
-    return Response(
-        to_json(body), status_code=err.status, media_type=JSON_MEDIA_TYPE, headers=err.headers
-    )
-
-
-def internal_error_response() -> Response:
-    return error_response(ApiError(500, "internal", "internal error"))

@@ -25,7 +25,7 @@ from ..protocol import (
     to_json,
 )
 from ..transport import StoredMsg, Transport, TransportError
-from ._rest_errors import bad_request
+from ..web import bad_request
 from ._rest_sse import (
     END_EVENT,
     FOLLOW_KEEPALIVE_S,

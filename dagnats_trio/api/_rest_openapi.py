@@ -34,13 +34,12 @@ from ..bridge import (
 )
 from ..dag import WorkflowDef
 from ..inputs import Submission
+from ..web import ErrorEnvelope, InvalidWorkflowEnvelope
 from ._rest_journal import JOURNAL_PAGE_LIMIT_DEFAULT, JOURNAL_PAGE_LIMIT_MAX
 from ._rest_views import (
     HEALTH_NATS_TIMEOUT_S,
     CancelBody,
-    ErrorEnvelope,
     Health,
-    InvalidWorkflowEnvelope,
     JournalEntry,
     JournalPage,
     PreviewChunk,

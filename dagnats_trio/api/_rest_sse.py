@@ -18,7 +18,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from ..transport import TransportError
-from ._rest_errors import ApiError, api_error_for, error_response
+from ..web import ApiError, error_response
+from ._rest_errors import api_error_for
 from .service import RunNotFound, Service
 
 log = logging.getLogger(__name__)

@@ -14,6 +14,7 @@ import attrs
 from ..dag import Problem, WorkflowDef
 from ..engine import RunSnapshot, StepState, StepStatus
 from ..protocol import JsonValue, RunStatus
+from ..web import ProblemView
 
 # --- request bodies --------------------------------------------------------------------------
 
@@ -68,44 +69,6 @@ class Health:
 
     status: str = "ok"
     nats: str = "up"
-
-
-@attrs.frozen
-class ProblemView:
-    """One problem of a workflow definition; ``step`` is None for workflow-level problems."""
-
-    step: str | None
-    field: str
-    message: str
-
-
-@attrs.frozen
-class ErrorBody:
-    code: str
-    message: str
-
-
-@attrs.frozen
-class ErrorEnvelope:
-    """Every error answer: ``{"error": {"code", "message"}}``."""
-
-    error: ErrorBody
-
-
-@attrs.frozen
-class InvalidWorkflowBody:
-    """``problems`` lists every problem of the definition, each with its step and field."""
-
-    code: str
-    message: str
-    problems: tuple[ProblemView, ...]
-
-
-@attrs.frozen
-class InvalidWorkflowEnvelope:
-    """The 400 answer to an invalid workflow definition."""
-
-    error: InvalidWorkflowBody
 
 
 @attrs.frozen

@@ -29,16 +29,18 @@ from ..dag import DurationError, parse_duration_text
 from ..inputs import InputsService, SubmissionStatus
 from ..protocol import check_id, parse_decimal, to_json
 from ..transport import Transport, TransportError
-from ._rest_body import decode_body, parse_json, read_body
-from ._rest_errors import (
+from ..web import (
     JSON_MEDIA_TYPE,
     ApiError,
-    api_error_for,
     bad_request,
+    decode_body,
     error_response,
     internal_error_response,
     not_found,
+    parse_json,
+    read_body,
 )
+from ._rest_errors import api_error_for
 from ._rest_journal import (
     FOLLOW_POLL_INTERVAL_S,
     JOURNAL_PAGE_LIMIT_DEFAULT,

@@ -8,7 +8,6 @@ exception is :meth:`Service.purge_run`, which removes a finished run (see :mod:`
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from collections.abc import Mapping
 from typing import Any
@@ -18,7 +17,7 @@ import trio
 
 from .._env import DEFAULT_ENV, RuntimeEnv
 from ..dag import WorkflowDef
-from ..engine import RunSnapshot, decode_snapshot, encode_snapshot, new_run_snapshot
+from ..engine import RunSnapshot, decode_snapshot, write_first_snapshot
 from ..protocol import (
     CancelRequested,
     DecodeError,
@@ -158,12 +157,9 @@ class Service:
             idempotency_key=idempotency_key,
             started_at_ms=now,
         )
-        snapshot = new_run_snapshot(event, definition, now)
-        # KeyExists: a retry with the same idempotency key; the run is already recorded.
-        with contextlib.suppress(KeyExists):
-            await self.transport.kv_create(
-                layout.RUNS_BUCKET, layout.run_key(run_id), encode_snapshot(snapshot)
-            )
+        # The engine's function writes it; on a retry with the same idempotency key the run is
+        # already recorded and its snapshot is left as it is.
+        await write_first_snapshot(self.transport, event, definition, now)
         await self.transport.publish(
             layout.history_subject(run_id), encode_event(event), msg_id=f"{run_id}.started"
         )

@@ -37,8 +37,8 @@ from ..journal import (
     check_restart_limit,
     load_commit_state,
     open_journal,
+    publish_lifecycle,
 )
-from ..journal._events import publish_lifecycle
 from ..protocol import (
     CommitAction,
     DecodeError,

@@ -13,10 +13,9 @@ from typing import Any, Final, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..api._rest_body import decode_body, parse_json, read_body
-from ..api._rest_errors import JSON_MEDIA_TYPE, ApiError
 from ..dag import DurationError, parse_duration_text
 from ..protocol import JsonValue, to_json
+from ..web import JSON_MEDIA_TYPE, ApiError, decode_body, parse_json, read_body
 from ._bridge import Bridge
 from ._errors import BridgeError
 from ._views import (

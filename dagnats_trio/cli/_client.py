@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import attrs
 import httpx
 
-from ..api._rest_views import JournalEntry, JournalPage, RunStarted, RunView
+from ..api import JournalEntry, JournalPage, RunStarted, RunView
 from ..inputs import Submission
 from ..protocol import DecodeError, JsonValue, from_obj
 

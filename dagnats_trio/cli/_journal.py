@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from ..api._rest_views import JournalEntry, RunView
+from ..api import JournalEntry, RunView
 from ..engine import StepStatus
 from ..journal import CheckReport, check
 from ..protocol import (

@@ -327,7 +327,7 @@ def worker(
 
 def demo(verbose: VerboseOpt = False) -> None:
     """An agent's worker dies mid unsafe tool call; a new one recovers; journal and check."""
-    from ..demo import run_demo
+    from .demo import run_demo
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.ERROR,

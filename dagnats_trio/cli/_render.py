@@ -8,7 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..api._rest_views import RunView
+from ..api import RunView
 from ..inputs import Submission
 from ._journal import Mark, RunCheck, TimelineRow, short
 

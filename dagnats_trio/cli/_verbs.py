@@ -15,7 +15,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from ..api._rest_views import JournalEntry, RunView
+from ..api import JournalEntry, RunView
 from ..protocol import JsonPolicyError, RunStatus, decode_json
 from ._client import (
     DEFAULT_API_URL,

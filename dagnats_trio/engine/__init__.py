@@ -51,11 +51,13 @@ if TYPE_CHECKING:
         EngineStats,
         legacy_from_env,
     )
+    from ._store import create_snapshot, write_first_snapshot
 else:
     # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
+            "._store": ("create_snapshot", "write_first_snapshot"),
             "._shell": (
                 "ENGINE_ACK_WAIT_S",
                 "LEGACY_ENV_VAR",
@@ -99,10 +101,12 @@ __all__ = [
     "StepStatus",
     "advance",
     "child_run_id",
+    "create_snapshot",
     "decide",
     "decode_snapshot",
     "encode_snapshot",
     "legacy_from_env",
     "new_run_snapshot",
     "timer_id",
+    "write_first_snapshot",
 ]

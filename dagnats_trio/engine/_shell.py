@@ -42,6 +42,7 @@ from ..transport import (
     Transport,
     TransportError,
 )
+from ._store import create_snapshot
 from .core import AdvanceContext, decide
 from .effects import (
     AnnounceCancel,
@@ -345,11 +346,12 @@ class Engine:
         return decode_snapshot(entry.value), entry.revision, False
 
     async def _save(self, new: RunSnapshot, old: RunSnapshot | None, rev: int) -> int:
-        data = encode_snapshot(new)
-        key = layout.run_key(new.run_id)
         if old is None:
-            return await self.transport.kv_create(layout.RUNS_BUCKET, key, data)
-        return await self.transport.kv_update(layout.RUNS_BUCKET, key, data, rev)
+            return await create_snapshot(self.transport, new)
+        data = encode_snapshot(new)
+        return await self.transport.kv_update(
+            layout.RUNS_BUCKET, layout.run_key(new.run_id), data, rev
+        )
 
     def _remember(self, snap: RunSnapshot, rev: int) -> None:
         if snap.status.finished:

@@ -8,8 +8,7 @@ from typing import ClassVar
 
 import attrs
 
-from ..protocol import RunEvent, TaskMessage, TimerFired
-from ..protocol._codec import register_union
+from ..protocol import RunEvent, TaskMessage, TimerFired, register_union
 
 
 @attrs.frozen

@@ -27,6 +27,7 @@ from ._replay import MAX_CALLS_PER_ITERATION, RESTART_LIMIT_REASON, TaskIdentity
 from .check import CheckReport, Violation, check
 
 if TYPE_CHECKING:
+    from ._events import publish_lifecycle
     from ._handle import (
         DEFAULT_RESTART_LIMIT,
         MAX_RESTART_LIMIT,
@@ -55,6 +56,7 @@ else:
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
+            "._events": ("publish_lifecycle",),
             "._handle": (
                 "DEFAULT_RESTART_LIMIT",
                 "MAX_RESTART_LIMIT",
@@ -117,5 +119,6 @@ __all__ = [
     "check_restart_limit",
     "load_commit_state",
     "open_journal",
+    "publish_lifecycle",
     "read_journal",
 ]

@@ -1,7 +1,15 @@
 """Wire shapes: attrs classes for every message and record, one cattrs converter. No I/O."""
 
 from . import layout
-from ._codec import DecodeError, JsonValue, converter, from_json, from_obj, to_json
+from ._codec import (
+    DecodeError,
+    JsonValue,
+    converter,
+    from_json,
+    from_obj,
+    register_union,
+    to_json,
+)
 from .common import DispatchId, ParentRef, Wait
 from .events import (
     CancelRequested,
@@ -117,6 +125,7 @@ __all__ = [
     "lifecycle_event",
     "parse_decimal",
     "record_headers",
+    "register_union",
     "request_id_from_token",
     "request_id_token",
     "to_json",

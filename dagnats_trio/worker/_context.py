@@ -19,8 +19,8 @@ from dagnats_trio.journal import (
     TaskIdentity,
     load_commit_state,
     open_journal,
+    publish_lifecycle,
 )
-from dagnats_trio.journal._events import publish_lifecycle
 from dagnats_trio.protocol import (
     CommitAction,
     DecodeError,

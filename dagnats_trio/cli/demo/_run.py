@@ -16,15 +16,15 @@ import trio
 from rich.console import Console
 from rich.rule import Rule
 
-from .._host import Host, HostConfig, HostInfo, Listen, wired_worker
-from ..api._rest_views import RunView, StepView
-from ..cli._client import ApiClient
-from ..cli._journal import Mark, check_run, decode_entries, timeline
-from ..cli._render import check_renderable, timeline_table
-from ..engine import StepStatus
-from ..journal import ScriptedModel
-from ..protocol import RunStatus
-from ..worker import DEFAULT_ACK_WAIT_S
+from ..._host import Host, HostConfig, HostInfo, Listen, wired_worker
+from ...api import RunView, StepView
+from ...engine import StepStatus
+from ...journal import ScriptedModel
+from ...protocol import RunStatus
+from ...worker import DEFAULT_ACK_WAIT_S
+from .._client import ApiClient
+from .._journal import Mark, check_run, decode_entries, timeline
+from .._render import check_renderable, timeline_table
 from ._agent import (
     SCRIPT,
     STEP_ID,

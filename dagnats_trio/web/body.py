@@ -1,5 +1,7 @@
 """Reading request bodies: bounded while reading, strict about shape, decoded into attrs classes.
 
+Shared by the REST API and the worker bridge (both serve HTTP on one Starlette app).
+
 The size bound is enforced chunk by chunk as the body arrives (and up front from
 ``Content-Length``), so an oversized body is refused without being held in memory. The JSON is
 read by the one JSON policy (:mod:`dagnats_trio.protocol.json_policy`), as everywhere. The protocol
@@ -25,7 +27,7 @@ from ..protocol import (
     from_obj,
     parse_decimal,
 )
-from ._rest_errors import ApiError, bad_request
+from .errors import ApiError, bad_request
 
 T = TypeVar("T")
 

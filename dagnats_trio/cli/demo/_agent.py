@@ -12,10 +12,10 @@ from typing import Any, Final
 import attrs
 import trio
 
-from ..inputs import Mode
-from ..journal import Replay, ScriptedModel, ToolCall
-from ..protocol import JsonValue
-from ..worker import Delay, Handler, InputsQueued, TaskContext, UntilInput
+from ...inputs import Mode
+from ...journal import Replay, ScriptedModel, ToolCall
+from ...protocol import JsonValue
+from ...worker import Delay, Handler, InputsQueued, TaskContext, UntilInput
 
 TASK_TYPE: Final = "demo_agent"
 STEP_ID: Final = "agent"
