@@ -28,7 +28,7 @@ from ._headers import NO_RESPONDERS_STATUS, Headers
 from ._nuid import new_inbox
 from ._parser import NeedData
 from ._protocol import ClientProtocol
-from ._servers import ServerAddress, parse_servers
+from ._servers import ServerAddress, parse_server, parse_servers
 from ._shell_errors import (
     AuthorizationError,
     ConnectionClosedError,
@@ -138,9 +138,11 @@ class Connection:
         max_outstanding_pings: int,
         max_reconnect_rounds: int,
         connect_timeout_s: float,
+        discover_servers: bool,
         rng: random_module.Random,
     ) -> None:
-        self._servers = servers
+        self._servers = list(servers)
+        self._discover = discover_servers
         self._name = name
         self._user = user
         self._password = password
@@ -190,6 +192,11 @@ class Connection:
     def connected_url(self) -> str | None:
         """URL (without credentials) of the current server, or ``None`` while disconnected."""
         return self._server.url if self._is_connected and self._server else None
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """URLs (without credentials) tried on reconnect: those given, then those discovered."""
+        return tuple(server.url for server in self._servers)
 
     @property
     def max_payload_bytes(self) -> int:
@@ -431,9 +438,37 @@ class Connection:
                 raise ConnectionLostError("the server closed the connection during the handshake")
             protocol.receive_data(data)
 
+    def _learn_servers(self, info: Info) -> None:
+        """Add the cluster's other client URLs (INFO ``connect_urls``) to the reconnect list;
+        they inherit the scheme and URL credentials of the server that told us."""
+        current = self._server
+        if not self._discover or current is None:
+            return
+        known = {(server.host, server.port) for server in self._servers}
+        for url in info.connect_urls:
+            try:
+                found = parse_server(url)
+            except ValueError:
+                continue  # a server's odd advertisement must not break the connection
+            if (found.host, found.port) in known:
+                continue
+            known.add((found.host, found.port))
+            self._servers.append(
+                ServerAddress(
+                    host=found.host,
+                    port=found.port,
+                    tls=current.tls,
+                    user=current.user,
+                    password=current.password,
+                    token=current.token,
+                )
+            )
+
     def _attach(self, server: ServerAddress, protocol: ClientProtocol) -> None:
         self._protocol = protocol
         self._server = server
+        if protocol.info is not None:
+            self._learn_servers(protocol.info)
         resubscribe = b"".join(
             protocol.send(Sub(sub.subject, sub.sid, sub.queue)) for sub in self._subs.values()
         )
@@ -496,6 +531,8 @@ class Connection:
             sub = self._subs.get(event.sid)
             if sub is not None:
                 sub._deliver(event)
+        elif isinstance(event, Info):
+            self._learn_servers(event)
         elif isinstance(event, Ping):
             self._queue(PONG_BYTES)
         elif isinstance(event, Pong):
@@ -620,11 +657,13 @@ async def open_connection(
     max_reconnect_rounds: int = MAX_RECONNECT_ROUNDS,
     connect_timeout_s: float = CONNECT_TIMEOUT_S,
     drain_timeout_s: float = DRAIN_TIMEOUT_S,
+    discover_servers: bool = True,
     random: random_module.Random | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect to the first server of ``servers`` that answers; yield the connection; drain and
     close it on exit. ``tls://`` URLs, a ``tls`` context, or a server that requires TLS turn TLS
-    on. ``random`` drives the reconnect jitter (inject a seeded one for repeatable tests)."""
+    on. ``random`` drives the reconnect jitter (inject a seeded one for repeatable tests).
+    ``discover_servers`` adds the cluster's other nodes (from INFO) to the reconnect list."""
     conn = Connection(
         parse_servers(servers),
         name=name,
@@ -636,6 +675,7 @@ async def open_connection(
         max_outstanding_pings=max_outstanding_pings,
         max_reconnect_rounds=max_reconnect_rounds,
         connect_timeout_s=connect_timeout_s,
+        discover_servers=discover_servers,
         rng=random if random is not None else random_module.Random(),
     )
     first = await conn._connect_first()
