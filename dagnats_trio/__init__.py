@@ -46,6 +46,14 @@ if TYPE_CHECKING:
         ToolCall,
         ToolResult,
     )
+    from .runtime import (
+        Listen,
+        RunFailed,
+        RunHandle,
+        Runtime,
+        RuntimeConfig,
+        open_runtime,
+    )
     from .server import (
         NatsCluster,
         NatsServer,
@@ -101,6 +109,14 @@ else:
                 "ToolCall",
                 "ToolResult",
             ),
+            ".runtime": (
+                "Listen",
+                "RunFailed",
+                "RunHandle",
+                "Runtime",
+                "RuntimeConfig",
+                "open_runtime",
+            ),
             ".server": (
                 "NatsCluster",
                 "NatsServer",
@@ -136,6 +152,7 @@ __all__ = [
     "InputsService",
     "Journal",
     "JournalSettled",
+    "Listen",
     "Mode",
     "NatsCluster",
     "NatsServer",
@@ -143,7 +160,11 @@ __all__ = [
     "ReplayMismatch",
     "RestartLimit",
     "RunCancelled",
+    "RunFailed",
+    "RunHandle",
     "RunNotFound",
+    "Runtime",
+    "RuntimeConfig",
     "ScriptedModel",
     "Service",
     "Stale",
@@ -160,6 +181,7 @@ __all__ = [
     "open_nats_cluster",
     "open_nats_server",
     "open_nats_transport",
+    "open_runtime",
     "open_sim_transport",
     "provision",
 ]

@@ -8,6 +8,7 @@ iteration's records are read only when the tail is not the previous iteration's 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -119,8 +120,20 @@ class ToolCall:
     key: str = ""
 
 
-ToolFn = Callable[[ToolCall], Awaitable[JsonValue]]
-ModelFn = Callable[[], Awaitable[JsonValue]]
+#: A tool: ``fn(call)`` returning the output, or an awaitable of it (plain functions welcome).
+ToolFn = Callable[[ToolCall], Awaitable[JsonValue] | JsonValue]
+#: A model request: ``fn()`` returning the response, or an awaitable of it.
+ModelFn = Callable[[], Awaitable[JsonValue] | JsonValue]
+
+
+async def _call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, awaited when it returns an awaitable: ``j.model`` and ``j.tool`` accept
+    plain functions as well as coroutine functions (and lambdas wrapping either)."""
+    value = fn(*args)
+    if inspect.isawaitable(value):
+        return await value
+    await trio.lowlevel.checkpoint()
+    return value
 
 
 @attrs.frozen
@@ -434,7 +447,7 @@ class Journal:
                 self._next_call = pos + 1
                 return decision.response
             await self._check_tail()
-            response = await fn()
+            response = await _call_maybe_async(fn)
             _require_json("model response", response)
             t = self._task
             await self._append(ModelRecord(t.iteration, t.attempt, self._claim_id, pos, response))
@@ -487,7 +500,7 @@ class Journal:
         self._holder.check_writable()
         self._running = pos
         try:
-            output = await fn(call)
+            output = await _call_maybe_async(fn, call)
         except (JournalSettled, HolderKilled):
             raise
         except Exception as exc:

@@ -1,0 +1,91 @@
+"""One shared watch of the runs bucket that every waiting run handle is woken by.
+
+Why: waiting through :meth:`Service.wait_for_run` opens a JetStream consumer per wait, and 50
+waits at once cost more than the runs themselves. Here one ``kv_watch`` over all run snapshots
+wakes the handles whose run changed; each waiter then reads its own snapshot. A waiter also
+re-reads on a bounded interval, so a watch entry lost in an outage delays a result by at most
+that interval instead of losing it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import final
+
+import trio
+
+from ..api import Service
+from ..api.service import RUN_KEY_PREFIX, RunWaitTimeout
+from ..engine import RunSnapshot
+from ..protocol import check_id, layout
+from ..transport import Transport, TransportError
+
+#: Longest a waiter goes without re-reading its run (the safety net under the shared watch).
+RESYNC_INTERVAL_S = 5.0
+#: Pause before the shared watch is opened again after it failed.
+WATCH_RETRY_INTERVAL_S = 1.0
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RESYNC_INTERVAL_S", "RunWatch"]
+
+
+@final
+class RunWatch:
+    """``await nursery.start(watch.run)``, then ``await watch.wait(run_id, timeout_s)``."""
+
+    def __init__(self, transport: Transport, service: Service) -> None:
+        self._transport = transport
+        self._service = service
+        self._waiters: dict[str, set[trio.Event]] = {}
+        #: Watches opened so far (1 in a healthy process, however many waits there were).
+        self.watches_opened = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        while True:
+            try:
+                async with self._transport.kv_watch(layout.RUNS_BUCKET, RUN_KEY_PREFIX) as changes:
+                    self.watches_opened += 1
+                    if not started:
+                        started = True
+                        task_status.started()
+                    self._wake_all()  # anything may have changed while no watch was open
+                    async for entry in changes:
+                        self._wake(entry.key[len(RUN_KEY_PREFIX) :])
+            except TransportError as exc:
+                if not started:
+                    raise
+                log.warning("the shared run watch failed (%s); opening it again", exc)
+            await trio.sleep(WATCH_RETRY_INTERVAL_S)
+
+    def _wake(self, run_id: str) -> None:
+        for event in self._waiters.pop(run_id, ()):
+            event.set()
+
+    def _wake_all(self) -> None:
+        for run_id in list(self._waiters):
+            self._wake(run_id)
+
+    async def wait(self, run_id: str, timeout_s: float) -> RunSnapshot:
+        """The run's snapshot once it has finished; :class:`RunWaitTimeout` after ``timeout_s``,
+        :class:`RunNotFound` for an unknown run."""
+        check_id("run_id", run_id)
+        with trio.move_on_after(timeout_s):
+            while True:
+                # Register before reading: a change between the read and the wait wakes us.
+                event = trio.Event()
+                self._waiters.setdefault(run_id, set()).add(event)
+                try:
+                    snap = await self._service.get_run(run_id)
+                    if snap.status.finished:
+                        return snap
+                    with trio.move_on_after(RESYNC_INTERVAL_S):
+                        await event.wait()
+                finally:
+                    waiting = self._waiters.get(run_id)
+                    if waiting is not None:
+                        waiting.discard(event)
+                        if not waiting:
+                            del self._waiters[run_id]
+        raise RunWaitTimeout(run_id, timeout_s)
