@@ -30,6 +30,7 @@ ROOT_PACKAGE = "dagnats_trio"
 #: Highest first. A part may import parts of lower lines only; parts on one line are independent.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli", "testing"),
+    ("runtime",),
     ("_host",),
     ("api",),
     ("bridge",),
