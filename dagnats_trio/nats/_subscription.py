@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import final
 
 import trio
@@ -66,12 +66,14 @@ class Subscription:
         """A buffered message, or ``trio.WouldBlock`` (``trio.EndOfChannel`` once closed)."""
         return self._receive.receive_nowait()
 
-    def __aiter__(self) -> AsyncIterator[Msg]:
-        return self._iterate()
+    def __aiter__(self) -> Subscription:
+        return self
 
-    async def _iterate(self) -> AsyncIterator[Msg]:
-        async for msg in self._receive:
-            yield msg
+    async def __anext__(self) -> Msg:
+        try:
+            return await self._receive.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
 
     def unsubscribe(self) -> None:
         """Stop delivery now (UNSUB is queued); buffered messages stay readable."""

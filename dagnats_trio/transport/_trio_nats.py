@@ -283,6 +283,57 @@ class _Pull:
 
 
 @final
+class _CoreMessages:
+    """A subscription's messages as :class:`CoreMsg` (an iterator, not an async generator, so
+    a consumer that stops early leaves nothing to finalise)."""
+
+    def __init__(self, sub: Subscription) -> None:
+        self._sub = sub
+
+    def __aiter__(self) -> _CoreMessages:
+        return self
+
+    async def __anext__(self) -> CoreMsg:
+        msg = await self._sub.__anext__()
+        return CoreMsg(
+            subject=msg.subject,
+            data=msg.payload,
+            headers=_headers_dict(msg.headers),
+            reply=msg.reply,
+        )
+
+
+@final
+class _KvEntries:
+    """A watch consumer's deliveries as :class:`KvEntry` (delete markers have no value)."""
+
+    def __init__(self, sub: Subscription, bucket: str, prefix: str) -> None:
+        self._sub = sub
+        self._bucket = bucket
+        self._prefix = prefix
+        self._strip = len(_kv_prefix(bucket))
+
+    def __aiter__(self) -> _KvEntries:
+        return self
+
+    async def __anext__(self) -> KvEntry:
+        while True:
+            msg = await self._sub.__anext__()
+            if msg.status is not None or msg.reply is None:
+                continue  # heartbeats and flow control are not asked for
+            key = msg.subject[self._strip :]
+            if not key.startswith(self._prefix):
+                continue
+            headers = _headers_dict(msg.headers)
+            return KvEntry(
+                bucket=self._bucket,
+                key=key,
+                value=None if _is_delete_marker(headers) else msg.payload,
+                revision=ack_metadata(msg.reply)[1],
+            )
+
+
+@final
 class TrioNatsTransport:
     """The :class:`~dagnats_trio.transport.Transport` on the native client."""
 
@@ -525,7 +576,6 @@ class TrioNatsTransport:
     ) -> AsyncIterator[AsyncIterator[KvEntry]]:
         """An ephemeral push consumer (deliver new, no acks) on an inbox of our own."""
         stream = _kv_stream(bucket)
-        strip = len(_kv_prefix(bucket))
         what = f"watch {bucket!r}"
         self._check_open(what)
         inbox = self._conn.new_inbox()
@@ -547,23 +597,8 @@ class TrioNatsTransport:
             )
             name = answer["name"]
 
-            async def entries() -> AsyncIterator[KvEntry]:
-                async for msg in sub:
-                    if msg.status is not None or msg.reply is None:
-                        continue  # heartbeats and flow control are not asked for
-                    key = msg.subject[strip:]
-                    if not key.startswith(prefix):
-                        continue
-                    headers = _headers_dict(msg.headers)
-                    yield KvEntry(
-                        bucket=bucket,
-                        key=key,
-                        value=None if _is_delete_marker(headers) else msg.payload,
-                        revision=ack_metadata(msg.reply)[1],
-                    )
-
             try:
-                yield entries()
+                yield _KvEntries(sub, bucket, prefix)
             finally:
                 with (
                     trio.CancelScope(shield=True),
@@ -681,16 +716,7 @@ class TrioNatsTransport:
             except NatsError as exc:
                 raise _map_error(exc, what) from None
 
-            async def messages() -> AsyncIterator[CoreMsg]:
-                async for msg in sub:
-                    yield CoreMsg(
-                        subject=msg.subject,
-                        data=msg.payload,
-                        headers=_headers_dict(msg.headers),
-                        reply=msg.reply,
-                    )
-
-            yield messages()
+            yield _CoreMessages(sub)
 
     async def respond(self, msg: CoreMsg, data: bytes) -> None:
         if msg.reply is None:
