@@ -152,28 +152,34 @@ def _checked_restart_limit(value: int) -> int:
         raise HostSetupError(str(exc)) from None
 
 
-def load_handlers(spec: str) -> Mapping[str, Handler]:
-    """``module:attr`` names a ``Mapping[str, Handler]`` (task type -> async handler).
+def import_spec(spec: str, example: str) -> Any:
+    """The object ``module:attr[.attr...]`` names (raises :class:`HostSetupError`, one line).
 
-    The current directory is importable, as it is for ``python -m``, so ``--worker
-    myagent:handlers`` finds ``./myagent.py`` when the command runs from a console script.
+    The current directory is importable, as it is for ``python -m``, so ``myagent:handlers``
+    finds ``./myagent.py`` when the command runs from a console script.
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise HostSetupError(f"worker {spec!r} must be module:attribute, e.g. myagent:handlers")
+        raise HostSetupError(f"{spec!r} must be module:attribute, e.g. {example}")
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise HostSetupError(f"cannot import {module_name!r} for worker {spec!r}: {exc}") from None
+        raise HostSetupError(f"cannot import {module_name!r} for {spec!r}: {exc}") from None
     value: Any = module
     for name in attr.split("."):
         try:
             value = getattr(value, name)
         except AttributeError:
             raise HostSetupError(f"module {module_name!r} has no attribute {attr!r}") from None
+    return value
+
+
+def load_handlers(spec: str) -> Mapping[str, Handler]:
+    """``module:attr`` names a ``Mapping[str, Handler]`` (task type -> async handler)."""
+    value = import_spec(spec, "myagent:handlers")
     if not isinstance(value, Mapping):
         raise HostSetupError(
             f"{spec} must be a mapping of task type to handler, got {type(value).__name__}"

@@ -404,6 +404,71 @@ async def _follow(
     return 0
 
 
+@journal_app.command("export")
+def journal_export(
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    step_id: Annotated[str, typer.Argument(metavar="STEP")],
+    api: ApiOpt = DEFAULT_API_URL,
+    token: TokenOpt = None,
+) -> None:
+    """Print a step's journal as a golden file (JSON lines) for `dagnats journal replay`."""
+    from ..testing import GOLDEN_FORMAT_VERSION, GoldenHeader, golden_lines
+
+    async def go() -> int:
+        async with ApiClient(api, token) as client:
+            run = await client.get_run(run_id)
+            entries = await client.journal_all(run_id, step_id)
+        if not entries:
+            raise UsageError(f"step {step_id!r} of run {run_id!r} has no journal records")
+        header = GoldenHeader(GOLDEN_FORMAT_VERSION, run_id, step_id, run.input)
+        for line in golden_lines(header, entries):
+            typer.echo(line)
+        return 0
+
+    run_async(go)
+
+
+@journal_app.command("replay")
+def journal_replay(
+    golden: Annotated[Path, typer.Argument(metavar="GOLDEN", help="A file from journal export.")],
+    handler: Annotated[
+        str, typer.Argument(metavar="MODULE:HANDLER", help="The new handler, e.g. app.agent:turn")
+    ],
+    input_json: Annotated[
+        str | None,
+        typer.Option("--input", help="The task input (JSON or @FILE) instead of the run's."),
+    ] = None,
+) -> None:
+    """Run a new handler against a recorded journal with no NATS; one line per finding, exit 1
+    when the new code would not replay it."""
+    from .._host import HostSetupError, import_spec
+    from ..testing import GoldenFormatError, parse_golden, replay_golden
+
+    async def go() -> int:
+        try:
+            recorded = parse_golden(read_text(golden, "GOLDEN"))
+        except GoldenFormatError as exc:
+            raise UsageError(f"{golden}: {exc}") from None
+        try:
+            fn = import_spec(handler, "app.agent:turn")
+        except HostSetupError as exc:
+            raise UsageError(str(exc)) from None
+        if not callable(fn):
+            raise UsageError(f"{handler} is not callable")
+        if input_json is None:
+            report = await replay_golden(recorded, fn)
+        else:
+            report = await replay_golden(recorded, fn, input=parse_json_arg(input_json, "--input"))
+        for finding in report.findings:
+            typer.echo(str(finding))
+        if report.ok:
+            typer.echo(f"ok: {report.deliveries} deliveries replayed, no findings")
+            return 0
+        return EXIT_FAILED
+
+    run_async(go)
+
+
 @attrs.frozen
 class _StepCheckJson:
     step_id: str

@@ -8,19 +8,43 @@ journal. The crash-point matrix, the chaos soak, the benchmarks and the demo all
 from ._agent import (
     AGENT_STEP_ID,
     AGENT_TASK,
+    DEFAULT_SCRIPT,
     AgentCounters,
     ScriptedAgent,
     Turn,
     agent_workflow,
     expected_answer,
 )
+from ._golden import (
+    GOLDEN_FORMAT_VERSION,
+    Finding,
+    Golden,
+    GoldenFormatError,
+    GoldenHeader,
+    GoldenReport,
+    golden_lines,
+    load_golden,
+    parse_golden,
+    replay_golden,
+)
 
 __all__ = [
     "AGENT_STEP_ID",
     "AGENT_TASK",
+    "DEFAULT_SCRIPT",
+    "GOLDEN_FORMAT_VERSION",
     "AgentCounters",
+    "Finding",
+    "Golden",
+    "GoldenFormatError",
+    "GoldenHeader",
+    "GoldenReport",
     "ScriptedAgent",
     "Turn",
     "agent_workflow",
     "expected_answer",
+    "golden_lines",
+    "load_golden",
+    "parse_golden",
+    "replay_golden",
 ]
