@@ -15,8 +15,16 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from .._host import HostSetupError, import_spec
 from ..api import JournalEntry, RunView
 from ..protocol import JsonPolicyError, RunStatus, decode_json
+from ..worker import (
+    GOLDEN_FORMAT_VERSION,
+    GoldenFormatError,
+    GoldenHeader,
+    parse_golden,
+    replay_golden,
+)
 from ._client import (
     DEFAULT_API_URL,
     EXIT_FAILED,
@@ -412,7 +420,6 @@ def journal_export(
     token: TokenOpt = None,
 ) -> None:
     """Print a step's journal as a golden file (JSON lines) for `dagnats journal replay`."""
-    from ..testing import GOLDEN_FORMAT_VERSION, GoldenHeader, golden_lines
 
     async def go() -> int:
         async with ApiClient(api, token) as client:
@@ -421,8 +428,9 @@ def journal_export(
         if not entries:
             raise UsageError(f"step {step_id!r} of run {run_id!r} has no journal records")
         header = GoldenHeader(GOLDEN_FORMAT_VERSION, run_id, step_id, run.input)
-        for line in golden_lines(header, entries):
-            typer.echo(line)
+        echo_json(header)
+        for entry in entries:
+            echo_json(entry)
         return 0
 
     run_async(go)
@@ -441,8 +449,6 @@ def journal_replay(
 ) -> None:
     """Run a new handler against a recorded journal with no NATS; one line per finding, exit 1
     when the new code would not replay it."""
-    from .._host import HostSetupError, import_spec
-    from ..testing import GoldenFormatError, parse_golden, replay_golden
 
     async def go() -> int:
         try:

@@ -28,6 +28,14 @@ from .check import CheckReport, Violation, check
 
 if TYPE_CHECKING:
     from ._events import publish_lifecycle
+    from ._golden import (
+        Finding,
+        GoldenDelivery,
+        GoldenJournal,
+        ReplayStopped,
+        commit_changes,
+        golden_deliveries,
+    )
     from ._handle import (
         DEFAULT_RESTART_LIMIT,
         MAX_RESTART_LIMIT,
@@ -72,6 +80,14 @@ else:
                 "open_journal",
                 "read_journal",
             ),
+            "._golden": (
+                "Finding",
+                "GoldenDelivery",
+                "GoldenJournal",
+                "ReplayStopped",
+                "commit_changes",
+                "golden_deliveries",
+            ),
             "._holder": (
                 "Holder",
                 "Settlement",
@@ -95,6 +111,9 @@ __all__ = [
     "Committed",
     "CommittedIteration",
     "Fenced",
+    "Finding",
+    "GoldenDelivery",
+    "GoldenJournal",
     "Holder",
     "HolderKilled",
     "Journal",
@@ -104,6 +123,7 @@ __all__ = [
     "OnCommitted",
     "Replay",
     "ReplayMismatch",
+    "ReplayStopped",
     "RestartLimit",
     "ScriptExhausted",
     "ScriptedModel",
@@ -117,6 +137,8 @@ __all__ = [
     "Violation",
     "check",
     "check_restart_limit",
+    "commit_changes",
+    "golden_deliveries",
     "load_commit_state",
     "open_journal",
     "publish_lifecycle",

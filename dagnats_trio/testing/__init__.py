@@ -5,6 +5,17 @@ unsafe tool, a safe tool, an answer, with tools that count their starts and effe
 journal. The crash-point matrix, the chaos soak, the benchmarks and the demo all run it.
 """
 
+from ..journal import Finding
+from ..worker import (
+    GOLDEN_FORMAT_VERSION,
+    Golden,
+    GoldenFormatError,
+    GoldenHeader,
+    GoldenReport,
+    load_golden,
+    parse_golden,
+    replay_golden,
+)
 from ._agent import (
     AGENT_STEP_ID,
     AGENT_TASK,
@@ -14,18 +25,6 @@ from ._agent import (
     Turn,
     agent_workflow,
     expected_answer,
-)
-from ._golden import (
-    GOLDEN_FORMAT_VERSION,
-    Finding,
-    Golden,
-    GoldenFormatError,
-    GoldenHeader,
-    GoldenReport,
-    golden_lines,
-    load_golden,
-    parse_golden,
-    replay_golden,
 )
 
 __all__ = [
@@ -43,7 +42,6 @@ __all__ = [
     "Turn",
     "agent_workflow",
     "expected_answer",
-    "golden_lines",
     "load_golden",
     "parse_golden",
     "replay_golden",

@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from typer.testing import CliRunner, Result
 
+from dagnats_trio.api import JournalEntry
 from dagnats_trio.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, app
 from dagnats_trio.testing import (
     AGENT_STEP_ID,
@@ -21,6 +23,7 @@ from dagnats_trio.testing import (
     load_golden,
     replay_golden,
 )
+from dagnats_trio.worker import GoldenEntry
 
 from . import _golden_workers
 from ._dev import DevProcess, start_dev
@@ -158,3 +161,10 @@ async def test_the_upgrading_doc_example_runs(golden: Path) -> None:
     exec(compile(bad, str(UPGRADING_MD), "exec"), namespace)
     with pytest.raises(AssertionError, match="ReplayMismatch"):
         await namespace["test_the_new_code_replays_production"]()
+
+
+def test_a_golden_line_is_the_rest_readers_entry() -> None:
+    """The export writes the REST reader's entries; the replay reads them as ``GoldenEntry``."""
+    assert [a.name for a in attrs.fields(GoldenEntry)] == [
+        a.name for a in attrs.fields(JournalEntry)
+    ]
