@@ -10,6 +10,8 @@ seed gives one trace hash. ``--real`` and ``--cluster`` run the same shape of sc
 nats-servers.
 """
 
+from dagnats_trio.testing import Fault, FaultKind, Target, deterministic_scheduling
+
 from ._backends import (
     RealBackend,
     SimBackend,
@@ -19,7 +21,7 @@ from ._backends import (
     sim_soak,
 )
 from ._faults import FaultyTransport, ProxyFaults, ProxyInjector, SimInjector
-from ._schedule import Fault, FaultKind, RunPlan, Target, draw_schedule
+from ._schedule import RunPlan, draw_schedule
 from ._seed import FALLBACK_SEED, SEED_ENV, SoakSeed, soak_seed
 from ._soak import (
     Backend,
@@ -27,7 +29,6 @@ from ._soak import (
     RunOutcome,
     SoakConfig,
     SoakResult,
-    deterministic_scheduling,
     soak,
 )
 from ._watchdog import WallWatchdog

@@ -17,9 +17,10 @@ import trio
 import trio.testing
 
 from dagnats_trio._env import DEFAULT_ENV
+from dagnats_trio.testing import deterministic_scheduling
 
 from ._backends import open_real_backend, sim_soak
-from ._soak import SoakConfig, SoakResult, deterministic_scheduling, soak
+from ._soak import SoakConfig, SoakResult, soak
 from ._watchdog import WallWatchdog
 
 #: Runs by mode when ``--runs`` is not given.

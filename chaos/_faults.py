@@ -22,7 +22,7 @@ from typing import Protocol
 
 import trio
 
-from dagnats_trio.testing import AGENT_STEP_ID, AGENT_TASK
+from dagnats_trio.testing import AGENT_STEP_ID, AGENT_TASK, Fault, FaultKind, Target
 from dagnats_trio.transport import (
     DEFAULT_REQUEST_TIMEOUT_S,
     BucketSpec,
@@ -40,8 +40,6 @@ from dagnats_trio.transport import (
     layout,
 )
 from dagnats_trio.transport._sim import subject_matches
-
-from ._schedule import Fault, FaultKind, Target
 
 log = logging.getLogger("chaos")
 

@@ -12,12 +12,12 @@ This module is pure: no Trio, no I/O.
 
 from __future__ import annotations
 
-import enum
 import random
 
 import attrs
 
 from dagnats_trio._seams import Seam
+from dagnats_trio.testing import Fault, FaultKind, Target
 
 #: Iterations of the scripted agent: search, send_message (unsafe), lookup, answer.
 AGENT_ITERATIONS = 4
@@ -36,15 +36,6 @@ STEP_DOWN_WINDOW_MIN_S = 0.05
 STEP_DOWN_WINDOW_MAX_S = 2.0
 #: Digits kept of drawn floats, so the schedule prints (and hashes) the same everywhere.
 FLOAT_DIGITS = 3
-
-
-class FaultKind(enum.Enum):
-    KILL = "kill"
-    STALL = "stall"
-    DUPLICATE = "duplicate"
-    DROP = "drop"
-    LOST_ACK = "lost_ack"
-    STEP_DOWN = "step_down"
 
 
 KINDS: tuple[FaultKind, ...] = tuple(FaultKind)
@@ -80,15 +71,6 @@ ANSWER_SEAMS: tuple[Seam, ...] = (
 )
 
 
-class Target(enum.Enum):
-    """What a transport fault aims at."""
-
-    TASKS = "tasks"  # the workers' consumer / the task subject of the run
-    HISTORY = "history"  # the engines' consumer / the history subject of the run
-    JOURNAL = "journal"  # the journal subject of the run
-    RUNS = "runs"  # the KV bucket of run snapshots (a step-down target)
-
-
 #: Targets per transport fault kind.
 TARGETS: dict[FaultKind, tuple[Target, ...]] = {
     FaultKind.DUPLICATE: (Target.TASKS, Target.HISTORY),
@@ -96,28 +78,6 @@ TARGETS: dict[FaultKind, tuple[Target, ...]] = {
     FaultKind.LOST_ACK: (Target.JOURNAL, Target.HISTORY, Target.TASKS),
     FaultKind.STEP_DOWN: (Target.JOURNAL, Target.HISTORY, Target.TASKS, Target.RUNS),
 }
-
-
-@attrs.frozen
-class Fault:
-    """One scheduled fault. ``stall_ack_waits`` is for stalls, ``window_s`` for step-downs."""
-
-    kind: FaultKind
-    seam: Seam
-    iteration: int
-    target: Target | None = None
-    stall_ack_waits: float = 0.0
-    window_s: float = 0.0
-
-    def describe(self) -> str:
-        where = f"{self.seam.value}@{self.iteration}"
-        if self.kind is FaultKind.STALL:
-            return f"stall {where} x{self.stall_ack_waits}"
-        if self.kind is FaultKind.KILL:
-            return f"kill {where}"
-        extra = f" {self.window_s}s" if self.kind is FaultKind.STEP_DOWN else ""
-        assert self.target is not None
-        return f"{self.kind.value} {self.target.value}{extra} at {where}"
 
 
 @attrs.frozen

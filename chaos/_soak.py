@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, contextmanager
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from typing import Protocol, TypeVar
 
 import attrs
 import trio
 
 from dagnats_trio._env import RuntimeEnv
-from dagnats_trio._seams import Seam, SeamContext, install_hook
+from dagnats_trio._seams import install_hook
 from dagnats_trio.api import Service
 from dagnats_trio.api.service import WAIT_FOR_RUN_MAX_S, RunWaitTimeout
 from dagnats_trio.engine import Engine, RunSnapshot
@@ -33,7 +33,11 @@ from dagnats_trio.protocol import RunStatus
 from dagnats_trio.testing import (
     AGENT_STEP_ID,
     AgentCounters,
+    CrashKill,
+    FaultKind,
     ScriptedAgent,
+    SeamFaults,
+    Trace,
     Turn,
     agent_workflow,
     expected_answer,
@@ -47,8 +51,7 @@ from dagnats_trio.transport import (
 from dagnats_trio.worker import Worker
 
 from ._faults import TRANSPORT_KINDS, Injector
-from ._schedule import STALL_ACK_WAITS_MAX, FaultKind, RunPlan, draw_schedule
-from ._trace import Trace
+from ._schedule import STALL_ACK_WAITS_MAX, RunPlan, draw_schedule
 
 log = logging.getLogger("chaos")
 
@@ -76,8 +79,8 @@ DRAIN_MARGIN_S = 1.0
 T = TypeVar("T")
 
 
-class ChaosKill(Exception):
-    """Raised by the seam hook: the holder that reached the seam dies there."""
+#: The chaos soak's name for the kill the seam hook raises.
+ChaosKill = CrashKill
 
 
 class Backend(Protocol):
@@ -166,81 +169,6 @@ class SoakResult:
         return out
 
 
-class _Faults:
-    """The seam hook and its bookkeeping: which faults are still to fire, and the stalls."""
-
-    def __init__(
-        self, config: SoakConfig, plans: tuple[RunPlan, ...], injector: Injector, trace: Trace
-    ) -> None:
-        self._config = config
-        self._pending = {p.run_id: list(p.faults) for p in plans}
-        self._index = {p.run_id: p.index for p in plans}
-        self._injector = injector
-        self._trace = trace
-        self.fired = {k: 0 for k in FaultKind}
-        self.t0 = trio.current_time()
-        self.stalls = 0
-        self._stalls_changed = trio.Event()
-
-    def unfired(self) -> int:
-        return sum(len(left) for left in self._pending.values())
-
-    async def hook(self, ctx: SeamContext) -> None:
-        pending = self._pending.get(ctx.run_id)
-        if not pending:
-            return
-        for i, fault in enumerate(pending):
-            if fault.seam is ctx.seam and fault.iteration == ctx.iteration:
-                del pending[i]
-                break
-        else:
-            return
-        self.fired[fault.kind] += 1
-        engine = ctx.seam is Seam.ENGINE_AFTER_DISPATCH_SAVED
-        who = "engine" if engine else ctx.worker_id
-        head = (
-            f"fault t={trio.current_time() - self.t0:.6f} run={self._index[ctx.run_id]} "
-            f"attempt={ctx.attempt} by={who}: {fault.describe()}"
-        )
-        if fault.kind is FaultKind.KILL:
-            self._trace.add(head)
-            raise ChaosKill(f"chaos: {fault.describe()}")
-        if fault.kind is FaultKind.STALL:
-            ack_wait = self._config.engine_ack_wait_s if engine else self._config.worker_ack_wait_s
-            self._trace.add(head)
-            self.stalls += 1
-            try:
-                await trio.sleep(fault.stall_ack_waits * ack_wait)
-            finally:
-                self.stalls -= 1
-                self._stalls_changed.set()
-                self._stalls_changed = trio.Event()
-            return
-        note = await self._injector.arm(fault, ctx.run_id)
-        self._trace.add(head, "->", note)
-
-    async def wait_no_stalls(self) -> None:
-        while self.stalls:
-            await self._stalls_changed.wait()
-
-
-@contextmanager
-def deterministic_scheduling(seed: int) -> Iterator[None]:
-    """Make Trio's scheduler a function of ``seed`` while the block runs, the way Trio's own
-    Hypothesis plugin does: sort each batch of runnable tasks by spawn order, then shuffle it
-    with the module's ``_r`` seeded from ``seed``. Restores both afterwards."""
-    run_mod: Any = trio._core._run
-    flag = run_mod._ALLOW_DETERMINISTIC_SCHEDULING
-    state = run_mod._r.getstate()
-    run_mod._ALLOW_DETERMINISTIC_SCHEDULING = True
-    run_mod._r.seed(seed)
-    try:
-        yield
-    finally:
-        run_mod._ALLOW_DETERMINISTIC_SCHEDULING = flag
-        run_mod._r.setstate(state)
-
-
 async def _retrying(fn: Callable[[], Awaitable[T]]) -> T:
     """A harness call through a step-down or a lost ack: retried until it answers, for at most
     ``HARNESS_CALL_MAX_S`` (every call retried here is idempotent)."""
@@ -294,7 +222,14 @@ class _Soak:
         self.trace.add("soak", self.backend.name, f"seed={cfg.seed}", f"runs={len(self.plans)}")
         for plan in self.plans:
             self.trace.add("plan", plan.index, plan.run_id, *(f.describe() for f in plan.faults))
-        faults = _Faults(cfg, self.plans, self.backend.injector, self.trace)
+        faults = SeamFaults(
+            {p.run_id: p.faults for p in self.plans},
+            {p.run_id: p.index for p in self.plans},
+            self.trace,
+            worker_ack_wait_s=cfg.worker_ack_wait_s,
+            engine_ack_wait_s=cfg.engine_ack_wait_s,
+            arm=self.backend.injector.arm,
+        )
         agent = (
             ScriptedAgent(cfg.script, counters=self.counters)
             if cfg.script is not None
@@ -359,7 +294,7 @@ class _Soak:
             trace=self.trace.lines,
         )
 
-    async def _drive(self, faults: _Faults) -> None:
+    async def _drive(self, faults: SeamFaults) -> None:
         cfg = self.config
         slots = trio.Semaphore(cfg.parallel_runs)
         async with trio.open_nursery() as runs:
@@ -371,13 +306,13 @@ class _Soak:
                     break
                 runs.start_soon(self._one_run, plan, slots, faults)
 
-    async def _one_run(self, plan: RunPlan, slots: trio.Semaphore, faults: _Faults) -> None:
+    async def _one_run(self, plan: RunPlan, slots: trio.Semaphore, faults: SeamFaults) -> None:
         try:
             await self._run_and_check(plan, faults)
         finally:
             slots.release()
 
-    async def _run_and_check(self, plan: RunPlan, faults: _Faults) -> None:
+    async def _run_and_check(self, plan: RunPlan, faults: SeamFaults) -> None:
         assert self.control is not None
         run_id = plan.run_id
         # The service takes its run id from the schedule, so the faults are keyed before it runs.
@@ -446,7 +381,7 @@ class _Soak:
             f"run {outcome.index} ({outcome.run_id}, seed {self.config.seed}) {when}: {problem}"
         )
 
-    async def _drain(self, faults: _Faults) -> None:
+    async def _drain(self, faults: SeamFaults) -> None:
         """Let every stalled holder wake, find itself fenced and stop."""
         cfg = self.config
         longest = STALL_ACK_WAITS_MAX * max(cfg.worker_ack_wait_s, cfg.engine_ack_wait_s)

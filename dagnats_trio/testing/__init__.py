@@ -26,6 +26,16 @@ from ._agent import (
     agent_workflow,
     expected_answer,
 )
+from ._seam_faults import (
+    ArmFn,
+    CrashKill,
+    Fault,
+    FaultKind,
+    SeamFaults,
+    Target,
+    deterministic_scheduling,
+)
+from ._trace import Trace
 
 __all__ = [
     "AGENT_STEP_ID",
@@ -33,14 +43,22 @@ __all__ = [
     "DEFAULT_SCRIPT",
     "GOLDEN_FORMAT_VERSION",
     "AgentCounters",
+    "ArmFn",
+    "CrashKill",
+    "Fault",
+    "FaultKind",
     "Finding",
     "Golden",
     "GoldenFormatError",
     "GoldenHeader",
     "GoldenReport",
     "ScriptedAgent",
+    "SeamFaults",
+    "Target",
+    "Trace",
     "Turn",
     "agent_workflow",
+    "deterministic_scheduling",
     "expected_answer",
     "load_golden",
     "parse_golden",

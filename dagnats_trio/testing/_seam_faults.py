@@ -1,0 +1,158 @@
+"""Faults at the crash seams, shared by the chaos soak (``just chaos``) and :func:`crash_test`.
+
+A :class:`Fault` is armed at a trigger, a crash seam of one run at one iteration: the first time
+a holder (or an engine) of that run reaches that seam there, it fires. :class:`SeamFaults` is the
+seam hook that fires them: a kill raises (the holder dies there), a stall sleeps a number of the
+stalled party's AckWaits (a successor takes over, the zombie wakes and must be fenced); the
+transport kinds are handed to an ``arm`` callback (the chaos soak's injector). Every firing is a
+trace line, so a seeded schedule on the autojump clock gives one trace hash.
+
+:func:`deterministic_scheduling` makes Trio's scheduler a function of the seed.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from dagnats_trio._seams import Seam, SeamContext
+
+from ._trace import Trace
+
+
+class FaultKind(enum.Enum):
+    KILL = "kill"
+    STALL = "stall"
+    DUPLICATE = "duplicate"
+    DROP = "drop"
+    LOST_ACK = "lost_ack"
+    STEP_DOWN = "step_down"
+
+
+class Target(enum.Enum):
+    """What a transport fault aims at."""
+
+    TASKS = "tasks"  # the workers' consumer / the task subject of the run
+    HISTORY = "history"  # the engines' consumer / the history subject of the run
+    JOURNAL = "journal"  # the journal subject of the run
+    RUNS = "runs"  # the KV bucket of run snapshots (a step-down target)
+
+
+@attrs.frozen
+class Fault:
+    """One scheduled fault. ``stall_ack_waits`` is for stalls, ``window_s`` for step-downs."""
+
+    kind: FaultKind
+    seam: Seam
+    iteration: int
+    target: Target | None = None
+    stall_ack_waits: float = 0.0
+    window_s: float = 0.0
+
+    def describe(self) -> str:
+        where = f"{self.seam.value}@{self.iteration}"
+        if self.kind is FaultKind.STALL:
+            return f"stall {where} x{self.stall_ack_waits}"
+        if self.kind is FaultKind.KILL:
+            return f"kill {where}"
+        extra = f" {self.window_s}s" if self.kind is FaultKind.STEP_DOWN else ""
+        assert self.target is not None
+        return f"{self.kind.value} {self.target.value}{extra} at {where}"
+
+
+class CrashKill(Exception):
+    """Raised by the seam hook: the holder that reached the seam dies there."""
+
+
+#: Arms a transport fault for a run; returns what it did, for the trace.
+ArmFn = Callable[[Fault, str], Awaitable[str]]
+
+
+class SeamFaults:
+    """The seam hook and its bookkeeping: which faults are still to fire, and the stalls."""
+
+    def __init__(
+        self,
+        pending: Mapping[str, Sequence[Fault]],
+        index: Mapping[str, int],
+        trace: Trace,
+        *,
+        worker_ack_wait_s: float,
+        engine_ack_wait_s: float,
+        arm: ArmFn | None = None,
+    ) -> None:
+        self._pending = {run_id: list(faults) for run_id, faults in pending.items()}
+        self._index = dict(index)
+        self._trace = trace
+        self._worker_ack_wait_s = worker_ack_wait_s
+        self._engine_ack_wait_s = engine_ack_wait_s
+        self._arm = arm
+        self.fired = {k: 0 for k in FaultKind}
+        self.t0 = trio.current_time()
+        self.stalls = 0
+        self._stalls_changed = trio.Event()
+
+    def unfired(self) -> int:
+        return sum(len(left) for left in self._pending.values())
+
+    async def hook(self, ctx: SeamContext) -> None:
+        pending = self._pending.get(ctx.run_id)
+        if not pending:
+            return
+        for i, fault in enumerate(pending):
+            if fault.seam is ctx.seam and fault.iteration == ctx.iteration:
+                del pending[i]
+                break
+        else:
+            return
+        self.fired[fault.kind] += 1
+        engine = ctx.seam is Seam.ENGINE_AFTER_DISPATCH_SAVED
+        who = "engine" if engine else ctx.worker_id
+        head = (
+            f"fault t={trio.current_time() - self.t0:.6f} run={self._index[ctx.run_id]} "
+            f"attempt={ctx.attempt} by={who}: {fault.describe()}"
+        )
+        if fault.kind is FaultKind.KILL:
+            self._trace.add(head)
+            raise CrashKill(f"chaos: {fault.describe()}")
+        if fault.kind is FaultKind.STALL:
+            ack_wait = self._engine_ack_wait_s if engine else self._worker_ack_wait_s
+            self._trace.add(head)
+            self.stalls += 1
+            try:
+                await trio.sleep(fault.stall_ack_waits * ack_wait)
+            finally:
+                self.stalls -= 1
+                self._stalls_changed.set()
+                self._stalls_changed = trio.Event()
+            return
+        if self._arm is None:
+            raise ValueError(f"no injector for a {fault.kind.value} fault")
+        note = await self._arm(fault, ctx.run_id)
+        self._trace.add(head, "->", note)
+
+    async def wait_no_stalls(self) -> None:
+        while self.stalls:
+            await self._stalls_changed.wait()
+
+
+@contextmanager
+def deterministic_scheduling(seed: int) -> Iterator[None]:
+    """Make Trio's scheduler a function of ``seed`` while the block runs, the way Trio's own
+    Hypothesis plugin does: sort each batch of runnable tasks by spawn order, then shuffle it
+    with the module's ``_r`` seeded from ``seed``. Restores both afterwards."""
+    run_mod: Any = trio._core._run
+    flag = run_mod._ALLOW_DETERMINISTIC_SCHEDULING
+    state = run_mod._r.getstate()
+    run_mod._ALLOW_DETERMINISTIC_SCHEDULING = True
+    run_mod._r.seed(seed)
+    try:
+        yield
+    finally:
+        run_mod._ALLOW_DETERMINISTIC_SCHEDULING = flag
+        run_mod._r.setstate(state)
