@@ -7,7 +7,7 @@ answer the step waits (holding no worker) for a follow-up, or an hour.
 Try it::
 
     dagnats dev --worker examples.agent_turn:handlers
-    # register WORKFLOW, start a run with input [{"role": "user", "content": {"text": "..."}}],
+    # register WORKFLOW, start a run with input "a question" (or {"text": ...}, or a history),
     # then POST steer or follow_up inputs to /runs/$RUN/steps/agent/inputs
 
 The model here is a deterministic stand-in (a function of the history), and the one tool is a fake
@@ -116,6 +116,28 @@ async def run_tool(name: str, input: JsonValue, key: str) -> JsonValue:
     raise ValueError(f"no tool named {name!r}")  # recorded as the tool's error, not a crash
 
 
+def initial_history(run_input: JsonValue) -> History:
+    """The run's input as a history: a prompt (text, or ``{"text": ...}`` / ``{"task": ...}``),
+    or a list of messages each with a ``role``. Anything else is refused with a clear message
+    (:class:`ValueError`), before any model call."""
+    if isinstance(run_input, str) and run_input.strip():
+        return [{"role": "user", "content": {"text": run_input}}]
+    if isinstance(run_input, dict):
+        for field in ("text", "task"):
+            value = run_input.get(field)
+            if isinstance(value, str) and value.strip():
+                return [{"role": "user", "content": {"text": value}}]
+    messages = run_input if isinstance(run_input, list) else []
+    if all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages) and any(
+        isinstance(m, dict) and m.get("role") == "user" for m in messages
+    ):
+        return [dict(m) for m in messages if isinstance(m, dict)]
+    raise ValueError(
+        'the agent\'s input must be a prompt: a non-empty string, {"text": "..."}, or a '
+        f'list of messages with a role, one of them "user"; got {run_input!r}'
+    )
+
+
 def append_inputs(history: History, placed: list[PlacedInput]) -> History:
     return [
         *history,
@@ -156,7 +178,11 @@ def make_agent_turn(call_model: CallModel = call_model, run_tool: RunTool = run_
         j = await tc.journal()  # stale, fenced, committed or restart limit: already settled
         history: History | None = await tc.load_checkpoint()
         if history is None:
-            history = tc.input
+            try:
+                history = initial_history(tc.input)
+            except ValueError as err:
+                await tc.fail_permanent(err)
+                return
         placed = await tc.place_inputs(Mode.STEER)
         # A turn after a final answer was woken by a follow-up, and the follow-up is what this
         # turn answers.

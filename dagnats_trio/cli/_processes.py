@@ -127,7 +127,9 @@ def _setup_logging(verbose: bool) -> None:
     )
 
 
-def _banner(title: str, info: HostInfo, extra: list[tuple[str, str]]) -> None:
+def _banner(
+    title: str, info: HostInfo, extra: list[tuple[str, str]], *, token_required: bool
+) -> None:
     out = console()
     out.print(f"[bold]dagnats {title}[/]", highlight=False)
     rows = [("nats", ",".join(info.nats_urls))]
@@ -137,7 +139,14 @@ def _banner(title: str, info: HostInfo, extra: list[tuple[str, str]]) -> None:
         rows.append(("api", info.api_url))
     if info.worker is not None:
         rows.append(("worker", info.worker.worker_id))
+    if info.api_url is not None:
+        rows.append(("token", "required" if token_required else "not required (no --token)"))
     rows.extend(extra)
+    exports = [f"DAGNATS_NATS_URL={','.join(info.nats_urls)}"]
+    if info.api_url is not None:
+        exports.append(f"DAGNATS_API_URL={info.api_url}")
+    # What a worker or a CLI verb in another shell needs to find this process.
+    rows.append(("other shells", "export " + " ".join(exports)))
     for name, value in rows:
         # One plain line per setting: easy to read, and to parse from a script.
         out.print(f"  {name + ':':<17}{value}", highlight=False, soft_wrap=True)
@@ -150,7 +159,7 @@ async def _host_until_signal(config: HostConfig, title: str, extra: list[tuple[s
             # Watching from the start: a Ctrl-C during a slow start-up stops it too.
             nursery.start_soon(_cancel_on_signal, signals, nursery.cancel_scope)
             info: HostInfo = await nursery.start(Host(config).run)
-            _banner(title, info, extra)
+            _banner(title, info, extra, token_required=config.token is not None)
 
 
 async def _cancel_on_signal(signals: AsyncIterator[int], scope: trio.CancelScope) -> None:

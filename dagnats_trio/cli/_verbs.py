@@ -130,6 +130,20 @@ async def _watch(client: ApiClient, run_id: str, as_json: bool) -> int:
         echo_json(run)
         return _run_exit_code(run)
     out = console()
+    if not out.is_terminal:
+        # Piped: a line per change of the run's status, as it happens (Live redraws only a
+        # terminal, and would print nothing until the end).
+        shown = None
+        while True:
+            if run.status is not shown:
+                shown = run.status
+                typer.echo(f"{run.run_id} {run.status.value}")
+            if run.status.finished:
+                break
+            await trio.sleep(WATCH_INTERVAL_S)
+            run = await client.get_run(run_id)
+        out.print(run_renderable(run))
+        return _run_exit_code(run)
     with Live(run_renderable(run), console=out, refresh_per_second=LIVE_REFRESH_PER_S) as live:
         while not run.status.finished:
             await trio.sleep(WATCH_INTERVAL_S)
@@ -152,7 +166,8 @@ def run_start(
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Start a run; with --watch, follow it and exit 1 if it fails."""
+    """Start a run; with --watch, follow it until it ends (exit 1 if it fails). An agent step
+    that waits for follow-ups does not end by itself: stop watching with Ctrl-C, or cancel it."""
 
     async def go() -> int:
         value = parse_json_arg(input_json, "INPUT_JSON") if input_json is not None else None
