@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import attrs
@@ -21,7 +21,7 @@ from dagnats_trio.engine import Engine, decode_snapshot
 from dagnats_trio.engine.snapshot import RunSnapshot
 from dagnats_trio.protocol import RunHeader, from_json
 from dagnats_trio.server import open_nats_server
-from dagnats_trio.transport import NatsTransport, StreamSpec, open_nats_transport, provision
+from dagnats_trio.transport import StreamSpec, Transport, open_nats_transport, provision
 from dagnats_trio.transport.layout import RUNS_BUCKET
 from dagnats_trio.worker import Handler, Worker
 
@@ -62,9 +62,7 @@ class Counts:
 class Stack:
     """Start runs and wait for their end; see the module docstring."""
 
-    def __init__(
-        self, engine_tp: NatsTransport, worker_tp: NatsTransport, client_tp: NatsTransport
-    ) -> None:
+    def __init__(self, engine_tp: Transport, worker_tp: Transport, client_tp: Transport) -> None:
         self.engine_tp = engine_tp
         self.worker_tp = worker_tp
         self.client_tp = client_tp
@@ -127,12 +125,14 @@ async def open_stack(
     sync_always: bool,
     handlers: Mapping[str, Handler],
     workflows: list[dict[str, Any]],
+    open_transport: Callable[..., AbstractAsyncContextManager[Transport]] = open_nats_transport,
 ) -> AsyncIterator[Stack]:
+    """The stack on one server; ``open_transport`` picks the client (nats-py by default)."""
     async with (
         open_nats_server(sync_always=sync_always) as server,
-        open_nats_transport(server.url, name="bench-engine") as engine_tp,
-        open_nats_transport(server.url, name="bench-worker") as worker_tp,
-        open_nats_transport(server.url, name="bench-client") as client_tp,
+        open_transport(server.url, name="bench-engine") as engine_tp,
+        open_transport(server.url, name="bench-worker") as worker_tp,
+        open_transport(server.url, name="bench-client") as client_tp,
         trio.open_nursery() as nursery,
     ):
         await provision(client_tp)

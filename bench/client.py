@@ -5,6 +5,8 @@ subject sequence header, waiting for the stream's ack), three ways: raw nats-py 
 floor), ``Connection.request`` on the native client (its own cost, JSON ack parsed), and
 ``TrioNatsTransport.publish`` on a journal subject (what the journal pays). All hit one server
 in one run; rounds alternate and the best round of each counts, because the machine is shared.
+Then the CPU this process spends per scripted agent run, on NatsTransport and on
+TrioNatsTransport (engine, worker and client in this process, one server).
 """
 
 from __future__ import annotations
@@ -14,14 +16,18 @@ import secrets
 import subprocess
 import sys
 import time
+from typing import Any
 
 import trio
 
 from dagnats_trio.nats import Connection, open_connection
 from dagnats_trio.server import open_nats_server
-from dagnats_trio.transport import provision
+from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expected_answer
+from dagnats_trio.transport import open_nats_transport, provision
 from dagnats_trio.transport._trio_nats import open_trio_nats_transport
 from dagnats_trio.transport.layout import journal_subject
+
+from ._stack import open_stack, percentile
 
 BODY_BYTES = 200
 APPENDS_PER_ROUND = 2000
@@ -31,6 +37,10 @@ ROUNDS = 3
 #: Bound on one raw round (a subprocess).
 RAW_ROUND_TIMEOUT_S = 120.0
 EXPECTED = "Nats-Expected-Last-Subject-Sequence"
+AGENT_WORKFLOW = "bench-client-agent"
+AGENT_RUNS = 60
+QUICK_AGENT_RUNS = 15
+AGENT_WARMUP_RUNS = 5
 
 
 async def _append(conn: Connection, subject: str, body: bytes, last: int) -> int:
@@ -109,6 +119,30 @@ async def _measure(count: int) -> tuple[float, float, float]:
         return min(raw), min(native), min(transported)
 
 
+async def _agent_cpu(open_transport: Any, runs: int) -> tuple[float, float]:
+    """(CPU ms of this process per agent run, p50 wall ms per run) over ``runs`` runs."""
+    agent = ScriptedAgent()
+    answer = expected_answer()
+    async with open_stack(
+        sync_always=False,
+        handlers={AGENT_TASK: agent.turn},
+        workflows=[agent_workflow(AGENT_WORKFLOW)],
+        open_transport=open_transport,
+    ) as stack:
+        for _ in range(AGENT_WARMUP_RUNS):
+            await stack.run(AGENT_WORKFLOW, {"task": "deploy"})
+        times: list[float] = []
+        cpu_before = time.process_time()
+        for _ in range(runs):
+            start = time.perf_counter()
+            snap = await stack.run(AGENT_WORKFLOW, {"task": "deploy"})
+            times.append((time.perf_counter() - start) * 1000)
+            if snap.outputs().get("agent") != answer:
+                raise RuntimeError(f"wrong answer (status {snap.status.value})")
+        cpu_ms = (time.process_time() - cpu_before) * 1000 / runs
+        return cpu_ms, percentile(times, 50)
+
+
 def run(*, quick: bool = False) -> dict[str, float]:
     """Print the section; ``client_ratio`` is the native client over the raw nats-py floor,
     ``client_transport_ratio`` TrioNatsTransport's fenced append over the same floor."""
@@ -121,7 +155,19 @@ def run(*, quick: bool = False) -> dict[str, float]:
     print(f"raw nats-py asyncio {raw:7.1f} us/append | native Trio client {native:7.1f} "
           f"us/append | ratio {ratio:.2f}")  # fmt: skip
     print(f"TrioNatsTransport   {transported:7.1f} us/append | ratio {transport_ratio:.2f}")
+    runs = QUICK_AGENT_RUNS if quick else AGENT_RUNS
+    cpu: dict[str, float] = {}
+    for label, key, opener in (
+        ("NatsTransport (nats-py)", "nats_py", open_nats_transport),
+        ("TrioNatsTransport", "trio", open_trio_nats_transport),
+    ):
+        cpu_ms, p50 = trio.run(_agent_cpu, opener, runs)
+        cpu[key] = cpu_ms
+        print(f"agent run on {label:>23}: {cpu_ms:5.1f} ms CPU per run, p50 {p50:.1f} ms "
+              f"({runs} sequential runs)")  # fmt: skip
     return {
+        "client_agent_cpu_ms_nats_py": round(cpu["nats_py"], 2),
+        "client_agent_cpu_ms_trio": round(cpu["trio"], 2),
         "client_ratio": round(ratio, 2),
         "client_transport_ratio": round(transport_ratio, 2),
         "client_raw_us": round(raw, 1),

@@ -3,14 +3,17 @@
 Shape (trio-websocket's): :func:`open_connection` opens a nursery holding one supervisor task.
 The supervisor connects (INFO, optional TLS, CONNECT + PING, PONG), then runs a reader, a writer
 and a pinger until the socket fails, and then reconnects with a bounded, jittered backoff,
-resubscribing everything. Callers never touch the socket: a publish appends whole frames to one
-outgoing buffer and the writer sends everything queued in one ``send_all``; so a cancelled caller
-can never leave half a frame, and every call is safe to cancel at any await.
+resubscribing everything. Callers never await the socket: a frame is written at once with one
+non-blocking ``os.write`` when nothing is queued and the socket takes it whole or in part, and
+otherwise (the rest of it) appended to one outgoing buffer that the writer sends, everything
+queued, in one ``send_all``. So a cancelled caller can never leave half a frame, and every call
+is safe to cancel at any await.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import random as random_module
 import ssl
 from collections import deque
@@ -158,6 +161,8 @@ class Connection:
         self._out_ready = trio.Event()
         self._out_room = trio.Event()
         self._pings_in_out = 0
+        self._fd: int | None = None
+        self._writing = False
         self._pongs: deque[_PongWaiter] = deque()
         self._pings_outstanding = 0
         self._subs: dict[str, Subscription] = {}
@@ -362,14 +367,31 @@ class Connection:
             f"publish: {len(self._out)} bytes queued for {PENDING_TIMEOUT_S} s (disconnected?)"
         )
 
-    def _queue(self, data: bytes) -> None:
+    def _queue(self, data: bytes) -> bool:
+        """Send ``data`` now if the socket takes it without waiting, else queue it for the
+        writer; True when (some of) it was queued.
+
+        The direct write is a plain non-blocking ``os.write`` on the socket's file descriptor,
+        made only while nothing is queued and the writer is not sending, so bytes keep their
+        order; what the socket does not take is queued whole for the writer. It never waits,
+        so no caller can be cancelled in the middle of a frame.
+        """
+        if self._fd is not None and not self._out and not self._writing:
+            try:
+                written = os.write(self._fd, data)
+            except OSError:  # full (BlockingIOError) or broken: the writer and reader cope
+                written = 0
+            if written == len(data):
+                return False
+            data = data[written:]
         self._out += data
         self._out_ready.set()
+        return True
 
     def _queue_ping(self, waiter: _PongWaiter) -> None:
         self._pongs.append(waiter)
-        self._pings_in_out += 1
-        self._queue(PING_BYTES)
+        if self._queue(PING_BYTES):
+            self._pings_in_out += 1
 
     def _unsubscribe(self, sub: Subscription) -> None:
         if self._subs.pop(sub.sid, None) is not None and not self._closed:
@@ -464,9 +486,15 @@ class Connection:
                 )
             )
 
-    def _attach(self, server: ServerAddress, protocol: ClientProtocol) -> None:
+    def _attach(
+        self, server: ServerAddress, protocol: ClientProtocol, stream: trio.abc.Stream
+    ) -> None:
         self._protocol = protocol
         self._server = server
+        # Direct writes only on a plain TCP socket on POSIX (TLS frames its own records).
+        self._fd = None
+        if isinstance(stream, trio.SocketStream) and os.name == "posix":
+            self._fd = stream.socket.fileno()
         if protocol.info is not None:
             self._learn_servers(protocol.info)
         resubscribe = b"".join(
@@ -479,6 +507,7 @@ class Connection:
         self._connected.set()
 
     def _detach(self) -> None:
+        self._fd = None
         self._is_connected = False
         self._connected = trio.Event()
         # PINGs already written went down with the socket: their PONGs will never come. PINGs
@@ -556,7 +585,11 @@ class Connection:
             self._out_room.set()
             self._out_room = trio.Event()
             if data:
-                await stream.send_all(data)
+                self._writing = True
+                try:
+                    await stream.send_all(data)
+                finally:
+                    self._writing = False
 
     async def _pinger(self, stream: trio.abc.Stream) -> None:
         while True:
@@ -592,7 +625,7 @@ class Connection:
             urls = ", ".join(s.url for s in self._servers)
             raise NoServersError(f"no server answered ({urls}): {describe(error)}") from error
         server, stream, protocol = first
-        self._attach(server, protocol)
+        self._attach(server, protocol, stream)
         return stream
 
     async def _supervise(self, stream: trio.abc.Stream) -> None:
@@ -621,7 +654,7 @@ class Connection:
                     self._close(f"gave up reconnecting: {describe(self._last_error)}")
                     return
                 server, stream, protocol = found
-                self._attach(server, protocol)
+                self._attach(server, protocol, stream)
                 self._reconnects += 1
         finally:
             self._close(self._close_reason)
