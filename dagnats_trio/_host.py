@@ -17,7 +17,7 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, final
 
 import attrs
 import trio
@@ -76,14 +76,15 @@ __all__ = [
     "parse_listen",
     "parse_nats_urls",
     "parse_restart_limit",
-    "wired_worker",
 ]
 
 
+@final
 class HostSetupError(ValueError):
     """A setting of the host is unusable (a bad address, a module that does not load)."""
 
 
+@final
 @attrs.frozen
 class Listen:
     """An address for the REST API; port 0 picks a free one."""
@@ -205,29 +206,6 @@ def merge_handlers(specs: list[Mapping[str, Handler]]) -> dict[str, Handler]:
     return merged
 
 
-def wired_worker(
-    transport: Transport,
-    inputs: InputsService,
-    handlers: Mapping[str, Handler],
-    *,
-    env: RuntimeEnv = DEFAULT_ENV,
-    ack_wait_s: float = DEFAULT_ACK_WAIT_S,
-    restart_limit: int = DEFAULT_RESTART_LIMIT,
-    worker_id: str | None = None,
-) -> Worker:
-    """A worker wired to the inputs service: ``tc.place_inputs`` works, committed iterations
-    mark their placed inputs done, and ``continue_(wait=UntilInput())`` sees queued inputs."""
-    return Worker(
-        transport,
-        handlers,
-        env=env,
-        ack_wait_s=ack_wait_s,
-        restart_limit=restart_limit,
-        worker_id=worker_id,
-        inputs=inputs,
-    )
-
-
 async def _provision_when_ready(transport: Transport, replicas: int) -> None:
     """Provision, retrying while JetStream is not yet ready (a cluster that just started takes
     a few seconds before it can place replicated streams); the caller's deadline bounds it."""
@@ -240,6 +218,7 @@ async def _provision_when_ready(transport: Transport, replicas: int) -> None:
             await trio.sleep(PROVISION_RETRY_INTERVAL_S)
 
 
+@final
 @attrs.frozen
 class HostConfig:
     """What one process hosts.
@@ -283,6 +262,7 @@ class HostConfig:
         _checked_restart_limit(self.worker_restart_limit)
 
 
+@final
 @attrs.frozen
 class HostInfo:
     """What a started host runs; ``api_url`` is None without an API, ``server`` None on given
@@ -299,6 +279,7 @@ class HostInfo:
     bridge: Bridge | None = None
 
 
+@final
 class Host:
     """``info = await nursery.start(Host(config).run)``; cancel the nursery to stop everything
     (the embedded nats-server is stopped even then: its stop is shielded)."""
@@ -355,10 +336,10 @@ class Host:
                     await nursery.start(endpoints.run)
                 worker: Worker | None = None
                 if cfg.handlers:
-                    worker = wired_worker(
+                    worker = Worker(
                         transport,
-                        inputs,
                         cfg.handlers,
+                        inputs=inputs,
                         env=self.env,
                         ack_wait_s=cfg.worker_ack_wait_s,
                         restart_limit=cfg.worker_restart_limit,

@@ -129,3 +129,42 @@ def test_only_the_engine_builds_and_encodes_run_snapshots() -> None:
             if isinstance(node, ast.Name | ast.Attribute) and name in owners:
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: {name}")
     assert found == []
+
+
+def test_concrete_public_classes_are_final() -> None:
+    """Every class a package exports is ``@final`` unless something in the package derives from
+    it (a base such as ``TransportError``), or it is an enum or a ``Protocol``."""
+    import enum
+    import inspect
+    import pkgutil
+
+    import dagnats_trio
+
+    packages = ["dagnats_trio"] + [
+        f"dagnats_trio.{m.name}" for m in pkgutil.iter_modules(dagnats_trio.__path__) if m.ispkg
+    ]
+    exported: dict[type, str] = {}
+    for name in packages:
+        package = importlib.import_module(name)
+        for attr in package.__all__:
+            obj = getattr(package, attr)
+            if inspect.isclass(obj) and obj.__module__.startswith("dagnats_trio"):
+                exported[obj] = f"{name}.{attr}"
+    defined = {
+        cls
+        for module in list(sys.modules.values())
+        if getattr(module, "__name__", "").startswith("dagnats_trio")
+        for _, cls in inspect.getmembers(module, inspect.isclass)
+        if cls.__module__.startswith("dagnats_trio")
+    }
+    bases = {base for cls in defined for base in cls.__mro__[1:]}
+    not_final = sorted(
+        where
+        for cls, where in exported.items()
+        if not getattr(cls, "__final__", False)
+        and cls not in bases
+        and not issubclass(cls, enum.Enum)
+        and not getattr(cls, "_is_protocol", False)
+    )
+    print(f"{len(exported)} exported classes checked")
+    assert not_final == []

@@ -9,6 +9,8 @@ needs.
 
 from __future__ import annotations
 
+from typing import final
+
 import attrs
 
 from ..dag import Problem, WorkflowDef
@@ -76,11 +78,13 @@ class WorkflowList:
     workflows: tuple[WorkflowDef, ...]
 
 
+@final
 @attrs.frozen
 class RunStarted:
     run_id: str
 
 
+@final
 @attrs.frozen
 class StepView:
     """One step. ``iteration`` and ``attempt`` are those of the current (or last) dispatch, None
@@ -99,6 +103,7 @@ class StepView:
     finished_at_ms: int | None
 
 
+@final
 @attrs.frozen
 class RunView:
     run_id: str
@@ -140,6 +145,7 @@ class SignalAccepted:
     name: str
 
 
+@final
 @attrs.frozen
 class JournalEntry:
     """One journal record. ``record`` is the decoded body (its ``type`` names the kind); a body
@@ -151,6 +157,7 @@ class JournalEntry:
     error: str | None = None
 
 
+@final
 @attrs.frozen
 class JournalPage:
     """``next`` goes back as ``from`` for the next page (the sequence after the last record)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, final
 
 import attrs
 import trio
@@ -56,23 +56,27 @@ class ServiceError(Exception):
     """Base of the errors a caller can act on (the endpoints map each to a status code)."""
 
 
+@final
 class WorkflowNotFound(ServiceError):
     def __init__(self, name: str) -> None:
         self.name = name
         super().__init__(f"workflow {name!r} is not registered")
 
 
+@final
 class RunNotFound(ServiceError):
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         super().__init__(f"run {run_id!r} does not exist")
 
 
+@final
 class InvalidRequest(ServiceError, ValueError):
     """A malformed argument. (A malformed id is :class:`dagnats_trio.protocol.InvalidId`,
     which names the field that carried it.)"""
 
 
+@final
 class RunRunning(ServiceError):
     """The run (or a child run of it) has not finished, so it cannot be purged."""
 
@@ -89,12 +93,14 @@ class RunRunning(ServiceError):
         super().__init__(message)
 
 
+@final
 class RunWaitTimeout(ServiceError):
     def __init__(self, run_id: str, timeout_s: float) -> None:
         self.run_id = run_id
         super().__init__(f"run {run_id!r} did not finish within {timeout_s} s")
 
 
+@final
 @attrs.frozen
 class RunPage:
     """One page of runs; pass ``next_cursor`` back to get the next (None at the end)."""
@@ -103,6 +109,7 @@ class RunPage:
     next_cursor: str | None
 
 
+@final
 class Service:
     def __init__(self, transport: Transport, env: RuntimeEnv = DEFAULT_ENV) -> None:
         self.transport = transport

@@ -3,7 +3,7 @@
 A lease is one delivery from the durable consumer ``workers-{task_type}`` (the one Python workers
 of that type share), held for a client that keeps heart-beating. Everything that decides what a
 delivery may still do is the same code the Python worker runs: :func:`open_journal` claims,
-:meth:`Journal.append` and :meth:`Journal.settle` write fenced, the :class:`Holder` flags say
+:meth:`Journal.append` and :meth:`Journal.settle` write fenced, the :class:`DeliveryState` flags say
 whether to ack. The bridge only adds the lease table, its bounds and the translation of outcomes
 into answers a client in any language can act on.
 """
@@ -15,7 +15,7 @@ import math
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, final
 
 import attrs
 import trio
@@ -26,8 +26,8 @@ from ..journal import (
     DEFAULT_RESTART_LIMIT,
     Committed,
     CommittedIteration,
+    DeliveryState,
     Fenced,
-    Holder,
     Journal,
     JournalCorrupt,
     RestartLimit,
@@ -134,6 +134,7 @@ APPENDABLE: Final[dict[str, Any]] = {
 FILLED_FIELDS: Final = ("iteration", "attempt", "claim_id")
 
 
+@final
 @attrs.define(eq=False)
 class Lease:
     """One delivery held for a client. ``lapsed``: the client went quiet for longer than the
@@ -145,7 +146,7 @@ class Lease:
     task_type: str
     task: TaskMessage
     delivery: Delivery
-    holder: Holder
+    holder: DeliveryState
     last_contact: float
     journal: Journal | None = None
     journal_wanted: bool = False
@@ -172,6 +173,7 @@ def _positive_seconds(name: str, value: float) -> float:
     return float(value)
 
 
+@final
 class Bridge:
     """Leases tasks to HTTP clients. Mount it with ``create_app(..., bridge=bridge)`` and start
     its background part with ``await nursery.start(bridge.run)`` (it extends the AckWait of
@@ -346,7 +348,7 @@ class Bridge:
             await delivery.term()
             return None
         token = secrets.token_urlsafe(LEASE_TOKEN_BYTES)
-        holder = Holder(TaskIdentity.of(task), worker_id=self._bridge_id)
+        holder = DeliveryState(TaskIdentity.of(task), worker_id=self._bridge_id)
         lease = Lease(token, task_type, task, delivery, holder, trio.current_time())
         self._leases[token] = lease
         return lease

@@ -7,7 +7,10 @@ bridge's contract (docs/bridge.md), so a client in any language can act on them.
 
 from __future__ import annotations
 
+from typing import final
 
+
+@final
 class BridgeError(Exception):
     """An expected failure of a bridge action: a status, a stable code and a readable message."""
 

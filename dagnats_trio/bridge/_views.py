@@ -6,6 +6,8 @@ the routes do.
 
 from __future__ import annotations
 
+from typing import final
+
 import attrs
 
 from ..protocol import JsonValue
@@ -13,6 +15,7 @@ from ..protocol import JsonValue
 # --- request bodies --------------------------------------------------------------------------
 
 
+@final
 @attrs.frozen
 class CompleteBody:
     """``output`` is the step's output (any JSON value)."""
@@ -20,6 +23,7 @@ class CompleteBody:
     output: JsonValue = None
 
 
+@final
 @attrs.frozen
 class FailBody:
     """``retriable`` false fails the step for good; true lets its retry policy decide."""
@@ -28,6 +32,7 @@ class FailBody:
     retriable: bool = True
 
 
+@final
 @attrs.frozen
 class ContinueBody:
     """Ends an iteration of an agent loop. The wait fields ask the engine to wait before the
@@ -41,6 +46,7 @@ class ContinueBody:
     until_input: bool = False
 
 
+@final
 @attrs.frozen
 class PauseBody:
     """Park the step for ``duration_ms``; it comes back to the same iteration and attempt."""
@@ -48,6 +54,7 @@ class PauseBody:
     duration_ms: int
 
 
+@final
 @attrs.frozen
 class CheckpointBody:
     """``state`` is any JSON value: it rides the commit of a journal step (no cap), and goes to
@@ -56,6 +63,7 @@ class CheckpointBody:
     state: JsonValue
 
 
+@final
 @attrs.frozen
 class PlaceInputsBody:
     """``mode`` is ``steer`` or ``follow_up``."""
@@ -63,6 +71,7 @@ class PlaceInputsBody:
     mode: str
 
 
+@final
 @attrs.frozen
 class JournalAppendBody:
     """A journal record in the wire format of docs/journal-wire-format.md without
@@ -76,6 +85,7 @@ class JournalAppendBody:
 # --- responses -------------------------------------------------------------------------------
 
 
+@final
 @attrs.frozen
 class LeaseView:
     """A leased task. Send ``token`` back on every lease route; heartbeat at least every
@@ -97,6 +107,7 @@ class LeaseView:
     ack_wait_ms: int
 
 
+@final
 @attrs.frozen
 class HeartbeatView:
     """The lease is alive; ``claimed`` says whether it holds the journal's claim."""
@@ -106,6 +117,7 @@ class HeartbeatView:
     status: str = "ok"
 
 
+@final
 @attrs.frozen
 class BridgeJournalEntry:
     """One record of the current iteration: its stream sequence and its wire form."""
@@ -114,6 +126,7 @@ class BridgeJournalEntry:
     record: JsonValue
 
 
+@final
 @attrs.frozen
 class ClaimedJournal:
     """The claim this lease holds (``claim_id``, and ``last_seq``, the tail it last saw) and the
@@ -128,6 +141,7 @@ class ClaimedJournal:
     truncated: bool = False
 
 
+@final
 @attrs.frozen
 class Appended:
     """The stream sequence the record was stored at (now the lease's ``last_seq``)."""
@@ -135,6 +149,7 @@ class Appended:
     seq: int
 
 
+@final
 @attrs.frozen
 class CheckpointState:
     """The task's state and where it came from: ``journal`` (the commit at ``seq``),
@@ -146,6 +161,7 @@ class CheckpointState:
     seq: int | None = None
 
 
+@final
 @attrs.frozen
 class CheckpointSaved:
     """``stored`` is ``journal`` (rides the next commit) or ``kv``."""
@@ -153,6 +169,7 @@ class CheckpointSaved:
     stored: str
 
 
+@final
 @attrs.frozen
 class Settled:
     """The task is settled and acknowledged; ``journal_seq`` is the commit's sequence for a
@@ -162,6 +179,7 @@ class Settled:
     journal_seq: int | None = None
 
 
+@final
 @attrs.frozen
 class PlacedInputView:
     request_id: str
@@ -170,6 +188,7 @@ class PlacedInputView:
     iteration: int
 
 
+@final
 @attrs.frozen
 class PlacedInputs:
     """Inputs placed in this iteration, in submission order, each once per lease."""

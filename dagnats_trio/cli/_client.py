@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, final
 
 import attrs
 import httpx
@@ -49,6 +49,7 @@ class ClientError(Exception):
         super().__init__(message)
 
 
+@final
 class CannotConnect(ClientError):
     exit_code = EXIT_CANNOT_CONNECT
 
@@ -59,6 +60,7 @@ class UsageError(ClientError):
     exit_code = EXIT_USAGE
 
 
+@final
 class ApiFailure(ClientError):
     """The API answered with an error: ``status``, ``code`` and its readable message."""
 
@@ -113,6 +115,7 @@ def _failure(response: httpx.Response) -> ApiFailure:
     return ApiFailure(status, code, message, detail)
 
 
+@final
 class ApiClient:
     """``async with ApiClient(url, token) as api: ...``."""
 

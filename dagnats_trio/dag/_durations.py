@@ -4,6 +4,7 @@ milliseconds. Never nanoseconds, so a JSON number is never ambiguous."""
 from __future__ import annotations
 
 import re
+from typing import final
 
 from ..protocol import is_ascii_digits, parse_decimal
 
@@ -23,6 +24,7 @@ _PART = re.compile(r"([0-9]+)(ms|s|m|h|d)")
 _WHOLE = re.compile(r"^(?:[0-9]+(?:ms|s|m|h|d))+\Z")
 
 
+@final
 class DurationError(ValueError):
     """A duration that is not a non-negative integer of ms or a string like ``"30s"``."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, final
 
 import attrs
 
@@ -50,6 +50,7 @@ class RetryStrategy(enum.Enum):
     EXPONENTIAL = "exponential"
 
 
+@final
 @attrs.frozen
 class RetryPolicy:
     """Attempts per iteration and the backoff between them (defaults: 3 attempts, fixed 1 s)."""
@@ -73,6 +74,7 @@ class RetryPolicy:
         return int(min(delay, float(self.max_delay)))
 
 
+@final
 @attrs.frozen
 class AgentLoopConfig:
     """Bounds of an ``agent_loop`` step. ``max_duration`` (ms, None = unbounded) counts from the
@@ -84,11 +86,13 @@ class AgentLoopConfig:
     loop_state_max_bytes: int = DEFAULT_LOOP_STATE_MAX_BYTES
 
 
+@final
 @attrs.frozen
 class SubWorkflowConfig:
     workflow: str
 
 
+@final
 @attrs.frozen
 class StepDef:
     """One step. ``timeout`` (ms, None = none) bounds each dispatch, waits of that dispatch
@@ -108,6 +112,7 @@ class StepDef:
         return self.type is StepType.AGENT_LOOP
 
 
+@final
 @attrs.frozen
 class WorkflowDef:
     name: str
@@ -139,6 +144,7 @@ class WorkflowDef:
         return to_json(self)
 
 
+@final
 @attrs.frozen
 class Problem:
     """One thing wrong with a definition. ``step`` is None for workflow-level problems."""
@@ -152,6 +158,7 @@ class Problem:
         return f"{where}, {self.field}: {self.message}"
 
 
+@final
 class WorkflowInvalid(ValueError):
     """A definition failed validation; ``problems`` holds every problem found, not just one."""
 

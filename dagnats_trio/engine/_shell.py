@@ -13,7 +13,7 @@ import logging
 import os
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, final
 
 import attrs
 import trio
@@ -97,6 +97,7 @@ def legacy_from_env(environ: Any = None) -> bool:
     return value.strip().lower() not in {"0", "false", "no", "off"}
 
 
+@final
 @attrs.define
 class EngineStats:
     """Counters for tests and operators (this process only)."""
@@ -110,6 +111,7 @@ class EngineStats:
     timers_fired: int = 0
 
 
+@final
 class Engine:
     """Run with ``await nursery.start(engine.run)``; cancel the nursery to stop it.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, final
 
 import attrs
 
@@ -64,6 +64,7 @@ REASON_NOT_A_LOOP = "not_a_loop"
 MAX_RUN_ID_CHARS = ID_MAX_CHARS
 
 
+@final
 @attrs.frozen
 class AdvanceContext:
     """What :func:`advance` may know beyond the snapshot and the event.
@@ -79,6 +80,7 @@ class AdvanceContext:
     seq: int | None = None
 
 
+@final
 @attrs.frozen
 class Outcome:
     """The result of one decision. ``dropped`` names why an event was ignored; ``replayed`` is
@@ -143,7 +145,7 @@ def decide(snapshot: RunSnapshot | None, event: RunEvent, ctx: AdvanceContext) -
         if snapshot is not None and (snapshot.started or snapshot.status.finished):
             return Outcome(snapshot, dropped="run already started")
         base = snapshot or new_run_snapshot(event, ctx.definition, ctx.now_ms)
-        tx = _Tx(base, ctx)
+        tx = _Decision(base, ctx)
         tx.start()
         return tx.finish()
     if snapshot is None:
@@ -157,7 +159,7 @@ def decide(snapshot: RunSnapshot | None, event: RunEvent, ctx: AdvanceContext) -
     if isinstance(event, SignalSent):
         # Signals live in KV; the history record is for audit. Nothing to decide.
         return Outcome(snapshot)
-    tx = _Tx(snapshot, ctx)
+    tx = _Decision(snapshot, ctx)
     if isinstance(event, StepCompleted | StepFailed | StepContinue | StepPaused):
         tx.lifecycle(event)
     elif isinstance(event, TimerFired):
@@ -173,7 +175,7 @@ def decide(snapshot: RunSnapshot | None, event: RunEvent, ctx: AdvanceContext) -
     return tx.finish()
 
 
-class _Tx:
+class _Decision:
     """One decision under construction: a private, mutable working copy."""
 
     def __init__(self, snapshot: RunSnapshot, ctx: AdvanceContext) -> None:

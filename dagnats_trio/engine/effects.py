@@ -4,13 +4,14 @@ at-most-once anyway, and the inputs hooks are required to be idempotent."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, final
 
 import attrs
 
 from ..protocol import RunEvent, TaskMessage, TimerFired, register_union
 
 
+@final
 @attrs.frozen
 class PublishTask:
     TYPE: ClassVar[str] = "publish_task"
@@ -18,6 +19,7 @@ class PublishTask:
     msg_id: str
 
 
+@final
 @attrs.frozen
 class ArmTimer:
     """A durable timer on ``sleep.{run}.{step}``, due at wall-clock epoch ms ``due_ms``."""
@@ -28,12 +30,14 @@ class ArmTimer:
     event: TimerFired
 
 
+@final
 @attrs.frozen
 class AnnounceCancel:
     TYPE: ClassVar[str] = "announce_cancel"
     run_id: str
 
 
+@final
 @attrs.frozen
 class PublishEvent:
     """An event for a (usually other) run's history: child start, child finish, cascade."""
@@ -44,6 +48,7 @@ class PublishEvent:
     msg_id: str
 
 
+@final
 @attrs.frozen
 class CheckQueuedInputs:
     """Ask the inputs hooks whether input is already queued; if so publish an
@@ -55,6 +60,7 @@ class CheckQueuedInputs:
     msg_id: str
 
 
+@final
 @attrs.frozen
 class SettleInputs:
     TYPE: ClassVar[str] = "settle_inputs"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, final
 
 
 class InputsHooks(Protocol):
@@ -17,6 +17,7 @@ class InputsHooks(Protocol):
         settle each of its submissions (done when its iteration committed, else unanswered)."""
 
 
+@final
 class NoInputs:
     """No inputs service: nothing is ever queued."""
 

@@ -10,6 +10,7 @@ them when the unacknowledged event comes again (every effect is idempotent).
 from __future__ import annotations
 
 import enum
+from typing import final
 
 import attrs
 
@@ -45,6 +46,7 @@ class Park(enum.Enum):
     PAUSE = "pause"  # same iteration, same attempt, new nonce
 
 
+@final
 @attrs.frozen
 class StepState:
     """One step of a run.
@@ -71,12 +73,14 @@ class StepState:
     finished_at_ms: int | None = None
 
 
+@final
 @attrs.frozen
 class OutboxEntry:
     seq: int
     effects: tuple[Effect, ...] = ()
 
 
+@final
 @attrs.frozen
 class RunSnapshot:
     """A run. ``started`` turns true when the engine applied ``workflow.started`` (the service

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, final
 
 import attrs
 import trio
@@ -46,6 +46,7 @@ MAX_CONCURRENT_REQUESTS = 256
 T = TypeVar("T")
 
 
+@final
 @attrs.frozen
 class SubmitRequest:
     run_id: str
@@ -55,6 +56,7 @@ class SubmitRequest:
     content: JsonValue = None
 
 
+@final
 @attrs.frozen
 class GetRequest:
     """``wait`` (a duration: ``"30s"`` or integer milliseconds): wait up to this long for a
@@ -67,6 +69,7 @@ class GetRequest:
     since: str | None = None
 
 
+@final
 @attrs.frozen
 class WithdrawRequest:
     run_id: str
@@ -74,6 +77,7 @@ class WithdrawRequest:
     request_id: str = ""
 
 
+@final
 @attrs.frozen
 class SubmissionReply:
     status: int
@@ -86,6 +90,7 @@ class ErrorBody:
     message: str
 
 
+@final
 @attrs.frozen
 class ErrorReply:
     status: int
@@ -105,6 +110,7 @@ def bearer_token(headers: Headers) -> str | None:
     return None
 
 
+@final
 class InputsEndpoints:
     """Serves the three subjects in the ``api`` queue group until cancelled."""
 

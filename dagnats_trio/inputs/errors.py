@@ -6,6 +6,8 @@ endpoints can answer ``{"error": {"code", "message"}}`` without knowing which er
 
 from __future__ import annotations
 
+from typing import final
+
 
 class InputError(Exception):
     """Base of every error the inputs service raises on purpose."""
@@ -20,6 +22,7 @@ class InputError(Exception):
             self.code = code
 
 
+@final
 class BadRequestError(InputError):
     """The request itself is malformed: bad id, bad mode, content that is not JSON."""
 
@@ -27,6 +30,7 @@ class BadRequestError(InputError):
     code = "bad_request"
 
 
+@final
 class UnauthorizedError(InputError):
     """A token is configured and the request did not carry it."""
 
@@ -34,6 +38,7 @@ class UnauthorizedError(InputError):
     code = "unauthorized"
 
 
+@final
 class NotFoundError(InputError):
     """Unknown run, step or submission."""
 
@@ -48,6 +53,7 @@ class ConflictError(InputError):
     code = "conflict"
 
 
+@final
 class ContentTooLargeError(InputError):
     """The content is over the size bound."""
 
@@ -55,6 +61,7 @@ class ContentTooLargeError(InputError):
     code = "content_too_large"
 
 
+@final
 class ContentionError(InputError):
     """A compare-and-set loop lost too many times in a row; the caller may retry."""
 

@@ -23,7 +23,7 @@ own appends are fenced.
 from __future__ import annotations
 
 import enum
-from typing import Protocol
+from typing import Protocol, final
 
 import attrs
 
@@ -55,6 +55,7 @@ class JournalWriter(Protocol):
         """Fenced append (raises the journal's Fenced error if the writer lost the tail)."""
 
 
+@final
 @attrs.frozen
 class PlacedInput:
     """An input handed to the handler; ``content`` comes from the journal record."""
@@ -74,6 +75,7 @@ class PlacedInput:
         )
 
 
+@final
 @attrs.define
 class PlacementState:
     """What one delivery has already returned; the TaskContext keeps one per delivery."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable
+from typing import final
 
 import attrs
 import trio
@@ -97,6 +98,7 @@ MARK_COMMITTED_BACKOFF_S = 0.1
 MARK_COMMITTED_BACKOFF_MAX_S = 1.0
 
 
+@final
 @attrs.frozen
 class StoredSubmission:
     """A submission with the KV revision it was read at (what a compare-and-set needs)."""
@@ -173,6 +175,7 @@ def _decode_index(data: bytes) -> StepIndex:
     return from_json(data, StepIndex, "input index")
 
 
+@final
 class InputsService:
     """Submit, read, withdraw and settle inputs; also the engine's ``InputsHooks``."""
 

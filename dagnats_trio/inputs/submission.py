@@ -11,6 +11,7 @@ these functions inside compare-and-set loops, so the rules live here once and ar
 from __future__ import annotations
 
 import enum
+from typing import final
 
 import attrs
 
@@ -59,6 +60,7 @@ TRANSITIONS: frozenset[tuple[SubmissionStatus, SubmissionStatus]] = frozenset(
 )
 
 
+@final
 @attrs.frozen
 class Submission:
     """One input sent to one step of a run.
@@ -80,6 +82,7 @@ class Submission:
     settled_at_ms: int | None = None
 
 
+@final
 class InvalidTransition(ConflictError):
     """A move the state machine does not allow (for example withdrawing a placed input)."""
 

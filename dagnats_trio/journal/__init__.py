@@ -52,7 +52,7 @@ if TYPE_CHECKING:
         read_journal,
     )
     from ._holder import (
-        Holder,
+        DeliveryState,
         Settlement,
     )
     from ._model import (
@@ -89,7 +89,7 @@ else:
                 "golden_deliveries",
             ),
             "._holder": (
-                "Holder",
+                "DeliveryState",
                 "Settlement",
             ),
             "._model": (
@@ -110,11 +110,11 @@ __all__ = [
     "CommitAction",
     "Committed",
     "CommittedIteration",
+    "DeliveryState",
     "Fenced",
     "Finding",
     "GoldenDelivery",
     "GoldenJournal",
-    "Holder",
     "HolderKilled",
     "Journal",
     "JournalCorrupt",

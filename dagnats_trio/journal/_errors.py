@@ -6,41 +6,51 @@ the task, so a handler lets it through unchanged; everything else is an error th
 
 from __future__ import annotations
 
+from typing import final
+
 
 class JournalSettled(Exception):
     """The task is already settled by the journal; the handler returns it unchanged."""
 
 
+@final
 class Stale(JournalSettled):
     """A late redelivery: a later iteration, dispatch or attempt owns the journal. Acked, no run."""
 
 
+@final
 class Committed(JournalSettled):
     """This dispatch already committed; its lifecycle event was published again. Acked."""
 
 
+@final
 class RestartLimit(JournalSettled):
     """Claimed ``restart_limit`` times in a row without progress: a retriable failure was
     committed and published. Acked."""
 
 
+@final
 class Fenced(JournalSettled):
     """A successor claimed the journal after this writer: it writes nothing more, publishes no
     lifecycle event and does not ack (the successor owns the same task message)."""
 
 
+@final
 class ReplayMismatch(Exception):
     """The handler issued a different call at a recorded position: a bug in the handler."""
 
 
+@final
 class ToolOutputNotJson(TypeError):
     """A tool function returned something that is not a JSON value."""
 
 
+@final
 class CallLimitExceeded(RuntimeError):
     """An iteration made more model and tool calls than ``MAX_CALLS_PER_ITERATION``."""
 
 
+@final
 class JournalCorrupt(ValueError):
     """A record in the journal could not be decoded."""
 
@@ -49,5 +59,6 @@ class JournalCorrupt(ValueError):
         self.seq = seq
 
 
+@final
 class HolderKilled(Exception):
     """A crash seam killed this holder: it stops as if its process died (no ack, no writes)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, final
 
 import attrs
 import trio
@@ -54,6 +54,7 @@ COMPARED_COMMIT_FIELDS: Final = (
 )
 
 
+@final
 @attrs.frozen
 class Finding:
     """One difference between the recording and the new code, at a position of a delivery."""
@@ -73,6 +74,7 @@ class Finding:
         return f"{where}: {self.kind}: recorded {self.recorded}; new {self.new}"
 
 
+@final
 class ReplayStopped(Exception):
     """The new code went where the recording cannot answer: its delivery stops here."""
 
@@ -97,6 +99,7 @@ def describe_recorded(view: ReplayView, pos: int) -> str:
     return "no call"
 
 
+@final
 @attrs.frozen
 class GoldenDelivery:
     """A recorded delivery that wrote a commit: the view it claimed with, and that commit."""
@@ -137,6 +140,7 @@ def commit_changes(recorded: CommitRecord, new: CommitRecord) -> list[tuple[str,
     return out
 
 
+@final
 class GoldenJournal:
     """The journal of one replayed delivery: calls answered from the records, never run. What
     the recording cannot answer is appended to ``findings`` and raised as :class:`ReplayStopped`.

@@ -11,7 +11,7 @@ import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, final
 
 import attrs
 import trio
@@ -65,7 +65,7 @@ from ._events import (
     TRANSIENT_RETRY_DEADLINE_S,
     publish_lifecycle,
 )
-from ._holder import Holder, Settlement
+from ._holder import DeliveryState, Settlement
 from ._replay import (
     MAX_CALLS_PER_ITERATION,
     NOT_JSON_ERROR_PREFIX,
@@ -111,6 +111,7 @@ def check_restart_limit(value: int) -> int:
     return value
 
 
+@final
 @attrs.frozen
 class ToolCall:
     """A tool call as the handler states it; the journal fills ``key`` before calling fn."""
@@ -136,6 +137,7 @@ async def _call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
     return value
 
 
+@final
 @attrs.frozen
 class CommittedIteration:
     """Told to ``on_committed`` after a commit stores (not for failures): the request ids of the
@@ -175,7 +177,7 @@ class _Guard:
 _UNSET: Any = object()
 
 
-async def _transient(what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
+async def _retry_transient(what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
     """Retry ``fn`` on no-leader / timeout with a bounded backoff (reads only: idempotent)."""
     backoff = TRANSIENT_BACKOFF_START_S
     deadline = trio.current_time() + TRANSIENT_RETRY_DEADLINE_S
@@ -202,14 +204,16 @@ async def read_entries(
 ) -> list[Entry]:
     """Records of ``subject`` from ``from_seq`` up to ``to_seq`` (the tail when None)."""
     if to_seq is None:
-        tail = await _transient("tail", lambda: transport.get_last_msg(JOURNAL_STREAM, subject))
+        tail = await _retry_transient(
+            "tail", lambda: transport.get_last_msg(JOURNAL_STREAM, subject)
+        )
         if tail is None:
             return []
         to_seq = tail.seq
     out: list[Entry] = []
     seq = max(from_seq, 1)
     while seq <= to_seq:
-        page: list[StoredMsg] = await _transient(
+        page: list[StoredMsg] = await _retry_transient(
             "read",
             functools.partial(
                 transport.read_subject, JOURNAL_STREAM, subject, seq, READ_PAGE_RECORDS
@@ -233,6 +237,7 @@ async def read_journal(
     return await read_entries(transport, journal_subject(run_id, step_id), 1)
 
 
+@final
 class Journal:
     """The journal of one task delivery, after its claim. Single owner (one task at a time)."""
 
@@ -241,7 +246,7 @@ class Journal:
         *,
         transport: Transport,
         task: TaskIdentity,
-        holder: Holder,
+        holder: DeliveryState,
         claim_id: str,
         last_seq: int,
         view: ReplayView,
@@ -312,9 +317,12 @@ class Journal:
         """The state of record: the last ``set_state`` of this delivery, else the state of the
         commit this iteration started from (one get by sequence at most, then cached)."""
         if self._pending_state is not _UNSET:
+            await trio.lowlevel.checkpoint()
             return self._pending_state
         if self._base_state is _UNSET:
             self._base_state = await load_commit_state(self._transport, self._task)
+        else:
+            await trio.lowlevel.checkpoint()
         return self._base_state
 
     def set_state(self, state: JsonValue) -> None:
@@ -325,7 +333,16 @@ class Journal:
     # --- appends ------------------------------------------------------------------------------
 
     async def append(self, record: JournalRecord) -> int:
-        """Fenced append of a record of this writer (raises :class:`Fenced` on a lost tail)."""
+        """Fenced append of a record of this writer (raises :class:`Fenced` on a lost tail).
+
+        Guarded like the calls: an append from a second task while a call runs would take a
+        position out of the order replay relies on. ``place_inputs`` appends through here, so
+        each of its records is guarded too.
+        """
+        with self._guard:
+            return await self._append_checked(record)
+
+    async def _append_checked(self, record: JournalRecord) -> int:
         t = self._task
         if (record.iteration, record.attempt) != (t.iteration, t.attempt) or (
             record.claim_id != self._claim_id
@@ -404,7 +421,7 @@ class Journal:
         )
 
     async def _tail_msg(self) -> StoredMsg | None:
-        result: StoredMsg | None = await _transient(
+        result: StoredMsg | None = await _retry_transient(
             "tail", lambda: self._transport.get_last_msg(JOURNAL_STREAM, self._subject)
         )
         return result
@@ -444,6 +461,8 @@ class Journal:
             if decision.action is ModelAction.MISMATCH:
                 raise ReplayMismatch(decision.reason)
             if decision.action is ModelAction.REUSE:
+                # Replay does no I/O; without this a replay of many calls would never yield.
+                await trio.lowlevel.checkpoint()
                 self._next_call = pos + 1
                 return decision.response
             await self._check_tail()
@@ -473,6 +492,8 @@ class Journal:
             )
             if decision.action is ToolAction.MISMATCH:
                 raise ReplayMismatch(decision.reason)
+            if decision.action is ToolAction.REUSE:
+                await trio.lowlevel.checkpoint()  # as in model(): a reuse does no I/O
             self._consumed = consumed
             self._next_call = pos + 1
             t = self._task
@@ -532,7 +553,13 @@ class Journal:
 
     async def tool_output(self, chunk: JsonValue) -> None:
         """Record partial output of the tool function now running (a ``tool.output`` record);
-        an interrupted result carries it to the model."""
+        an interrupted result carries it to the model.
+
+        Not guarded, on purpose: it is only valid while a tool function runs, and that function
+        runs inside :meth:`tool`, which holds the guard. The chunks carry the running call's
+        position, not one of their own, so their order is not part of replay; the handle's
+        lock still writes them one at a time, in the order they come.
+        """
         if self._running is None:
             raise RuntimeError("tool_output is only valid while a tool function runs")
         _require_json("tool output chunk", chunk)
@@ -654,7 +681,7 @@ async def load_commit_state(transport: Transport, task: TaskIdentity) -> JsonVal
     if task.journal_seq is None:
         return None
     try:
-        msg: StoredMsg = await _transient(
+        msg: StoredMsg = await _retry_transient(
             "state", lambda: transport.get_msg(JOURNAL_STREAM, task.journal_seq or 0)
         )
     except NotFound:
@@ -671,7 +698,7 @@ async def open_journal(
     transport: Transport,
     task: TaskMessage,
     *,
-    holder: Holder | None = None,
+    holder: DeliveryState | None = None,
     restart_limit: int = DEFAULT_RESTART_LIMIT,
     env: RuntimeEnv = DEFAULT_ENV,
     on_committed: OnCommitted | None = None,
@@ -685,10 +712,10 @@ async def open_journal(
     check_restart_limit(restart_limit)
     ident = TaskIdentity.of(task)
     if holder is None:
-        holder = Holder(ident)
+        holder = DeliveryState(ident)
     holder.check_writable()
     subject = journal_subject(ident.run_id, ident.step_id)
-    tail_msg: StoredMsg | None = await _transient(
+    tail_msg: StoredMsg | None = await _retry_transient(
         "tail", lambda: transport.get_last_msg(JOURNAL_STREAM, subject)
     )
     tail = _decode(tail_msg) if tail_msg is not None else None
@@ -751,7 +778,7 @@ async def open_journal(
 async def _republish(
     transport: Transport,
     ident: TaskIdentity,
-    holder: Holder,
+    holder: DeliveryState,
     tail: Entry,
     on_committed: OnCommitted | None,
 ) -> None:

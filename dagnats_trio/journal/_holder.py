@@ -7,6 +7,7 @@ a handler may swallow ``Fenced`` or a kill, but the flags here still say what ha
 from __future__ import annotations
 
 import enum
+from typing import final
 
 import attrs
 import trio
@@ -24,8 +25,9 @@ class Settlement(enum.Enum):
     NO_ACK = "no_ack"  # fenced: the successor owns the same task message
 
 
+@final
 @attrs.define(eq=False)
-class Holder:
+class DeliveryState:
     """The state of one delivery. ``stalled`` > 0 while a seam hook blocks: the background
     heartbeat stops then, as it would in a stalled process, so the AckWait can run out."""
 

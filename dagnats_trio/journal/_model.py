@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, final
 
 import trio
 
 from dagnats_trio.protocol import JsonValue
 
 
+@final
 class ScriptExhausted(RuntimeError):
     """The scripted model was asked for more responses than it was given."""
 
 
+@final
 class ScriptedModel:
     """``await j.model(model)`` (or ``lambda: model(prompt)``) returns the next scripted response.
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping, Sequence
-from typing import TypeAlias
+from typing import TypeAlias, final
 
 import attrs
 
@@ -76,6 +76,7 @@ def call_key(run_id: str, step_id: str, iteration: int, call: int) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+@final
 @attrs.frozen
 class TaskIdentity:
     run_id: str
@@ -393,6 +394,7 @@ def _placed(segment: Sequence[JournalRecord]) -> tuple[InputPlacedRecord, ...]:
 # ---------------------------------------------------------------------------------------------
 
 
+@final
 @attrs.frozen
 class ToolResult:
     """What ``Journal.tool`` returns: the tool's output, or its own error, or an interruption."""

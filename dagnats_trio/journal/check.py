@@ -30,6 +30,7 @@ The rules, precisely (``rule`` names in parentheses):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import final
 
 import attrs
 
@@ -46,6 +47,7 @@ from dagnats_trio.protocol import (
 )
 
 
+@final
 @attrs.frozen
 class Violation:
     rule: str
@@ -57,6 +59,7 @@ class Violation:
         return f"[{self.rule}] {where}{self.message}"
 
 
+@final
 @attrs.frozen
 class CheckReport:
     violations: tuple[Violation, ...]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator
-from typing import Final, Literal
+from typing import Final, Literal, final
 
 from ._errors import ProtocolError
 from ._events import Err, Event, Msg, Ok, Ping, Pong, Pub, Sub, Unsub, parse_connect, parse_info
@@ -74,6 +74,7 @@ class _Pending:
         self.total_bytes = total_bytes
 
 
+@final
 class Parser:
     """Incremental NATS parser. ``max_payload_bytes`` may be raised or lowered at any time (the
     client protocol sets it from the server's INFO)."""

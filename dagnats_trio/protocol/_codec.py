@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import typing
-from typing import Any, TypeVar
+from typing import Any, TypeVar, final
 
 import attrs
 import cattrs
@@ -19,6 +19,7 @@ JsonValue = Any
 TAG_FIELD = "type"
 
 
+@final
 class DecodeError(ValueError):
     """A message on the wire is not valid JSON or not the expected shape."""
 

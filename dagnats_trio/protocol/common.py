@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import final
+
 import attrs
 
 
+@final
 @attrs.frozen
 class DispatchId:
     """The identity the engine stamps on each dispatch of a step.
@@ -19,6 +22,7 @@ class DispatchId:
     nonce: str
 
 
+@final
 @attrs.frozen
 class Wait:
     """A durable wait requested by ``continue_``: any mix, whichever comes first wakes the step.
@@ -35,6 +39,7 @@ class Wait:
         return self.delay_ms is None and self.until_ms is None and not self.until_input
 
 
+@final
 @attrs.frozen
 class ParentRef:
     """The step of a parent run that started a child run (``sub_workflow``)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, final
 
 import attrs
 
@@ -11,6 +11,7 @@ from .common import DispatchId, ParentRef, Wait
 from .records import CommitAction
 
 
+@final
 @attrs.frozen
 class WorkflowStarted:
     TYPE: ClassVar[str] = "workflow.started"
@@ -22,6 +23,7 @@ class WorkflowStarted:
     started_at_ms: int = 0
 
 
+@final
 @attrs.frozen
 class StepCompleted:
     TYPE: ClassVar[str] = "step.completed"
@@ -32,6 +34,7 @@ class StepCompleted:
     journal_seq: int | None = None
 
 
+@final
 @attrs.frozen
 class StepFailed:
     TYPE: ClassVar[str] = "step.failed"
@@ -44,6 +47,7 @@ class StepFailed:
     journal_seq: int | None = None
 
 
+@final
 @attrs.frozen
 class StepContinue:
     TYPE: ClassVar[str] = "step.continue"
@@ -55,6 +59,7 @@ class StepContinue:
     journal_seq: int | None = None
 
 
+@final
 @attrs.frozen
 class StepPaused:
     """The handler asked to be parked for ``duration_ms``: progress, not a failure or a crash."""
@@ -67,6 +72,7 @@ class StepPaused:
     journal_seq: int | None = None
 
 
+@final
 @attrs.frozen
 class TimerFired:
     """A durable timer on ``SLEEP_TIMERS`` came due.
@@ -83,6 +89,7 @@ class TimerFired:
     dispatch: DispatchId | None = None
 
 
+@final
 @attrs.frozen
 class CancelRequested:
     TYPE: ClassVar[str] = "run.cancel_requested"
@@ -90,6 +97,7 @@ class CancelRequested:
     reason: str = "cancelled"
 
 
+@final
 @attrs.frozen
 class InputSubmitted:
     """An input was queued for a step; wakes the step if it waits for input."""
@@ -100,6 +108,7 @@ class InputSubmitted:
     request_id: str = ""
 
 
+@final
 @attrs.frozen
 class ChildFinished:
     TYPE: ClassVar[str] = "child.finished"
@@ -111,6 +120,7 @@ class ChildFinished:
     error: str | None = None
 
 
+@final
 @attrs.frozen
 class SignalSent:
     TYPE: ClassVar[str] = "run.signal"

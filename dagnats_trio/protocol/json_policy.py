@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Final
+from typing import Any, Final, final
 
 __all__ = [
     "JSON_INT_MAX",
@@ -54,6 +54,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+@final
 class JsonPolicyError(ValueError):
     """A value that is not JSON by the policy. ``where`` names the place (``body.input[0]``),
     ``reason`` what is wrong with it."""

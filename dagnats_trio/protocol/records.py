@@ -8,7 +8,7 @@ share one position counter per iteration: ``call``.
 from __future__ import annotations
 
 import enum
-from typing import ClassVar
+from typing import ClassVar, final
 
 import attrs
 
@@ -33,6 +33,7 @@ class CommitAction(enum.Enum):
     PAUSE = "pause"
 
 
+@final
 @attrs.frozen
 class ClaimRecord:
     TYPE: ClassVar[str] = "claim"
@@ -42,6 +43,7 @@ class ClaimRecord:
     nonce: str
 
 
+@final
 @attrs.frozen
 class ModelRecord:
     TYPE: ClassVar[str] = "model"
@@ -52,6 +54,7 @@ class ModelRecord:
     response: JsonValue
 
 
+@final
 @attrs.frozen
 class ToolIntentRecord:
     TYPE: ClassVar[str] = "tool.intent"
@@ -65,6 +68,7 @@ class ToolIntentRecord:
     key: str
 
 
+@final
 @attrs.frozen
 class ToolOutputRecord:
     """Partial output written while a tool runs; lands in an interrupted result on recovery."""
@@ -77,6 +81,7 @@ class ToolOutputRecord:
     chunk: JsonValue
 
 
+@final
 @attrs.frozen
 class ToolResultRecord:
     TYPE: ClassVar[str] = "tool.result"
@@ -90,6 +95,7 @@ class ToolResultRecord:
     partial: list[JsonValue] = attrs.field(factory=list)
 
 
+@final
 @attrs.frozen
 class InputPlacedRecord:
     TYPE: ClassVar[str] = "input.placed"
@@ -101,6 +107,7 @@ class InputPlacedRecord:
     content: JsonValue
 
 
+@final
 @attrs.frozen
 class CommitRecord:
     """Ends an iteration: the next action and the state of record."""

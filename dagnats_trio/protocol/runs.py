@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import final
 
 import attrs
 
@@ -20,6 +21,7 @@ class RunStatus(enum.Enum):
         return self is not RunStatus.RUNNING
 
 
+@final
 @attrs.frozen
 class RunHeader:
     """Decodes only ``run_id`` and ``status`` of a snapshot in KV ``workflow_runs`` at

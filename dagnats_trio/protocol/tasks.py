@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import final
+
 import attrs
 
 from ._codec import JsonValue, from_json, to_json
 from .common import DispatchId
 
 
+@final
 @attrs.frozen
 class TaskMessage:
     """One dispatch of a step.

@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 
+@final
 class RunFailed(Exception):
     """``result()`` of a run that failed or was cancelled; ``snapshot`` says why."""
 

@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, final
 
 import trio
 
@@ -29,6 +29,7 @@ PROBE_REQUEST_TIMEOUT_S = 2.0
 _READY_STREAM = "DAGNATS_CLUSTER_READY"
 
 
+@final
 class NatsCluster:
     """Three routed nats-servers with JetStream, each with its own store directory.
 

@@ -27,6 +27,7 @@ LOCK_FILE_NAME: Final = "dagnats.lock"
 _PID_READ_BYTES: Final = 32
 
 
+@final
 class StoreLocked(NatsServerError):
     """Another process holds the store directory's lock."""
 

@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
-from typing import IO
+from typing import IO, final
 
 import trio
 
@@ -37,6 +37,7 @@ STOP_TIMEOUT_S = 10.0
 READY_POLL_INTERVAL_S = 0.01
 
 
+@final
 class PortInUse(NatsServerError):
     """The port asked for is taken; an asked-for port is never swapped for another."""
 
@@ -45,6 +46,7 @@ class PortInUse(NatsServerError):
         super().__init__(f"port {port} on {LOOPBACK} is already in use")
 
 
+@final
 class NatsServer:
     """A nats-server child process with JetStream, on a loopback port it picks itself.
 

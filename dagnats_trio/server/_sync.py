@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import final
 
 from ._binary import NatsServerError, find_nats_server
 from ._child import die_with_parent_preexec
@@ -30,6 +31,7 @@ from ._node import READY_POLL_INTERVAL_S, START_TIMEOUT_S, STOP_TIMEOUT_S
 _SOCKET_TIMEOUT_S = 1.0
 
 
+@final
 class SyncNatsServer:
     """Start with :meth:`start`, stop with :meth:`stop`; JetStream on a temporary store.
 

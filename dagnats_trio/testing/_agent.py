@@ -8,7 +8,7 @@ harness sees whether an unsafe tool started twice.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 import attrs
 import trio
@@ -23,6 +23,7 @@ AGENT_STEP_ID = "agent"
 AGENT_MAX_ITERATIONS = 20
 
 
+@final
 @attrs.frozen
 class Turn:
     """One scripted model reply: a tool call (``tool`` set) or the final ``answer``."""
@@ -69,6 +70,7 @@ def agent_workflow(name: str = "scripted-agent", *, task: str = AGENT_TASK) -> d
     }
 
 
+@final
 @attrs.define
 class AgentCounters:
     """Counts kept outside the journal, per run id."""
@@ -88,6 +90,7 @@ class AgentCounters:
         table[key] = table.get(key, 0) + 1
 
 
+@final
 class ScriptedAgent:
     """One turn per iteration: ask the model, run the tool it names, checkpoint, continue.
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, final
 
 import attrs
 import trio
@@ -43,6 +43,7 @@ class Target(enum.Enum):
     RUNS = "runs"  # the KV bucket of run snapshots (a step-down target)
 
 
+@final
 @attrs.frozen
 class Fault:
     """One scheduled fault. ``stall_ack_waits`` is for stalls, ``window_s`` for step-downs."""
@@ -65,6 +66,7 @@ class Fault:
         return f"{self.kind.value} {self.target.value}{extra} at {where}"
 
 
+@final
 class CrashKill(Exception):
     """Raised by the seam hook: the holder that reached the seam dies there."""
 
@@ -73,6 +75,7 @@ class CrashKill(Exception):
 ArmFn = Callable[[Fault, str], Awaitable[str]]
 
 
+@final
 class SeamFaults:
     """The seam hook and its bookkeeping: which faults are still to fire, and the stalls."""
 

@@ -8,8 +8,10 @@ memory addresses, no random ids from outside the seed.
 from __future__ import annotations
 
 import hashlib
+from typing import final
 
 
+@final
 class Trace:
     def __init__(self) -> None:
         self._lines: list[str] = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol
+from typing import Protocol, final
 
 import attrs
 
@@ -34,22 +34,27 @@ class TransportError(Exception):
     """Base of every error a transport raises."""
 
 
+@final
 class WrongLastSequence(TransportError):
     """The expected last subject sequence did not match: the writer lost the tail (fenced)."""
 
 
+@final
 class KeyExists(TransportError):
     """``kv_create`` found the key already present."""
 
 
+@final
 class RevisionMismatch(TransportError):
     """``kv_update`` (or a revision-checked delete) saw a different revision."""
 
 
+@final
 class NotFound(TransportError):
     """No message at that sequence / no such key / no message on that subject."""
 
 
+@final
 class NotProvisioned(TransportError):
     """The stream, bucket or consumer does not exist; run provisioning first."""
 
@@ -58,10 +63,12 @@ class TemporarilyUnavailable(TransportError):
     """No leader or no responders right now (for example during a leader step-down)."""
 
 
+@final
 class TransportTimeout(TransportError):
     """The call got no answer within its deadline."""
 
 
+@final
 class Closed(TransportError):
     """The transport was closed."""
 
@@ -71,6 +78,7 @@ class Closed(TransportError):
 # ---------------------------------------------------------------------------------------------
 
 
+@final
 @attrs.frozen
 class StoredMsg:
     """A message as stored in a stream."""
@@ -81,6 +89,7 @@ class StoredMsg:
     headers: Headers = attrs.field(factory=dict)
 
 
+@final
 @attrs.frozen
 class KvEntry:
     """One revision of a key. ``value`` is None for a delete or purge marker (watch only)."""
@@ -91,6 +100,7 @@ class KvEntry:
     revision: int
 
 
+@final
 @attrs.frozen
 class CoreMsg:
     """A core NATS message; ``reply`` is set when the sender used request/reply."""
@@ -101,6 +111,7 @@ class CoreMsg:
     reply: str | None = None
 
 
+@final
 @attrs.frozen
 class ConsumerConfig:
     """A durable pull consumer. Durations are seconds (floats) at this layer.
@@ -172,6 +183,7 @@ def check_msg_ttl(ttl_s: float) -> int:
     return int(ttl_s)
 
 
+@final
 @attrs.frozen
 class StreamSpec:
     """A stream to provision. ``max_age_s`` 0 means unlimited."""
@@ -183,6 +195,7 @@ class StreamSpec:
     duplicate_window_s: float = 120.0
 
 
+@final
 @attrs.frozen
 class BucketSpec:
     """A key-value bucket to provision. ``ttl_s`` 0 means keys never expire.

@@ -21,7 +21,7 @@ import re
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
-from typing import Any, TypeVar
+from typing import Any, TypeVar, final
 
 import nats
 import nats.errors
@@ -83,7 +83,7 @@ PULL_EXPIRES_MARGIN_NS = 100_000
 HEADER_KEYS_CACHED = 64
 #: Largest chunk one socket read asks for. asyncio's default (256 KiB) is past glibc's mmap
 #: threshold, so every read of a ~300-byte reply mapped and unmapped a fresh 256 KiB buffer
-#: (about 8 us a read, measured); the parser takes any chunking, so a smaller read loses
+#: (``just bench`` shows the cost); the parser takes any chunking, so a smaller read loses
 #: nothing but the odd extra read of a very large burst.
 SOCKET_READ_BYTES_MAX = 64 * 1024
 #: Bytes of the fixed first line of a NATS header block (``NATS/1.0\r\n``).
@@ -250,6 +250,7 @@ def _watch_filter(bucket: str, prefix: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+@final
 class NatsDelivery:
     """One delivery from a pull consumer; settles by publishing to the message's reply subject."""
 
@@ -327,7 +328,7 @@ class _ReplyMux:
 
     ``nc.request`` costs several asyncio steps per call under trio-asyncio (a task for the
     request, the flusher task, the reply subscription's task, the future's callbacks), each a
-    trip through the trio-asyncio scheduler: about 500 us against 200 us on plain asyncio. This
+    trip through the trio-asyncio scheduler, several times the cost on plain asyncio. This
     path writes the request to nats-py's socket transport directly from Trio and registers this
     object as the ``_future`` of a wildcard reply subscription, which nats-py resolves inline in
     its read loop (the path it uses for old-style requests); ``set_result`` then reschedules the
@@ -345,8 +346,8 @@ class _ReplyMux:
         self._next = 0
         self._waiters: dict[str, trio.lowlevel.Task] = {}
         # Requests with the connection's own timeout, oldest first: (deadline, token, subject).
-        # A cancel scope per request cost about 7 % of the process's CPU (measured, py-spy);
-        # instead one watchdog (:meth:`watch`) wakes at the oldest deadline still waited on.
+        # A cancel scope per request showed up in profiles of the request path; instead one
+        # watchdog (:meth:`watch`) wakes at the oldest deadline still waited on.
         # One timeout, a monotonic clock: the deadlines are in order, so a deque is a heap.
         self._timeout = timeout_s
         self._deadlines: deque[tuple[float, str, str]] = deque()
@@ -760,6 +761,7 @@ def _abandoned(
         cleanup.add_done_callback(functools.partial(_abandoned, loop, f"undo {what}", None))
 
 
+@final
 class NatsTransport:
     """:class:`Transport` over one nats-py connection; create with :func:`open_nats_transport`."""
 
@@ -1460,7 +1462,7 @@ def _skip_idle_synchronise(loop: Any) -> None:
     if original is None or queue is None or not hasattr(queue, "statistics"):
         return
     # What ``queue.statistics().current_buffer_used`` counts, read without building the
-    # statistics object on every socket read (about 1.5 % of the process's CPU, measured).
+    # statistics object on every socket read (it showed up in profiles).
     queued: deque[Any] | None = getattr(getattr(queue, "_state", None), "data", None)
     if not isinstance(queued, deque):
         queued = None

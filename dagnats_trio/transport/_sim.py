@@ -37,7 +37,7 @@ import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, final
 
 import attrs
 import trio
@@ -123,6 +123,7 @@ def _check_publish_subject(subject: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+@final
 @attrs.define
 class SimFaults:
     """Faults the chaos soak turns on and off; see the module docstring. Mutable on purpose."""
@@ -338,6 +339,7 @@ class _ReplySlot:
     data: bytes = b""
 
 
+@final
 class SimServer:
     """One simulated nats-server with JetStream; :meth:`connect` opens a connection to it."""
 
@@ -485,6 +487,7 @@ def _offer(send: trio.MemorySendChannel[CoreMsg], msg: CoreMsg) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
+@final
 @attrs.frozen
 class SimDelivery:
     """A delivery from :meth:`SimTransport.fetch`; implements :class:`Delivery`."""
@@ -531,6 +534,7 @@ class SimDelivery:
         self._conn._server._settle(self._stream, self._durable, self.stream_seq, remove=True)
 
 
+@final
 class SimTransport:
     """One connection to a :class:`SimServer`; implements :class:`Transport`."""
 

@@ -61,6 +61,7 @@ class InvalidWorkflowEnvelope:
     error: InvalidWorkflowBody
 
 
+@final
 class ApiError(Exception):
     """An answer other than success, raised anywhere under a handler."""
 

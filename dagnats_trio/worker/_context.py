@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
+from typing import final
 
 import attrs
+import trio
 
 from dagnats_trio._env import RuntimeEnv
 from dagnats_trio._seams import Seam
 from dagnats_trio.inputs import InputsService, Mode, PlacedInput, PlacementState
 from dagnats_trio.inputs import place_inputs as _place_inputs
 from dagnats_trio.journal import (
-    Holder,
+    DeliveryState,
     Journal,
     OnCommitted,
     Settlement,
@@ -58,13 +60,14 @@ from ._waits import WaitArg, build_wait
 InputsPending = Callable[[str, str], Awaitable[bool]]
 
 
+@final
 class InputsUnavailable(RuntimeError):
     """``place_inputs`` cannot run: the worker has no inputs service, or the handler has not
     opened the journal (placement is recorded there)."""
 
 
 @attrs.frozen
-class _Services:
+class _WorkerShared:
     transport: Transport
     env: RuntimeEnv
     restart_limit: int
@@ -81,12 +84,13 @@ def _to_json(what: str, value: JsonValue) -> bytes:
         raise TypeError(f"{what} is not a JSON value: {exc}") from None
 
 
+@final
 class TaskContext:
     """One delivery of one task. Code runs inside the delivery's cancel scope, which the run's
     cancellation cancels (the spec's ``tc.Context()``)."""
 
     def __init__(
-        self, services: _Services, task: TaskMessage, delivery: Delivery, holder: Holder
+        self, services: _WorkerShared, task: TaskMessage, delivery: Delivery, holder: DeliveryState
     ) -> None:
         self._svc = services
         self._task = task
@@ -146,6 +150,12 @@ class TaskContext:
     def settled(self) -> bool:
         return self._holder.settlement is not None
 
+    @property
+    def settling(self) -> bool:
+        """True once a settle call (complete, fail, continue_, pause) has begun, even if it has
+        not finished: the worker then leaves the settlement to it."""
+        return self._settling
+
     # --- the journal --------------------------------------------------------------------------
 
     async def journal(self) -> Journal:
@@ -163,6 +173,8 @@ class TaskContext:
                 env=self._svc.env,
                 on_committed=self._svc.on_committed,
             )
+        else:
+            await trio.lowlevel.checkpoint()
         return self._journal
 
     async def place_inputs(self, mode: Mode | str) -> list[PlacedInput]:
@@ -195,6 +207,7 @@ class TaskContext:
         cap); other steps write KV, capped by the step's ``loop_state_max_bytes``."""
         if self._journal is not None:
             self._journal.set_state(state)
+            await trio.lowlevel.checkpoint()
             return
         data = _to_json("checkpoint state", state)
         cap = self._task.loop_state_max_bytes

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, final
 
 import attrs
 import trio
@@ -48,10 +48,12 @@ REPLAY_DELIVERY_TIMEOUT_S: Final = 30.0
 GoldenHandler = Callable[[Any], Awaitable[None]]
 
 
+@final
 class GoldenFormatError(ValueError):
     """A golden file that is not what ``dagnats journal export`` writes (names the line)."""
 
 
+@final
 @attrs.frozen
 class GoldenHeader:
     golden: int
@@ -60,6 +62,7 @@ class GoldenHeader:
     input: JsonValue = None
 
 
+@final
 @attrs.frozen
 class GoldenEntry:
     """One record line: the REST reader's ``JournalEntry`` shape (a test keeps them equal)."""
@@ -70,6 +73,7 @@ class GoldenEntry:
     error: str | None = None
 
 
+@final
 @attrs.frozen
 class Golden:
     """A recorded journal: its header and its records in sequence order."""
@@ -115,6 +119,7 @@ def load_golden(path: str | Path) -> Golden:
     return parse_golden(Path(path).read_text(encoding="utf-8"))
 
 
+@final
 @attrs.frozen
 class GoldenReport:
     deliveries: int
@@ -125,6 +130,7 @@ class GoldenReport:
         return not self.findings
 
 
+@final
 class GoldenContext:
     """What a replayed handler sees as its ``tc``: the TaskContext calls a handler makes, the
     journal answered from the records."""

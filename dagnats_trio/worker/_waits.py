@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TypeAlias
+from typing import TypeAlias, final
 
 import attrs
 
@@ -24,6 +24,7 @@ def _non_negative(_: object, attribute: attrs.Attribute[float], value: float) ->
         raise InvalidWait(f"Delay {attribute.name} must not be negative, got {value!r}")
 
 
+@final
 @attrs.frozen(kw_only=True)
 class Delay:
     """Wake after this long (counted from when the engine enters the wait)."""
@@ -37,6 +38,7 @@ class Delay:
         return round((self.seconds + 60 * self.minutes + 3600 * self.hours) * 1000)
 
 
+@final
 @attrs.frozen
 class Until:
     """Wake at a wall-clock time: epoch milliseconds, or a timezone-aware datetime."""
@@ -54,6 +56,7 @@ class Until:
         return self.at
 
 
+@final
 @attrs.frozen
 class UntilInput:
     """Wake when an input is submitted to the step."""

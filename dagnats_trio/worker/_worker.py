@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Final
+from typing import Final, final
 
 import trio
 
@@ -14,7 +14,7 @@ from dagnats_trio.inputs import InputsService
 from dagnats_trio.journal import (
     DEFAULT_RESTART_LIMIT,
     CommittedIteration,
-    Holder,
+    DeliveryState,
     OnCommitted,
     Settlement,
     TaskIdentity,
@@ -35,7 +35,7 @@ from dagnats_trio.transport import (
     TransportError,
 )
 
-from ._context import InputsPending, TaskContext, _error_text, _Services
+from ._context import InputsPending, TaskContext, _error_text, _WorkerShared
 from ._errors import JournalUnavailable
 from ._lease import DEFAULT_ACK_WAIT_S, heartbeat_interval_s, task_consumer
 
@@ -55,6 +55,7 @@ FETCH_BACKOFF_MAX_S: Final = 2.0
 CANCEL_SUBJECTS: Final = cancel_subject("*")
 
 
+@final
 class Worker:
     """Runs handlers for task types: ``await nursery.start(worker.run)``.
 
@@ -103,7 +104,7 @@ class Worker:
         self._concurrency = concurrency
         self._ack_wait_s = float(ack_wait_s)
         self._worker_id = worker_id if worker_id is not None else env.new_id()
-        self._services = _Services(
+        self._services = _WorkerShared(
             transport=transport,
             env=env,
             restart_limit=check_restart_limit(restart_limit),
@@ -115,9 +116,9 @@ class Worker:
             ),
             inputs=inputs,
         )
-        self._live: dict[str, set[Holder]] = {}
+        self._live: dict[str, set[DeliveryState]] = {}
         #: Every delivery being handled, beaten by the one ``_keep_alive`` loop.
-        self._beating: dict[Holder, Delivery] = {}
+        self._beating: dict[DeliveryState, Delivery] = {}
 
     @property
     def worker_id(self) -> str:
@@ -201,7 +202,7 @@ class Worker:
             _log.error("no handler for task type %r (subject %s)", task.task, delivery.subject)
             await delivery.term()
             return
-        holder = Holder(TaskIdentity.of(task), worker_id=self._worker_id)
+        holder = DeliveryState(TaskIdentity.of(task), worker_id=self._worker_id)
         tc = TaskContext(self._services, task, delivery, holder)
         live = self._live.setdefault(task.run_id, set())
         live.add(holder)
@@ -216,7 +217,7 @@ class Worker:
                 self._live.pop(task.run_id, None)
 
     async def _run_handler(
-        self, handler: Handler, tc: TaskContext, holder: Holder
+        self, handler: Handler, tc: TaskContext, holder: DeliveryState
     ) -> Exception | None:
         error: Exception | None = None
         with trio.CancelScope() as scope:
@@ -231,13 +232,13 @@ class Worker:
         return error
 
     async def _finish(
-        self, tc: TaskContext, holder: Holder, delivery: Delivery, error: Exception | None
+        self, tc: TaskContext, holder: DeliveryState, delivery: Delivery, error: Exception | None
     ) -> None:
         """Settle what the handler left unsettled, then ack unless the holder died or was
         fenced (its successor owns the same message)."""
         if holder.killed or holder.fenced:
             return
-        if holder.settlement is None and not holder.cancelled and not tc._settling:
+        if holder.settlement is None and not holder.cancelled and not tc.settling:
             try:
                 if error is None:
                     await tc.complete(None)

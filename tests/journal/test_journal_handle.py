@@ -15,8 +15,8 @@ from dagnats_trio.journal import (
     RESTART_LIMIT_REASON,
     CallLimitExceeded,
     Committed,
+    DeliveryState,
     Fenced,
-    Holder,
     HolderKilled,
     Journal,
     Replay,
@@ -64,8 +64,8 @@ async def records(t: Transport, task: TaskMessage) -> list[Any]:
     return [r for _, r in await read_journal(t, task.run_id, task.step_id)]
 
 
-def holder_of(task: TaskMessage) -> Holder:
-    return Holder(TaskIdentity.of(task))
+def holder_of(task: TaskMessage) -> DeliveryState:
+    return DeliveryState(TaskIdentity.of(task))
 
 
 async def test_fast_path_is_one_tail_read_and_one_claim(transport: Transport) -> None:
@@ -533,3 +533,70 @@ async def test_placed_inputs_and_append(transport: Transport) -> None:
         await j.append(attrs.evolve(rec, claim_id="other"))
     j2 = await open_journal(transport, task)
     assert j2.placed_inputs() == [rec]
+
+
+async def test_append_is_guarded_like_the_calls(transport: Transport) -> None:
+    from dagnats_trio.protocol import InputPlacedRecord
+
+    j = await open_journal(transport, make_task(uid()))
+    rec = InputPlacedRecord(0, 1, j.claim_id, "msg-1", "steer", {"text": "hi"})
+    gate = trio.Event()
+    entered = trio.Event()
+
+    async def blocking(call: ToolCall) -> Any:
+        entered.set()
+        await gate.wait()
+        return 1
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(j.tool, ToolCall("a"), Replay.SAFE, blocking)
+            await entered.wait()
+            with pytest.raises(trio.BusyResourceError):
+                await j.append(rec)
+            gate.set()
+    assert j.placed_inputs() == []
+    await j.append(rec)  # free again
+    assert j.placed_inputs() == [rec]
+
+
+#: Recorded calls replayed by a redelivery (half model responses, half tool results).
+REPLAYED_CALLS = 1000
+
+
+async def test_a_replay_of_recorded_calls_lets_other_tasks_run(transport: Transport) -> None:
+    """The REUSE paths do no I/O, so they must checkpoint: while a redelivery replays 1,000
+    recorded calls, another task keeps running (it would not run once without the checkpoints)."""
+    task = make_task(uid())
+    pairs = REPLAYED_CALLS // 2
+    model = ScriptedModel([f"m{i}" for i in range(pairs)])
+    starts: dict[str, int] = {}
+    j = await open_journal(transport, task)
+    for i in range(pairs):
+        await j.model(model)
+        await j.tool(ToolCall("t", {"i": i}), Replay.SAFE, counting("t", starts, i))
+    j2 = await open_journal(transport, task)  # a redelivery of the same attempt
+    ticks = 0
+    replayed = trio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not replayed.is_set():
+            ticks += 1
+            await trio.lowlevel.checkpoint()
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)
+            await trio.lowlevel.checkpoint()  # the ticker starts
+            before = ticks
+            for i in range(pairs):
+                assert await j2.model(model) == f"m{i}"
+                assert (
+                    await j2.tool(ToolCall("t", {"i": i}), Replay.SAFE, counting("t", starts))
+                ).output == i
+            during = ticks - before
+            replayed.set()
+    print(f"replayed {REPLAYED_CALLS} calls; the other task ran {during} times meanwhile")
+    assert model.requests == pairs and starts == {"t": pairs}  # all reused, none re-run
+    assert during >= REPLAYED_CALLS // 2

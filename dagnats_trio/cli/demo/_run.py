@@ -16,12 +16,12 @@ import trio
 from rich.console import Console
 from rich.rule import Rule
 
-from ..._host import Host, HostConfig, HostInfo, Listen, wired_worker
+from ..._host import Host, HostConfig, HostInfo, Listen
 from ...api import RunView, StepView
 from ...engine import StepStatus
 from ...journal import ScriptedModel
 from ...protocol import RunStatus
-from ...worker import DEFAULT_ACK_WAIT_S
+from ...worker import DEFAULT_ACK_WAIT_S, Worker
 from .._client import ApiClient
 from .._journal import Mark, check_run, decode_entries, timeline
 from .._render import check_renderable, timeline_table
@@ -127,8 +127,12 @@ async def _story(
     await api.register_workflow(json.dumps(workflow_definition(DEMO_LOOP_DELAY)).encode())
     say(Rule("1. a tool-using agent"))
     say(f"registered workflow [bold]{WORKFLOW_NAME}[/]: one agent_loop step [bold]{STEP_ID}[/]")
-    first = wired_worker(
-        info.transport, info.inputs, handlers, ack_wait_s=DEMO_ACK_WAIT_S, worker_id=FIRST_WORKER
+    first = Worker(
+        info.transport,
+        handlers,
+        inputs=info.inputs,
+        ack_wait_s=DEMO_ACK_WAIT_S,
+        worker_id=FIRST_WORKER,
     )
     first_scope = trio.CancelScope()
 
@@ -150,8 +154,12 @@ async def _story(
         f"{FIRST_WORKER} was killed inside [bold]{UNSAFE_TOOL}[/]: the message went out, "
         "its result was never recorded"
     )
-    second = wired_worker(
-        info.transport, info.inputs, handlers, ack_wait_s=DEMO_ACK_WAIT_S, worker_id=SECOND_WORKER
+    second = Worker(
+        info.transport,
+        handlers,
+        inputs=info.inputs,
+        ack_wait_s=DEMO_ACK_WAIT_S,
+        worker_id=SECOND_WORKER,
     )
     started = trio.current_time()
     await nursery.start(second.run)
