@@ -168,3 +168,15 @@ def test_concrete_public_classes_are_final() -> None:
     )
     print(f"{len(exported)} exported classes checked")
     assert not_final == []
+
+
+def test_docs_architecture_lists_the_layers_of_the_contract() -> None:
+    """docs/architecture.md's layer table is the contract's ``LAYERS``, line for line."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = [line.split("|") for line in text.splitlines() if line.startswith("| ")]
+    table = [
+        tuple(part.strip(" `") for part in cells[2].split(","))
+        for cells in rows
+        if cells[1].strip().isdigit()
+    ]
+    assert tuple(table) == check_layers.LAYERS
