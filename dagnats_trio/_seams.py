@@ -66,3 +66,40 @@ def install_hook(hook: SeamHook) -> Iterator[None]:
         yield
     finally:
         _hook.reset(token)
+
+
+@attrs.frozen
+class ToolStart:
+    """A tool function about to start for real (not a reused or honoured result): what a test
+    counts to see an unsafe tool start twice, whatever the journal says."""
+
+    run_id: str
+    step_id: str
+    iteration: int
+    attempt: int
+    call: int
+    name: str
+    unsafe: bool
+    worker_id: str = ""
+
+
+ToolStartHook = Callable[[ToolStart], None]
+
+_tool_hook: contextvars.ContextVar[ToolStartHook | None] = contextvars.ContextVar(
+    "dagnats_tool_start_hook", default=None
+)
+
+
+def tool_start_observer() -> ToolStartHook | None:
+    """The observer installed for this context, if any (production has none)."""
+    return _tool_hook.get()
+
+
+@contextmanager
+def observe_tool_starts(hook: ToolStartHook) -> Iterator[None]:
+    """Call ``hook`` for every tool start of code started from this context (tests only)."""
+    token = _tool_hook.set(hook)
+    try:
+        yield
+    finally:
+        _tool_hook.reset(token)

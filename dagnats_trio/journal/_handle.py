@@ -17,7 +17,7 @@ import attrs
 import trio
 
 from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
-from dagnats_trio._seams import Seam
+from dagnats_trio._seams import Seam, ToolStart, tool_start_observer
 from dagnats_trio.protocol import (
     ClaimRecord,
     CommitAction,
@@ -513,12 +513,27 @@ class Journal:
             if decision.action is ToolAction.RUN:
                 await self._append(intent)
                 await self._holder.seam(Seam.AFTER_TOOL_INTENT)
-            result = await self._run_tool(pos, attrs.evolve(call, key=key), fn)
+            result = await self._run_tool(pos, attrs.evolve(call, key=key), fn, replay)
             await self._record_result(pos, result)
             return _raise_if_not_json(result)
 
-    async def _run_tool(self, pos: int, call: ToolCall, fn: ToolFn) -> ToolResult:
+    async def _run_tool(self, pos: int, call: ToolCall, fn: ToolFn, replay: Replay) -> ToolResult:
         self._holder.check_writable()
+        observer = tool_start_observer()
+        if observer is not None:
+            t = self._task
+            observer(
+                ToolStart(
+                    t.run_id,
+                    t.step_id,
+                    t.iteration,
+                    t.attempt,
+                    pos,
+                    call.name,
+                    replay is Replay.UNSAFE,
+                    self._holder.worker_id,
+                )
+            )
         self._running = pos
         try:
             output = await _call_maybe_async(fn, call)

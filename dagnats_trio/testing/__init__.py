@@ -26,6 +26,17 @@ from ._agent import (
     agent_workflow,
     expected_answer,
 )
+from ._crash import (
+    CRASH_SEAMS,
+    CrashPlan,
+    CrashReport,
+    CrashRun,
+    crash_test,
+    crash_test_async,
+    draw_crash_schedule,
+    retrying,
+    wait_finished,
+)
 from ._seam_faults import (
     ArmFn,
     CrashKill,
@@ -40,11 +51,15 @@ from ._trace import Trace
 __all__ = [
     "AGENT_STEP_ID",
     "AGENT_TASK",
+    "CRASH_SEAMS",
     "DEFAULT_SCRIPT",
     "GOLDEN_FORMAT_VERSION",
     "AgentCounters",
     "ArmFn",
     "CrashKill",
+    "CrashPlan",
+    "CrashReport",
+    "CrashRun",
     "Fault",
     "FaultKind",
     "Finding",
@@ -58,9 +73,14 @@ __all__ = [
     "Trace",
     "Turn",
     "agent_workflow",
+    "crash_test",
+    "crash_test_async",
     "deterministic_scheduling",
+    "draw_crash_schedule",
     "expected_answer",
     "load_golden",
     "parse_golden",
     "replay_golden",
+    "retrying",
+    "wait_finished",
 ]

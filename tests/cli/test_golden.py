@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +27,7 @@ from dagnats_trio.testing import (
     replay_golden,
 )
 from dagnats_trio.worker import GoldenEntry
+from tests.docs._blocks import blocks
 
 from . import _golden_workers
 from ._dev import DevProcess, start_dev
@@ -32,6 +36,14 @@ HERE = Path(__file__).parent
 UPGRADING_MD = HERE.parents[1] / "docs" / "upgrading.md"
 #: Bound of the wait for the recorded run to finish.
 RUN_WAIT_S = 30.0
+#: Bound of the documented shell block.
+SHELL_BLOCK_TIMEOUT_S = 120.0
+#: The first line of the documented export-and-replay block.
+UPGRADE_SH = 'uv run dagnats journal export "$RUN" agent > tests/golden/agent.jsonl'
+#: ``uv run X`` in a documented block means X of this virtualenv.
+SHELL_PRELUDE = 'uv() { if [ "$1" = run ]; then shift; fi; "$@"; }\nset -euo pipefail\n'
+#: The "new code" of the documented block: the same agent.
+MY_AGENT = "from dagnats_trio.testing import ScriptedAgent\n\nturn = ScriptedAgent().turn\n"
 
 
 def cli(dev: DevProcess | None, *args: str) -> Result:
@@ -73,14 +85,35 @@ def golden(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             time.sleep(0.05)
         assert run["status"] == "completed", run
         assert run["steps"][0]["output"] == expected_answer()
-        exported = cli(proc, "journal", "export", run_id, AGENT_STEP_ID)
-        assert exported.exit_code == EXIT_OK, exported.stdout
         assert cli(proc, "journal", "export", run_id, "nope").exit_code != EXIT_OK
+        # the documented shell block, as written, from a project with the new code in it
+        work = data / "project"
+        (work / "tests" / "golden").mkdir(parents=True)
+        (work / "my_agent.py").write_text(MY_AGENT)
+        script = next(
+            b.text
+            for b in blocks("sh")
+            if b.file == "docs/upgrading.md" and b.key[1].startswith(UPGRADE_SH)
+        )
+        done = subprocess.run(
+            ["bash", "-c", SHELL_PRELUDE + script],
+            cwd=work,
+            env={
+                **os.environ,
+                "RUN": run_id,
+                "DAGNATS_API_URL": proc.api_url,
+                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            },
+            capture_output=True,
+            text=True,
+            timeout=SHELL_BLOCK_TIMEOUT_S,
+        )
+        print(done.stdout)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.strip() == "ok: 4 deliveries replayed, no findings"
     finally:
         assert proc.stop() == 0
-    path = data / "golden.jsonl"
-    path.write_text(exported.stdout)
-    yield path
+    yield work / "tests" / "golden" / "agent.jsonl"
 
 
 def test_export_writes_the_header_and_every_record(golden: Path) -> None:

@@ -45,6 +45,22 @@ RUN: dict[tuple[str, str], str] = {
         '# the workflow "agent-turn"',
     ): "test_the_quickstart_walkthrough",
     ("docs/nats-client.md", "import trio"): "tests/nats_client/test_docs.py",
+    (
+        "docs/upgrading.md",
+        'uv run dagnats journal export "$RUN" agent > tests/golden/agent.jsonl',
+    ): "tests/cli/test_golden.py (the golden fixture)",
+    (
+        "docs/testing.md",
+        "# my_agent.py",
+    ): "tests/crashtest/test_crash_test.py::test_the_testing_doc_example_runs_as_a_user_would",
+    (
+        "docs/testing.md",
+        "# test_my_agent.py",
+    ): "tests/crashtest/test_crash_test.py::test_the_testing_doc_example_runs_as_a_user_would",
+    (
+        "docs/upgrading.md",
+        "from dagnats_trio.testing import replay_golden",
+    ): "tests/cli/test_golden.py::test_the_upgrading_doc_example_runs",
     ("docs/nats-client.md", "import ssl"): "tests/nats_client/test_docs.py",
     ("docs/nats-client.md", "import secrets"): "tests/nats_client/test_docs.py",
     ("docs/upgrading.md", "from dagnats_trio.testing import replay_golden"): (

@@ -1,0 +1,131 @@
+"""``dagnats_trio.testing.crash_test`` (issue 15 part 3): a user's handlers under the chaos
+soak's kills and stalls on the simulation: clean for a correct agent, the same trace for the same
+seed, and each kind of violation caught; the example of docs/testing.md run as a user would."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+from dagnats_trio.journal import Replay
+from dagnats_trio.testing import (
+    CRASH_SEAMS,
+    DEFAULT_SCRIPT,
+    ScriptedAgent,
+    agent_workflow,
+    crash_test,
+    draw_crash_schedule,
+)
+from dagnats_trio.worker import TaskContext
+from tests.docs._blocks import blocks
+
+#: Bound of the documented example's pytest run (wall seconds, a loaded machine).
+DOC_EXAMPLE_TIMEOUT_S = 300.0
+RUNS = 20
+
+
+@pytest.fixture(autouse=True)
+def quiet_kills() -> Iterator[None]:
+    """Killed engines log their tracebacks; the verdict is in the report."""
+    logging.disable(logging.ERROR)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def test_a_correct_agent_is_clean_and_every_seam_is_hit() -> None:
+    report = crash_test(
+        ScriptedAgent().handlers,
+        agent_workflow("crash-agent"),
+        seed=11,
+        inputs=["deploy"],
+        runs=RUNS,
+        unsafe_tools={"send_message"},
+    )
+    print(report.summary())
+    assert report.ok, "\n".join(report.violations)
+    assert len(report.runs) == RUNS and all(r.status == "completed" for r in report.runs)
+    assert report.fired["kill"] >= 8 and report.fired["stall"] >= 8
+    plans = draw_crash_schedule(11, RUNS, 4)
+    covered = {(f.kind, f.seam) for p in plans[: 2 * len(CRASH_SEAMS)] for f in p.faults[:1]}
+    assert len(covered) == 2 * len(CRASH_SEAMS)
+
+
+def test_the_same_seed_gives_the_same_trace() -> None:
+    def once(seed: int) -> tuple[str, tuple[str, ...]]:
+        r = crash_test(ScriptedAgent().handlers, agent_workflow("t"), seed=seed, runs=8)
+        assert r.ok, "\n".join(r.violations)
+        return r.trace_hash, r.trace
+
+    first, again, other = once(5), once(5), once(6)
+    print("trace", first[0][:16], "other seed", other[0][:16])
+    assert first == again
+    assert first[0] != other[0]
+
+
+def test_an_unsafe_tool_declared_safe_is_caught() -> None:
+    """send_message declared safe: a successor runs it again after a crash inside it."""
+    unsafe = attrs.evolve(DEFAULT_SCRIPT[1], replay=Replay.SAFE)
+    script = (DEFAULT_SCRIPT[0], unsafe, *DEFAULT_SCRIPT[2:])
+    report = crash_test(
+        ScriptedAgent(script).handlers,
+        agent_workflow("broken"),
+        seed=2,
+        runs=16,
+        unsafe_tools={"send_message"},
+    )
+    print(report.summary())
+    print("\n".join(report.violations))
+    assert not report.ok
+    assert all("unsafe tool 'send_message' started 2 times" in v for v in report.violations)
+    assert all("seed 2" in v for v in report.violations)
+    # without the truth about the tool, the declared-safe call is not the harness's to count
+    blind = crash_test(ScriptedAgent(script).handlers, agent_workflow("b"), seed=2, runs=16)
+    assert blind.ok
+
+
+def test_an_answer_that_depends_on_the_delivery_is_caught() -> None:
+    """A handler that answers from outside its journal (the delivery count) differs from the
+    crash-free run once a crash makes it a redelivery."""
+    agent = ScriptedAgent()
+
+    async def flaky(tc: TaskContext) -> None:
+        if tc.num_delivered > 1:
+            await tc.journal()
+            await tc.complete({"answer": "redelivered"})
+            return
+        await agent.turn(tc)
+
+    report = crash_test({agent.task: flaky}, agent_workflow("flaky"), seed=3, runs=RUNS)
+    print(report.summary())
+    assert not report.ok
+    assert any("differs from the crash-free run" in v for v in report.violations)
+
+
+def test_the_testing_doc_example_runs_as_a_user_would(tmp_path: Path) -> None:
+    doc = {b.key[1]: b.text for b in blocks("python") if b.file == "docs/testing.md"}
+    agent = doc["# my_agent.py: one unsafe tool call, then an answer"]
+    test = doc["# test_my_agent.py"]
+    (tmp_path / "my_agent.py").write_text(agent)
+    (tmp_path / "test_my_agent.py").write_text(test)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_my_agent.py"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=DOC_EXAMPLE_TIMEOUT_S,
+    )
+    print(done.stdout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+    summaries = [line for line in done.stdout.splitlines() if ": 20 runs, faults fired" in line]
+    assert len(summaries) == 3 and all(": ok; trace=" in s for s in summaries)
