@@ -63,10 +63,6 @@ RUN: dict[tuple[str, str], str] = {
     ): "tests/cli/test_golden.py::test_the_upgrading_doc_example_runs",
     ("docs/nats-client.md", "import ssl"): "tests/nats_client/test_docs.py",
     ("docs/nats-client.md", "import secrets"): "tests/nats_client/test_docs.py",
-    ("docs/upgrading.md", "from dagnats_trio.testing import replay_golden"): (
-        "tests/cli/test_golden.py (the upgrade-check block)"
-    ),
-    ("docs/upgrading.md", "dagnats journal export RUN STEP"): "tests/cli/test_golden.py",
     (
         "docs/nats-client.md",
         "from dagnats_trio.nats import",
