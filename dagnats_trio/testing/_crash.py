@@ -23,7 +23,7 @@ import functools
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, final
 
 import attrs
 import trio
@@ -107,6 +107,7 @@ async def wait_finished(service: Service, run_id: str, deadline: float) -> RunSn
             await trio.sleep(HARNESS_RETRY_S)
 
 
+@final
 @attrs.frozen
 class CrashPlan:
     index: int
@@ -148,6 +149,7 @@ def draw_crash_schedule(
     return tuple(plans)
 
 
+@final
 @attrs.frozen
 class CrashRun:
     """One run's end as the checks saw it."""
@@ -159,6 +161,7 @@ class CrashRun:
     problems: tuple[str, ...]
 
 
+@final
 @attrs.frozen
 class CrashReport:
     """The verdict of one seed. ``violations`` name the run, the seed and what went wrong."""
