@@ -1,5 +1,6 @@
 """The API: one service layer (:class:`Service`) under the REST and NATS endpoints."""
 
+from ._console import CONSOLE_PREFIX, console_url
 from ._rest_views import JournalEntry, JournalPage, RunStarted, RunView, StepView
 from .service import (
     InvalidRequest,
@@ -13,6 +14,7 @@ from .service import (
 )
 
 __all__ = [
+    "CONSOLE_PREFIX",
     "InvalidRequest",
     "JournalEntry",
     "JournalPage",
@@ -26,4 +28,5 @@ __all__ = [
     "ServiceError",
     "StepView",
     "WorkflowNotFound",
+    "console_url",
 ]

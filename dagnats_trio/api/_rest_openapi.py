@@ -35,6 +35,7 @@ from ..bridge import (
 from ..dag import WorkflowDef
 from ..inputs import Submission
 from ..web import ErrorEnvelope, InvalidWorkflowEnvelope
+from ._rest_check import JournalCheck
 from ._rest_journal import JOURNAL_PAGE_LIMIT_DEFAULT, JOURNAL_PAGE_LIMIT_MAX
 from ._rest_views import (
     HEALTH_NATS_TIMEOUT_S,
@@ -415,6 +416,25 @@ ROUTES: tuple[RouteDoc, ...] = (
         params=(_RUN, _STEP),
         answers=(
             Answer(200, "Events whose data is a preview chunk.", PreviewChunk, media=SSE),
+            _BAD,
+            _NO_STEP,
+        ),
+    ),
+    RouteDoc(
+        "GET",
+        "/runs/{run_id}/steps/{step_id}/journal/check",
+        "check_journal",
+        "The audit of a step's journal (the rules of `dagnats journal check`).",
+        description=(
+            "Reads the step's whole journal and runs the audit of "
+            "`dagnats_trio.journal.check` on it: `ok` with the counts, or the violations, each "
+            "with its `rule`, the record's `seq` and a message. While the step runs, the "
+            "engine's iteration count is not compared (`compared_iterations` false). A record "
+            "that does not decode is a violation of rule `undecodable`."
+        ),
+        params=(_RUN, _STEP),
+        answers=(
+            Answer(200, "The verdict.", JournalCheck),
             _BAD,
             _NO_STEP,
         ),

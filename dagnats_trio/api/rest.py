@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..bridge import Bridge, bridge_endpoints
@@ -40,6 +40,8 @@ from ..web import (
     parse_json,
     read_body,
 )
+from ._console import CONSOLE_PREFIX, console_routes
+from ._rest_check import check_step
 from ._rest_errors import api_error_for
 from ._rest_journal import (
     FOLLOW_POLL_INTERVAL_S,
@@ -139,12 +141,14 @@ def create_app(
         "withdraw_input": h.withdraw_input,
         "read_journal": h.read_journal,
         "follow_preview": h.follow_preview,
+        "check_journal": h.check_journal,
         **bridge_endpoints(bridge, max_body_bytes=max_body_bytes),
     }
-    routes = [
+    routes: list[BaseRoute] = [
         Route(_route_path(doc.path), _guarded(endpoints[doc.operation_id]), methods=[doc.method])
         for doc in ROUTES
     ]
+    routes.extend(console_routes())
     return Starlette(
         routes=routes,
         middleware=[
@@ -364,6 +368,13 @@ class _Handlers:
             poll_interval_s=self.config.poll_interval_s,
         )
 
+    async def check_journal(self, request: Request) -> Response:
+        _only_params(request, set())
+        run_id = request.path_params["run_id"]
+        step_id = request.path_params["step_id"]
+        await self._require_step(run_id, step_id)
+        return _json(await check_step(self.service, self.transport, run_id, step_id))
+
     async def _require_step(self, run_id: str, step_id: str) -> None:
         snap = await self.service.get_run(run_id)
         check_id("step_id", step_id)
@@ -462,15 +473,18 @@ class _ErrorBoundary:
 
 
 class _BearerAuth:
-    """With a token configured, every route but ``/healthz`` needs ``Authorization: Bearer``;
-    the comparison takes the same time whatever the bytes sent."""
+    """With a token configured, every route but ``/healthz`` and the console's static files
+    (``/ui/...``: HTML, CSS and JavaScript, no data) needs ``Authorization: Bearer``; the
+    comparison takes the same time whatever the bytes sent."""
 
     def __init__(self, app: ASGIApp, token: str | None) -> None:
         self.app = app
         self._expected = f"Bearer {token}".encode() if token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._expected is None or scope["type"] != "http" or scope.get("path") == HEALTH_PATH:
+        path = scope.get("path", "")
+        public = path in (HEALTH_PATH, CONSOLE_PREFIX) or path.startswith(f"{CONSOLE_PREFIX}/")
+        if self._expected is None or scope["type"] != "http" or public:
             await self.app(scope, receive, send)
             return
         presented = b""

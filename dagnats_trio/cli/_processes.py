@@ -33,6 +33,7 @@ from .._host import (
     parse_nats_urls,
     parse_restart_limit,
 )
+from ..api import console_url
 from ..api.server import DEFAULT_LISTEN_BACKLOG
 from ..journal import DEFAULT_RESTART_LIMIT, MAX_RESTART_LIMIT, MIN_RESTART_LIMIT
 from ..server import NatsServerError, PortInUse, StoreLocked
@@ -137,6 +138,7 @@ def _banner(
         rows.append(("nats-server pid", str(info.server.pid)))
     if info.api_url is not None:
         rows.append(("api", info.api_url))
+        rows.append(("console", console_url(info.api_url)))
     if info.worker is not None:
         rows.append(("worker", info.worker.worker_id))
     if info.api_url is not None:
@@ -334,9 +336,16 @@ def worker(
     )
 
 
-def demo(verbose: VerboseOpt = False) -> None:
+#: ``dagnats demo --keep``.
+KeepOpt = Annotated[
+    bool,
+    typer.Option("--keep", help="keep the API and its console open after the demo (Ctrl-C)"),
+]
+
+
+def demo(verbose: VerboseOpt = False, keep: KeepOpt = False) -> None:
     """An agent's worker dies mid unsafe tool call; a new one recovers; journal and check."""
-    from .demo import run_demo
+    from .demo import DemoResult, run_demo
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.ERROR,
@@ -344,21 +353,26 @@ def demo(verbose: VerboseOpt = False) -> None:
         handlers=[RichHandler(console=console(stderr=True), show_path=False)],
     )
     out = console()
+    results: list[DemoResult] = []
 
     async def go() -> bool:
+        keep_until = trio.Event() if keep else None
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with trio.open_nursery() as nursery:
 
                 async def stop_on_signal() -> None:
                     async for _ in signals:
-                        nursery.cancel_scope.cancel()
+                        if keep_until is not None and results:
+                            # The story is over: stop the kept console cleanly.
+                            keep_until.set()
+                        else:
+                            nursery.cancel_scope.cancel()
                         return
 
                 nursery.start_soon(stop_on_signal)
-                result = await run_demo(out)
+                await run_demo(out, keep_until=keep_until, on_result=results.append)
                 nursery.cancel_scope.cancel()
-                return result.ok
-        return False
+        return bool(results) and results[0].ok
 
     try:
         ok = trio.run(go)

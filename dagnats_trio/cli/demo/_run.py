@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.rule import Rule
 
 from ..._host import Host, HostConfig, HostInfo, Listen
-from ...api import RunView, StepView
+from ...api import RunView, StepView, console_url
 from ...engine import StepStatus
 from ...journal import ScriptedModel
 from ...protocol import RunStatus
@@ -70,6 +70,8 @@ class DemoResult:
     inputs_placed: tuple[str, ...]
     nats_url: str
     store_dir: str
+    run_id: str
+    console_url: str
 
     @property
     def ok(self) -> bool:
@@ -95,11 +97,21 @@ async def _wait_for(
             await trio.sleep(POLL_INTERVAL_S)
 
 
-async def run_demo(console: Console) -> DemoResult:
-    """Run the whole demo; everything it started is stopped when this returns or raises."""
+async def run_demo(
+    console: Console,
+    *,
+    keep_until: trio.Event | None = None,
+    on_result: Callable[[DemoResult], None] | None = None,
+) -> DemoResult:
+    """Run the whole demo; everything it started is stopped when this returns or raises.
+
+    It ends by printing the console's address on the demo's run. With ``keep_until`` the host
+    stays up after the story (``on_result`` gets the result first) until that event is set, so
+    the console can be read; without it, everything stops at once.
+    """
     say = console.print
-    with trio.fail_after(DEMO_TIMEOUT_S):
-        async with trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
+        with trio.fail_after(DEMO_TIMEOUT_S):
             config = HostConfig(listen=Listen("127.0.0.1", 0), inputs_endpoints=False)
             info: HostInfo = await nursery.start(Host(config).run)
             assert info.server is not None and info.api_url is not None
@@ -107,9 +119,23 @@ async def run_demo(console: Console) -> DemoResult:
             say(f"engine + REST API     {info.api_url}")
             async with ApiClient(info.api_url) as api:
                 result = await _story(console, nursery, info, api)
-            nursery.cancel_scope.cancel()
+        if on_result is not None:
+            on_result(result)
+        if keep_until is not None:
+            say(Rule())
+            say(f"console  {result.console_url}", highlight=False, soft_wrap=True)
+            say("kept open (--keep): the console shows the run; Ctrl-C to stop")
+            await keep_until.wait()
+        nursery.cancel_scope.cancel()
     say(Rule())
     say("stopped: nats-server, engine, API and workers; the temporary store is removed")
+    if keep_until is None:
+        say(
+            f"console  {result.console_url}  (it stopped with the demo: "
+            "`dagnats demo --keep` keeps it open until Ctrl-C)",
+            highlight=False,
+            soft_wrap=True,
+        )
     return result
 
 
@@ -226,4 +252,6 @@ async def _story(
         inputs_placed=placed,
         nats_url=info.nats_urls[0],
         store_dir=str(info.server.store_dir),
+        run_id=run_id,
+        console_url=console_url(info.api_url or "", run_id),
     )

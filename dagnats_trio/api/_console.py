@@ -1,0 +1,31 @@
+"""The web console's static files, served at ``/ui/`` by the API's own app (docs/console.md).
+
+Plain HTML, CSS and JavaScript shipped in the package (``console/``), with no build step: the
+page talks to the same REST API and SSE streams as any client, with the same bearer token. The
+files carry no data, so they are served without the token (the page asks for it, once per tab);
+every API route still needs it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+from starlette.routing import BaseRoute, Mount
+from starlette.staticfiles import StaticFiles
+
+#: Where the console is served; ``/ui`` redirects to ``/ui/``.
+CONSOLE_PREFIX: Final = "/ui"
+#: The files, inside the package (so in the wheel).
+CONSOLE_DIR: Final = Path(__file__).resolve().parent / "console"
+
+
+def console_routes() -> list[BaseRoute]:
+    """The console's static files (``index.html`` at ``/ui/``)."""
+    return [Mount(CONSOLE_PREFIX, app=StaticFiles(directory=CONSOLE_DIR, html=True), name="ui")]
+
+
+def console_url(api_url: str, run_id: str | None = None) -> str:
+    """The console's address on an API at ``api_url``, opened on ``run_id`` when given."""
+    base = f"{api_url.rstrip('/')}{CONSOLE_PREFIX}/"
+    return f"{base}#/runs/{run_id}" if run_id else base
