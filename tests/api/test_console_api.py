@@ -3,6 +3,9 @@ route it calls (the audit of dagnats_trio.journal.check, over HTTP)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from dagnats_trio.api import CONSOLE_PREFIX, console_url
 from dagnats_trio.api._console import CONSOLE_DIR
 from dagnats_trio.protocol import CommitAction, CommitRecord, ModelRecord
@@ -12,6 +15,17 @@ from .test_journal import claim, model
 
 GOOD = {"Authorization": f"Bearer {TOKEN}"}
 CONSOLE_FILES = ("index.html", "console.js", "console.css")
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def test_console_doc_shows_the_screenshots_the_browser_tests_take() -> None:
+    text = (DOCS / "console.md").read_text(encoding="utf-8")
+    shots = re.findall(r"\]\((console/[\w.-]+\.png)\)", text)
+    assert sorted(shots) == ["console/run.png", "console/runs.png", "console/step.png"]
+    for shot in shots:
+        assert (DOCS / shot).is_file(), shot
+    assert f"`{CONSOLE_PREFIX}/`" in text
+    assert "`GET .../journal/check`" in text
 
 
 async def test_console_files_are_public_and_the_api_still_needs_the_token(

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import queue
 import re
+import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
-from ._dev import dagnats_command, port_open
+import httpx
+
+from ._dev import _pump, dagnats_command, port_open
 
 #: The demo promises to finish in under a minute.
 DEMO_TIMEOUT_S = 60.0
+#: Bound of the stop after Ctrl-C.
+DEMO_STOP_TIMEOUT_S = 20.0
 
 
 def test_demo_runs_end_to_end_and_its_journal_check_passes() -> None:
@@ -46,3 +54,46 @@ def test_demo_runs_end_to_end_and_its_journal_check_passes() -> None:
     assert not Path(url.group(2)).exists()
     api = re.search(r"engine \+ REST API\s+(http://\S+)", text)
     assert api is not None and not port_open(api.group(1))
+    # It ends with the console's address on its run (stopped with it: --keep keeps it).
+    run_id = re.search(r"started run (\w+)", text)
+    assert run_id is not None, text
+    last = text.strip().splitlines()[-1]
+    assert last.startswith(f"console  {api.group(1)}/ui/#/runs/{run_id.group(1)}"), last
+    assert "--keep" in last
+
+
+def test_demo_keep_leaves_the_console_open_on_its_run_until_ctrl_c() -> None:
+    proc = subprocess.Popen(
+        [*dagnats_command(), "demo", "--keep"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"COLUMNS": "160", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + DEMO_TIMEOUT_S
+        while not any("kept open (--keep)" in line for line in seen):
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.1))
+            assert line is not None, "\n".join(seen)
+            seen.append(line)
+        found = re.search(r"console  (http://\S+)/ui/#/runs/(\w+)", "\n".join(seen))
+        assert found is not None, "\n".join(seen)
+        base, run_id = found.groups()
+        page = httpx.get(f"{base}/ui/", timeout=10.0)
+        assert page.status_code == 200 and "console.js" in page.text
+        run = httpx.get(f"{base}/runs/{run_id}", timeout=10.0)
+        assert run.status_code == 200 and run.json()["status"] == "completed"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(DEMO_STOP_TIMEOUT_S) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    rest = []
+    while (line := lines.get(timeout=DEMO_STOP_TIMEOUT_S)) is not None:
+        rest.append(line)
+    assert any(line.startswith("stopped: nats-server") for line in rest), rest
+    assert not port_open(base)

@@ -11,6 +11,7 @@ const RECONNECT_DELAYS_MS = [300, 1000, 2000, 5000]; // a stream's reconnect bac
 const RUNS_PAGE_SIZE = 50;
 const RUN_STATUSES = ["running", "completed", "failed", "cancelled"];
 const FINISHED = new Set(["completed", "failed", "cancelled"]);
+const INPUT_WAIT = "20s"; // one long poll of an input's state
 const INPUT_FINAL = new Set(["done", "withdrawn", "unanswered"]);
 const RESTART_LIMIT_REASON = "restart_limit";
 
@@ -483,8 +484,36 @@ function stepPage(main, runId, stepId, signal) {
   // Inputs: those sent from this tab (kept for the tab) and those seen placed in the journal.
   const storeKey = `dagnats.inputs.${runId}.${stepId}`;
   const knownInputs = new Set(JSON.parse(sessionStorage.getItem(storeKey) || "[]"));
-  const remember = (id) => { knownInputs.add(id); sessionStorage.setItem(storeKey, JSON.stringify([...knownInputs])); };
-  const seen = new Map(); // request id -> submission
+  const seen = new Map(); // request id -> submission, with the states seen (`history`)
+  const watching = new Set();
+  const remember = (id) => {
+    if (!knownInputs.has(id)) {
+      knownInputs.add(id);
+      sessionStorage.setItem(storeKey, JSON.stringify([...knownInputs]));
+    }
+    if (!watching.has(id)) { watching.add(id); watchInput(id); }
+  };
+  // Each input is long-polled (`wait` + `since`): every change of state comes back at once.
+  async function watchInput(id) {
+    let since = null;
+    while (!signal.aborted) {
+      let sub;
+      try {
+        sub = await getJson(`${base}/inputs/${enc(id)}${since ? `?wait=${INPUT_WAIT}&since=${since}` : ""}`, { signal });
+      } catch (e) {
+        if (signal.aborted || e.status === 404 || e.status === 401) return;
+        await sleep(LIVE_POLL_MS, signal);
+        continue;
+      }
+      const history = seen.has(id) ? seen.get(id).history : [];
+      if (history[history.length - 1] !== sub.status) history.push(sub.status);
+      seen.set(id, { ...sub, history });
+      drawInputs();
+      if (INPUT_FINAL.has(sub.status)) return;
+      since = sub.status;
+    }
+  }
+  for (const id of [...knownInputs]) remember(id);
   const timeline = new Timeline(box);
   let stepDone = false;
   follow(`${base}/journal?follow=1`, {
@@ -499,8 +528,9 @@ function stepPage(main, runId, stepId, signal) {
         streamState.className = `stream-state ${gone ? "error" : "muted"}`;
         streamState.dataset.state = "ended";
       } else {
+        box.dataset.received = String(Number(box.dataset.received || 0) + 1);
         timeline.add(data);
-        if (data.type === "input.placed") knownInputs.add(data.record.request_id);
+        if (data.type === "input.placed") remember(data.record.request_id);
       }
     },
     onState(state, note) {
@@ -544,17 +574,17 @@ function stepPage(main, runId, stepId, signal) {
     const requestId = `console-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 6)}`;
     try {
       const sub = await getJson(`${base}/inputs`, { method: "POST", body: { request_id: requestId, mode: mode.value, content }, signal });
+      seen.set(requestId, { ...sub, history: [sub.status] });
       remember(requestId);
-      seen.set(requestId, sub);
       text.value = "";
       sendNote.textContent = `sent ${requestId}: ${sub.status}`;
       drawInputs();
     } catch (e) { sendNote.textContent = `Not sent: ${explain(e)}`; }
   });
   function drawInputs() {
-    inputs.replaceChildren(...[...seen.values()].sort((a, b) => a.order - b.order).map((s) => el("tr", { "data-request": s.request_id },
+    inputs.replaceChildren(...[...seen.values()].sort((a, b) => a.order - b.order).map((s) => el("tr", { "data-request": s.request_id, "data-history": s.history.join(" ") },
       el("td", { class: "mono" }, s.request_id), el("td", {}, s.mode), el("td", {}, short(s.content, 50)),
-      el("td", {}, status(s.status), s.placed_iteration != null ? ` (iteration ${s.placed_iteration})` : ""),
+      el("td", {}, s.history.map(status), s.placed_iteration != null ? ` (iteration ${s.placed_iteration})` : ""),
       el("td", {}, s.status === "queued" ? el("button", { type: "button", class: "withdraw", onclick: () => withdraw(s.request_id) }, "withdraw") : ""))));
   }
   async function withdraw(id) {
@@ -572,12 +602,6 @@ function stepPage(main, runId, stepId, signal) {
       stepStatus.replaceChildren(el("span", { class: "error" }, explain(e)));
       if (e.code === "run_not_found") return false;
     }
-    for (const id of knownInputs) {
-      const had = seen.get(id);
-      if (had && INPUT_FINAL.has(had.status)) continue;
-      try { seen.set(id, await getJson(`${base}/inputs/${enc(id)}`, { signal })); } catch (_) { /* said elsewhere */ }
-    }
-    drawInputs();
     return true;
   });
 }

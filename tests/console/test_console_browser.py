@@ -1,0 +1,326 @@
+"""The console in a real browser (headless Chromium): the crash demo's story seen live, a steer
+and a follow-up sent from the page, a cancel and a purge, the token prompt, and the journal
+stream's reconnect after a network blip. The screenshots of docs/console.md are taken here."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Final
+
+import trio
+from playwright.async_api import Page, expect
+
+from dagnats_trio.cli.demo import (
+    SCRIPT,
+    STEP_ID,
+    TASK_TYPE,
+    UNSAFE_TOOL,
+    WORKFLOW_NAME,
+    Counters,
+    Crash,
+    make_agent,
+    workflow_definition,
+)
+from dagnats_trio.engine import RunSnapshot, StepStatus, decode_snapshot
+from dagnats_trio.journal import ScriptedModel
+from dagnats_trio.protocol import (
+    ClaimRecord,
+    JournalRecord,
+    ModelRecord,
+    RunStatus,
+    encode_record,
+    layout,
+    record_headers,
+)
+from dagnats_trio.worker import Handler, Worker
+
+from ._browser import TOKEN, ConsoleStack, in_browser, shot
+
+FIRST_WORKER: Final = "worker-1"
+SECOND_WORKER: Final = "worker-2"
+#: A short AckWait: the dead worker's task comes back quickly.
+WORKER_ACK_WAIT_S: Final = 0.8
+#: The demo's pause between turns (leaves time to steer from the page).
+LOOP_DELAY: Final = "1s"
+#: Bound of the tests' own waits outside the page.
+WAIT_S: Final = 20.0
+IDLE_WORKFLOW: Final = "console-idle"
+IDLE_TASK: Final = "console_idle"
+STEER_TEXT: Final = "Pick an aisle seat, please."
+FOLLOW_UP_TEXT: Final = "And when is the return flight?"
+
+
+async def start_worker(
+    stack: ConsoleStack, handlers: Mapping[str, Handler], worker_id: str
+) -> trio.CancelScope:
+    """A worker in a scope of its own: cancelling the scope kills it (no clean stop)."""
+    worker = Worker(
+        stack.transport,
+        handlers,
+        inputs=stack.inputs,
+        ack_wait_s=WORKER_ACK_WAIT_S,
+        worker_id=worker_id,
+    )
+    scope = trio.CancelScope()
+
+    async def run(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with scope:
+            await worker.run(task_status=task_status)
+
+    await stack.nursery.start(run)
+    return scope
+
+
+async def wait_run(
+    stack: ConsoleStack, run_id: str, ok: Callable[[RunSnapshot], bool]
+) -> RunSnapshot:
+    """The run's snapshot once ``ok`` holds (watch first, then read: nothing is missed)."""
+    key = layout.run_key(run_id)
+    with trio.fail_after(WAIT_S):
+        async with stack.transport.kv_watch(layout.RUNS_BUCKET, key) as changes:
+            snap = await stack.service.get_run(run_id)
+            if ok(snap):
+                return snap
+            async for entry in changes:
+                if entry.key == key and entry.value is not None:
+                    snap = decode_snapshot(entry.value)
+                    if ok(snap):
+                        return snap
+    raise AssertionError("unreachable")
+
+
+async def send_input(page: Page, mode: str, text: str) -> None:
+    await page.select_option("#input-mode", mode)
+    await page.fill("#input-text", text)
+    await page.click("#input-form button[type=submit]")
+
+
+async def test_crash_recovery_steer_and_follow_up_live_in_the_browser(
+    console: ConsoleStack,
+) -> None:
+    started = time.monotonic()
+    model = ScriptedModel(SCRIPT)
+    counters = Counters()
+    crash = Crash(FIRST_WORKER)
+    handlers = {TASK_TYPE: make_agent(model, counters, crash)}
+    await console.service.register_workflow(workflow_definition(LOOP_DELAY))
+    first = await start_worker(console, handlers, FIRST_WORKER)
+    run_id = await console.service.start_run(
+        WORKFLOW_NAME, {"task": "Book me a flight to Porto on Friday", "follow_ups": 1}
+    )
+    with trio.fail_after(WAIT_S):
+        await crash.reached.wait()
+
+    async def kill_and_replace() -> None:
+        first.cancel()
+        await start_worker(console, handlers, SECOND_WORKER)
+
+    async def script(page: Page) -> None:
+        await page.goto(console.console(run_id, STEP_ID))
+        timeline = page.locator("#timeline details")
+        # Live: the page shows the unsafe call in flight, before the crash is recovered.
+        intents = page.locator("#timeline details[data-type='tool.intent']")
+        await expect(intents).to_have_count(2)
+        await expect(intents.nth(1)).to_contain_text(f"{UNSAFE_TOOL}(")
+        await expect(page.locator("details[data-mark=interrupted]")).to_have_count(0)
+        trio.from_thread.run(kill_and_replace)
+        # ... then, without a reload, the recovery as it is written.
+        await expect(page.locator("details[data-type=claim][data-mark=recovered]")).to_have_count(1)
+        interrupted = page.locator("details[data-type='tool.result'][data-mark=interrupted]")
+        await expect(interrupted).to_contain_text(UNSAFE_TOOL)
+        await expect(interrupted).to_contain_text("unsafe, so not run again")
+        await expect(page.locator("details[data-type=model][data-mark=reused]")).to_have_count(1)
+        await expect(page.locator("details[data-mark=reused]")).to_contain_text(UNSAFE_TOOL)
+
+        # A steer from the page: queued, then done once the next turn answered it.
+        await send_input(page, "steer", STEER_TEXT)
+        steer = page.locator("#inputs tr").first
+        steps = re.compile(r"^queued( placed)? done$")
+        await expect(steer).to_have_attribute("data-history", steps)
+        print(f"steer states seen on the page: {await steer.get_attribute('data-history')}")
+        placed = page.locator("details[data-type='input.placed']")
+        await expect(placed.first).to_contain_text(STEER_TEXT)
+        await expect(page.locator("#step-status")).to_have_text("waiting")
+        await send_input(page, "follow_up", FOLLOW_UP_TEXT)
+        await expect(page.locator("#stream-state")).to_have_text(
+            "stream ended: step completed, run completed"
+        )
+        await expect(page.locator("#inputs tr")).to_have_count(2)
+        for row in await page.locator("#inputs tr").all():
+            await expect(row).to_have_attribute("data-history", re.compile(r" done$"))
+        await expect(placed.nth(1)).to_contain_text(FOLLOW_UP_TEXT)
+
+        # The audit, and one record opened to its JSON.
+        await page.click("#journal-check")
+        await expect(page.locator("#check-result p")).to_have_attribute("data-ok", "true")
+        await expect(page.locator("#check-result p")).to_contain_text("journal ok")
+        await interrupted.locator("summary").click()
+        await expect(interrupted.locator("pre")).to_be_visible()
+        await expect(interrupted.locator("pre")).to_contain_text('"interrupted": true')
+        count = await timeline.count()
+        await shot(page, "step")
+
+        await page.goto(console.console(run_id))
+        await expect(page.locator("#run-status")).to_have_text("completed")
+        await expect(page.locator(f"#steps tr[data-step={STEP_ID}]")).to_contain_text("completed")
+        await expect(page.locator("#run-output")).to_contain_text("TP1951")
+        await expect(page.locator("#purge")).to_be_visible()
+        await expect(page.locator("#cancel")).to_be_hidden()
+        await shot(page, "run")
+
+        await page.goto(console.console())
+        await expect(page.locator(f"#runs tr[data-run='{run_id}']")).to_contain_text("completed")
+        await shot(page, "runs")
+        print(f"journal records on the page: {count}")
+
+    await in_browser(script)
+    # What really happened, counted outside the journal and the page.
+    assert counters.starts[UNSAFE_TOOL] == 1
+    assert len(counters.messages_sent) == 1
+    assert counters.model_calls - model.requests == 1  # the reused response
+    snap = await console.service.get_run(run_id)
+    assert snap.status is RunStatus.COMPLETED
+    print(f"crash story in the browser: {time.monotonic() - started:.1f} s")
+
+
+async def register_idle(stack: ConsoleStack) -> None:
+    await stack.service.register_workflow(
+        {
+            "name": IDLE_WORKFLOW,
+            "steps": [
+                {
+                    "id": "agent",
+                    "task": IDLE_TASK,
+                    "type": "agent_loop",
+                    "agent_loop": {"max_iterations": 10},
+                }
+            ],
+        }
+    )
+
+
+async def test_token_prompt_refuses_a_wrong_token_then_lists_and_filters_runs(
+    console: ConsoleStack,
+) -> None:
+    await register_idle(console)
+    running = await console.service.start_run(IDLE_WORKFLOW, {"n": 1})
+    other = await console.service.start_run(IDLE_WORKFLOW, {"n": 2})
+    await console.service.cancel_run(other, "not this one")
+    await wait_run(console, other, lambda s: s.status is RunStatus.CANCELLED)
+
+    async def script(page: Page) -> None:
+        await page.goto(console.console())
+        dialog = page.locator("#token-dialog")
+        await expect(dialog).to_be_visible()
+        await expect(page.locator("#token-error")).to_be_hidden()
+        await page.fill("#token-input", "wrong-token")
+        await page.click("#token-form button[type=submit]")
+        await expect(page.locator("#token-error")).to_contain_text("refused")
+        await expect(dialog).to_be_visible()
+        await expect(page.locator("#runs tr[data-run]")).to_have_count(0)
+        await page.fill("#token-input", TOKEN)
+        await page.click("#token-form button[type=submit]")
+        await expect(dialog).to_be_hidden()
+        await expect(page.locator("#runs tr[data-run]")).to_have_count(2)
+        # Kept for the tab: a reload does not ask again.
+        await page.reload()
+        await expect(page.locator("#runs tr[data-run]")).to_have_count(2)
+        await expect(dialog).to_be_hidden()
+        await page.select_option("#filter select[name=status]", "running")
+        await page.click("#filter button[type=submit]")
+        await expect(page.locator("#runs tr[data-run]")).to_have_count(1)
+        await expect(page.locator(f"#runs tr[data-run='{running}']")).to_contain_text("running")
+        await page.fill("#filter input[name=workflow]", "no-such-workflow")
+        await page.click("#filter button[type=submit]")
+        await expect(page.locator("#runs-note")).to_have_text("No runs match.")
+
+    await in_browser(script, token=None)
+
+
+async def test_cancel_with_reason_then_purge_from_the_run_page(console: ConsoleStack) -> None:
+    await register_idle(console)
+    run_id = await console.service.start_run(IDLE_WORKFLOW, None)
+    reason = "the customer changed their mind"
+
+    async def script(page: Page) -> None:
+        await page.goto(console.console(run_id))
+        await expect(page.locator("#run-status")).to_have_text("running")
+        await expect(page.locator("#purge")).to_be_hidden()
+        await page.fill("#cancel-reason", reason)
+        await page.click("#cancel")
+        await expect(page.locator("#run-message")).to_contain_text("Cancel requested")
+        await expect(page.locator("#run-status")).to_have_text("cancelled")
+        await expect(page.locator("#run-facts")).to_contain_text(reason)
+        await expect(page.locator("#steps tr[data-step=agent]")).to_contain_text("cancelled")
+        snap = trio.from_thread.run(console.service.get_run, run_id)
+        assert snap.status is RunStatus.CANCELLED
+        assert snap.steps["agent"].status is StepStatus.CANCELLED
+        assert snap.error == reason
+        await page.click("#purge")
+        # The page says so (and stops offering cancel or purge), never a blank screen.
+        await expect(page.locator("#run-message")).to_contain_text("was purged")
+        await expect(page.locator("#purge")).to_be_disabled()
+
+    await in_browser(script)
+    runs = await console.service.list_runs(workflow=IDLE_WORKFLOW)
+    assert run_id not in {r.run_id for r in runs.runs}
+
+
+async def test_journal_stream_reconnects_after_a_blip_without_gap_or_repeat(
+    console: ConsoleStack,
+) -> None:
+    await register_idle(console)
+    run_id = await console.service.start_run(IDLE_WORKFLOW, None)
+    subject = layout.journal_subject(run_id, "agent")
+    seqs: list[int] = []
+
+    async def append(record: JournalRecord) -> None:
+        last = await console.transport.get_last_msg(layout.JOURNAL_STREAM, subject)
+        seqs.append(
+            await console.transport.publish(
+                subject,
+                encode_record(record),
+                headers=record_headers(record),
+                expected_last_subject_seq=last.seq if last is not None else 0,
+            )
+        )
+
+    def model(call: int) -> ModelRecord:
+        return ModelRecord(iteration=0, attempt=1, claim_id="c1", call=call, response={"n": call})
+
+    await append(ClaimRecord(iteration=0, attempt=1, claim_id="c1", nonce="n1"))
+    await append(model(0))
+
+    async def blip() -> None:
+        await console.stop_api()
+        await append(model(1))  # written while the page cannot hear
+
+    async def script(page: Page) -> None:
+        await page.goto(console.console(run_id, "agent"))
+        rows = page.locator("#timeline details")
+        await expect(rows).to_have_count(2)
+        await expect(page.locator("#stream-state")).to_have_attribute("data-state", "live")
+        await expect(page.locator("#preview-state")).to_have_text("(live)")
+        trio.from_thread.run(console.transport.core_publish, preview(run_id), b"Thinking ")
+        await expect(page.locator("#preview")).to_have_text("Thinking ")
+        trio.from_thread.run(blip)
+        await expect(page.locator("#stream-state")).to_have_attribute("data-state", "reconnecting")
+        await expect(page.locator("#problem")).to_contain_text("does not answer")
+        trio.from_thread.run(console.start_api)
+        await expect(page.locator("#stream-state")).to_have_text("live (reconnected)")
+        await expect(page.locator("#problem")).to_be_hidden()
+        await expect(rows).to_have_count(3)
+        trio.from_thread.run(append, model(2))
+        await expect(rows).to_have_count(4)
+        shown = [int(s) for s in await rows.evaluate_all("ns => ns.map(n => n.dataset.seq)")]
+        assert shown == seqs
+        # Each record came over the wire once: the reconnect resumed with Last-Event-ID.
+        await expect(page.locator("#timeline")).to_have_attribute("data-received", str(len(seqs)))
+
+    await in_browser(script)
+
+
+def preview(run_id: str) -> str:
+    return layout.preview_subject(run_id, "agent")
