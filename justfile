@@ -28,3 +28,7 @@ demo:
 # install Debian's chromium for the console's browser tests (they call this themselves too)
 install-browser:
     scripts/install-browser
+
+# refresh the console's screenshots in docs/console/ (taken by its browser tests)
+screenshots:
+    DAGNATS_CONSOLE_SHOTS=docs uv run --frozen pytest -q -p no:cacheprovider tests/console

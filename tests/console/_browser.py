@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -33,8 +34,11 @@ from dagnats_trio.transport import Transport, open_nats_transport, provision
 
 REPO: Final = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT: Final = REPO / "scripts" / "install-browser"
-#: Where the tests write the screenshots docs/console.md shows.
+#: Where the tests write the screenshots docs/console.md shows, with
+#: ``DAGNATS_CONSOLE_SHOTS=docs`` (``just screenshots``); otherwise they are still taken, into a
+#: temporary directory, so an ordinary test run leaves the checkout clean.
 SHOTS_DIR: Final = REPO / "docs" / "console"
+SHOTS_ENV: Final = "DAGNATS_CONSOLE_SHOTS"
 CHROMIUM: Final = "/usr/bin/chromium"
 CHROMIUM_ARGS: Final = [
     "--headless",
@@ -114,9 +118,13 @@ async def in_browser(
 
 
 async def shot(page: Page, name: str) -> None:
-    """A screenshot for docs/console.md (written by the tests, so it stays true)."""
-    SHOTS_DIR.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(SHOTS_DIR / f"{name}.png"), full_page=True)
+    """A screenshot for docs/console.md (taken by the tests, so it stays true)."""
+    if os.environ.get(SHOTS_ENV) == "docs":
+        path = SHOTS_DIR / f"{name}.png"
+    else:
+        path = Path(tempfile.gettempdir()) / f"dagnats-console-{name}.png"
+    await page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 0
 
 
 @attrs.define
