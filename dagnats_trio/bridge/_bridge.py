@@ -30,6 +30,7 @@ from ..journal import (
     Fenced,
     Journal,
     JournalCorrupt,
+    JournalUnreadable,
     RestartLimit,
     Settlement,
     Stale,
@@ -438,6 +439,8 @@ class Bridge:
             raise await self._finish(lease, 410, "committed", str(exc)) from None
         except RestartLimit as exc:
             raise await self._finish(lease, 410, "restart_limit", str(exc)) from None
+        except JournalUnreadable as exc:
+            raise await self._finish(lease, 410, "journal_unreadable", str(exc)) from None
         except JournalCorrupt as exc:
             raise BridgeError(500, "journal_corrupt", str(exc)) from None
 

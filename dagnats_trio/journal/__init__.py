@@ -18,12 +18,19 @@ from ._errors import (
     HolderKilled,
     JournalCorrupt,
     JournalSettled,
+    JournalUnreadable,
     ReplayMismatch,
     RestartLimit,
     Stale,
     ToolOutputNotJson,
 )
-from ._replay import MAX_CALLS_PER_ITERATION, RESTART_LIMIT_REASON, TaskIdentity, ToolResult
+from ._replay import (
+    MAX_CALLS_PER_ITERATION,
+    RESTART_LIMIT_REASON,
+    UNREADABLE_REASON,
+    TaskIdentity,
+    ToolResult,
+)
 from .check import CheckReport, Violation, check
 
 if TYPE_CHECKING:
@@ -105,6 +112,7 @@ __all__ = [
     "MAX_RESTART_LIMIT",
     "MIN_RESTART_LIMIT",
     "RESTART_LIMIT_REASON",
+    "UNREADABLE_REASON",
     "CallLimitExceeded",
     "CheckReport",
     "CommitAction",
@@ -119,6 +127,7 @@ __all__ = [
     "Journal",
     "JournalCorrupt",
     "JournalSettled",
+    "JournalUnreadable",
     "ModelFn",
     "OnCommitted",
     "Replay",

@@ -36,6 +36,14 @@ class Fenced(JournalSettled):
 
 
 @final
+class JournalUnreadable(JournalSettled):
+    """The journal holds a record that cannot be decoded, so no holder can replay it: this
+    attempt was failed (a retriable failure naming the record's sequence was committed after
+    it and published) and the task is acked. Every later attempt fails the same way, so the
+    step's retry policy ends the run and nothing recorded there is ever started again."""
+
+
+@final
 class ReplayMismatch(Exception):
     """The handler issued a different call at a recorded position: a bug in the handler."""
 

@@ -54,6 +54,7 @@ from ._errors import (
     HolderKilled,
     JournalCorrupt,
     JournalSettled,
+    JournalUnreadable,
     ReplayMismatch,
     RestartLimit,
     Stale,
@@ -70,6 +71,7 @@ from ._replay import (
     MAX_CALLS_PER_ITERATION,
     NOT_JSON_ERROR_PREFIX,
     RESTART_LIMIT_REASON,
+    UNREADABLE_REASON,
     ClaimPlan,
     Entry,
     ModelAction,
@@ -190,6 +192,27 @@ async def _retry_transient(what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
             _log.debug("%s: %s; retrying", what, exc)
             await trio.sleep(backoff)
             backoff = min(backoff * 2, TRANSIENT_BACKOFF_MAX_S)
+
+
+def _moved_by(tail: StoredMsg | None, own_claim: str) -> str:
+    """What a holder that lost the tail is told: a successor's claim, or what else is there."""
+    if tail is None:
+        return "its records are gone (purged?), not claimed by a successor"
+    try:
+        rec = decode_record(tail.data)
+    except DecodeError as exc:
+        return (
+            f"the record at sequence {tail.seq} is not a claim but unreadable ({exc}); no "
+            "successor claimed it"
+        )
+    if isinstance(rec, ClaimRecord):
+        return f"a successor claimed it (claim {rec.claim_id} at sequence {tail.seq})"
+    if rec.claim_id != own_claim:
+        return f"a successor claimed it (claim {rec.claim_id} wrote sequence {tail.seq})"
+    return (
+        f"the {rec.TYPE!r} record at sequence {tail.seq} carries this holder's own claim but is "
+        "not one it wrote: not a successor's claim"
+    )
 
 
 def _decode(msg: StoredMsg) -> Entry:
@@ -414,11 +437,13 @@ class Journal:
         if tail is not None and tail.seq > self._last_seq and tail.data == data:
             self._last_seq = tail.seq
             return tail.seq
-        self._holder.fence()
-        raise Fenced(
-            f"journal {self._subject} moved past sequence {self._last_seq}: a successor claimed "
-            "it, so this holder stops writing"
-        )
+        why = self._moved(tail)
+        self._holder.fence(why)
+        raise Fenced(f"{why}, so this holder stops writing")
+
+    def _moved(self, tail: StoredMsg | None) -> str:
+        moved_by = _moved_by(tail, self._claim_id)
+        return f"journal {self._subject} moved past sequence {self._last_seq}: {moved_by}"
 
     async def _tail_msg(self) -> StoredMsg | None:
         result: StoredMsg | None = await _retry_transient(
@@ -430,8 +455,9 @@ class Journal:
         """Read the tail before spending a model request: a fenced holder spends nothing."""
         tail = await self._tail_msg()
         if tail is None or tail.seq != self._last_seq:
-            self._holder.fence()
-            raise Fenced(f"journal {self._subject} moved on: a successor claimed it")
+            why = self._moved(tail)
+            self._holder.fence(why)
+            raise Fenced(why)
 
     def _check_open(self) -> None:
         self._holder.check_writable()
@@ -722,7 +748,9 @@ async def open_journal(
 
     Raises :class:`Stale` (late redelivery), :class:`Committed` (this dispatch committed: its
     event was published again), :class:`RestartLimit` (failure committed and published) or
-    :class:`Fenced` (a successor claimed first); ``holder.settlement`` says what to do then.
+    :class:`Fenced` (a successor claimed first) or :class:`JournalUnreadable` (a record cannot be
+    decoded: this attempt's failure was committed and published); ``holder.settlement`` says
+    what to do then.
     """
     check_restart_limit(restart_limit)
     ident = TaskIdentity.of(task)
@@ -733,6 +761,52 @@ async def open_journal(
     tail_msg: StoredMsg | None = await _retry_transient(
         "tail", lambda: transport.get_last_msg(JOURNAL_STREAM, subject)
     )
+    try:
+        tail, plan = await _plan(transport, ident, holder, tail_msg, restart_limit, on_committed)
+    except JournalCorrupt as exc:
+        assert tail_msg is not None  # an unreadable record means there is a tail
+        await _fail_unreadable(transport, ident, holder, tail_msg.seq, exc, env, on_committed)
+        raise JournalUnreadable(str(exc)) from exc
+    assert plan.view is not None
+    await holder.seam(Seam.BEFORE_CLAIM)
+    journal = Journal(
+        transport=transport,
+        task=ident,
+        holder=holder,
+        claim_id=env.new_id(),
+        last_seq=tail[0] if tail is not None else 0,
+        view=plan.view,
+        on_committed=on_committed,
+    )
+    await journal._append(
+        ClaimRecord(ident.iteration, ident.attempt, journal.claim_id, ident.nonce)
+    )
+    await holder.seam(Seam.AFTER_CLAIM)
+    if plan.restart_limit:
+        await journal._settle(
+            CommitAction.FAIL,
+            error=(
+                f"claimed {restart_limit} times in a row without progress "
+                f"(restart_limit {restart_limit})"
+            ),
+            retriable=True,
+            reason=RESTART_LIMIT_REASON,
+        )
+        raise RestartLimit(f"restart limit {restart_limit} reached at iteration {ident.iteration}")
+    return journal
+
+
+async def _plan(
+    transport: Transport,
+    ident: TaskIdentity,
+    holder: DeliveryState,
+    tail_msg: StoredMsg | None,
+    restart_limit: int,
+    on_committed: OnCommitted | None,
+) -> tuple[Entry | None, ClaimPlan]:
+    """Read what the claim needs and plan it. Raises :class:`JournalCorrupt` on a record that
+    cannot be decoded, and the settled errors of :func:`open_journal`."""
+    subject = journal_subject(ident.run_id, ident.step_id)
     tail = _decode(tail_msg) if tail_msg is not None else None
     verdict = judge_tail(tail, ident)
     plan: ClaimPlan
@@ -761,33 +835,50 @@ async def open_journal(
         if plan.kind is PlanKind.ADOPT:
             assert plan.commit is not None
             await _republish(transport, ident, holder, plan.commit, on_committed)
-    assert plan.view is not None
-    await holder.seam(Seam.BEFORE_CLAIM)
+    return tail, plan
+
+
+async def _fail_unreadable(
+    transport: Transport,
+    ident: TaskIdentity,
+    holder: DeliveryState,
+    tail_seq: int,
+    exc: JournalCorrupt,
+    env: RuntimeEnv,
+    on_committed: OnCommitted | None,
+) -> None:
+    """Fail this attempt after an unreadable record: a claim and a retriable failure appended
+    after the tail (fenced on it, like any claim), and its ``step.failed`` event published.
+
+    Nothing is replayed and nothing runs: a journal no holder can read cannot say which unsafe
+    tools were started, so none may start again. The commit carries no state (the state of
+    record may be what is unreadable); a later attempt starts from its base commit again, reads
+    the same record and fails the same way, so the step's retry policy ends it.
+    """
+    _log.error(
+        "%s.%s iteration %d attempt %d failed: %s",
+        ident.run_id,
+        ident.step_id,
+        ident.iteration,
+        ident.attempt,
+        exc,
+    )
     journal = Journal(
         transport=transport,
         task=ident,
         holder=holder,
         claim_id=env.new_id(),
-        last_seq=tail[0] if tail is not None else 0,
-        view=plan.view,
+        last_seq=tail_seq,
+        view=empty_view(ident),
         on_committed=on_committed,
     )
+    journal.set_state(None)
     await journal._append(
         ClaimRecord(ident.iteration, ident.attempt, journal.claim_id, ident.nonce)
     )
-    await holder.seam(Seam.AFTER_CLAIM)
-    if plan.restart_limit:
-        await journal._settle(
-            CommitAction.FAIL,
-            error=(
-                f"claimed {restart_limit} times in a row without progress "
-                f"(restart_limit {restart_limit})"
-            ),
-            retriable=True,
-            reason=RESTART_LIMIT_REASON,
-        )
-        raise RestartLimit(f"restart limit {restart_limit} reached at iteration {ident.iteration}")
-    return journal
+    await journal._settle(
+        CommitAction.FAIL, error=str(exc), retriable=True, reason=UNREADABLE_REASON
+    )
 
 
 async def _republish(

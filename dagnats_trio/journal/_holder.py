@@ -38,6 +38,8 @@ class DeliveryState:
     cancelled: bool = False
     stalled: int = 0
     scope: trio.CancelScope | None = None
+    #: Why this holder was fenced (said again by every later write it attempts).
+    fenced_because: str = ""
 
     @property
     def fenced(self) -> bool:
@@ -48,8 +50,9 @@ class DeliveryState:
         if self.scope is not None:
             self.scope.cancel()
 
-    def fence(self) -> None:
+    def fence(self, because: str = "a successor claimed the journal") -> None:
         self.settlement = Settlement.NO_ACK
+        self.fenced_because = because
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -61,7 +64,7 @@ class DeliveryState:
         if self.killed:
             raise HolderKilled("this holder was killed at a crash seam")
         if self.fenced:
-            raise Fenced("a successor claimed the journal; this holder writes nothing more")
+            raise Fenced(f"{self.fenced_because}; this holder writes nothing more")
 
     async def seam(self, seam: Seam) -> None:
         """Reach a crash seam: a hook that raises kills this holder, one that blocks stalls it."""

@@ -51,6 +51,8 @@ MAX_CALLS_PER_ITERATION = 1000
 
 #: ``reason`` of the failure committed when the restart limit is reached.
 RESTART_LIMIT_REASON = "restart_limit"
+#: The ``reason`` of the failure committed when the journal holds an unreadable record.
+UNREADABLE_REASON = "journal_unreadable"
 
 #: Prefix of the error recorded for a tool whose output was not JSON (replayed as an error).
 NOT_JSON_ERROR_PREFIX = "tool output is not JSON: "
