@@ -34,6 +34,7 @@ from dagnats_trio.protocol import (
     layout,
     record_headers,
 )
+from dagnats_trio.server import NatsServer
 from dagnats_trio.worker import Handler, Worker
 
 from ._browser import TOKEN, ConsoleStack, in_browser, shot
@@ -324,3 +325,28 @@ async def test_journal_stream_reconnects_after_a_blip_without_gap_or_repeat(
 
 def preview(run_id: str) -> str:
     return layout.preview_subject(run_id, "agent")
+
+
+async def test_nats_down_is_said_on_the_page_and_cleared_when_it_is_back(
+    console: ConsoleStack, fresh_nats_server: NatsServer
+) -> None:
+    await register_idle(console)
+    run_id = await console.service.start_run(IDLE_WORKFLOW, None)
+
+    async def script(page: Page) -> None:
+        await page.goto(console.console(run_id))
+        await expect(page.locator("#run-status")).to_have_text("running")
+        await expect(page.locator("#health")).to_have_text("NATS up")
+        await expect(page.locator("#problem")).to_be_hidden()
+        trio.from_thread.run(fresh_nats_server.stop_process)
+        await expect(page.locator("#problem")).to_contain_text("NATS is down")
+        await expect(page.locator("#health")).to_have_text("NATS down")
+        await expect(page.locator("#run-message")).to_contain_text("NATS is not answering")
+        await shot(page, "nats-down")
+        trio.from_thread.run(fresh_nats_server.start)
+        await expect(page.locator("#health")).to_have_text("NATS up")
+        await expect(page.locator("#problem")).to_be_hidden()
+        await expect(page.locator("#run-status")).to_have_text("running")
+        await expect(page.locator("#run-message")).to_have_text("")
+
+    await in_browser(script)

@@ -343,6 +343,7 @@ function runPage(main, runId, signal) {
     } catch (e) { say(`Purge refused: ${explain(e)}`, true); }
   });
 
+  let readFailed = false; // the message says why the last read failed: cleared when one works
   live(signal, async () => {
     let run;
     try {
@@ -350,9 +351,11 @@ function runPage(main, runId, signal) {
     } catch (e) {
       if (signal.aborted) return false;
       say(explain(e), true);
+      readFailed = true;
       if (e.code === "run_not_found") { cancel.disabled = purge.disabled = true; return false; }
       return true;
     }
+    if (readFailed) { say(""); readFailed = false; }
     const done = FINISHED.has(run.status);
     $("#run-status").replaceChildren(status(run.status));
     facts.replaceChildren(`workflow ${run.workflow} · started ${when(run.created_at_ms)} · `,
