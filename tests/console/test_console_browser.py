@@ -233,6 +233,18 @@ async def test_token_prompt_refuses_a_wrong_token_then_lists_and_filters_runs(
         await page.click("#filter button[type=submit]")
         await expect(page.locator("#runs tr[data-run]")).to_have_count(1)
         await expect(page.locator(f"#runs tr[data-run='{running}']")).to_contain_text("running")
+        # Paging through the API's cursor (one run a page: #/runs?limit=1).
+        await page.goto(console.console() + "#/runs?limit=1")
+        await expect(page.locator("#runs tr[data-run]")).to_have_count(1)
+        first = await page.locator("#runs tr[data-run]").get_attribute("data-run")
+        await expect(page.locator("#prev")).to_be_disabled()
+        await page.click("#next")
+        await expect(page.locator("#runs tr[data-run]")).not_to_have_attribute("data-run", first)
+        second = await page.locator("#runs tr[data-run]").get_attribute("data-run")
+        assert {first, second} == {running, other}
+        await expect(page.locator("#next")).to_be_disabled()
+        await page.click("#prev")
+        await expect(page.locator("#runs tr[data-run]")).to_have_attribute("data-run", first)
         await page.fill("#filter input[name=workflow]", "no-such-workflow")
         await page.click("#filter button[type=submit]")
         await expect(page.locator("#runs-note")).to_have_text("No runs match.")

@@ -270,6 +270,7 @@ function runsPage(main, params, signal) {
     const q = new URLSearchParams();
     if (statusSel.value) q.set("status", statusSel.value);
     if (wfInput.value.trim()) q.set("workflow", wfInput.value.trim());
+    if (params.get("limit")) q.set("limit", params.get("limit"));
     location.hash = `#/runs${q.toString() ? "?" + q : ""}`;
   });
   const body = el("tbody");
@@ -287,7 +288,7 @@ function runsPage(main, params, signal) {
 
   async function refresh() {
     const q = new URLSearchParams({ limit: String(RUNS_PAGE_SIZE) });
-    for (const k of ["status", "workflow"]) if (params.get(k)) q.set(k, params.get(k));
+    for (const k of ["status", "workflow", "limit"]) if (params.get(k)) q.set(k, params.get(k));
     const cursor = cursors[cursors.length - 1];
     if (cursor) q.set("cursor", cursor);
     try {
