@@ -112,6 +112,9 @@ def timeline(records: Sequence[tuple[int, JournalRecord]]) -> list[TimelineRow]:
         elif isinstance(rec, ToolIntentRecord):
             replay_of[(rec.iteration, rec.attempt, rec.call)] = rec.replay
             detail = f"{rec.name}({short(rec.input, 40)}) {rec.replay.value}"
+            if rec.group is not None:
+                size = rec.group_size or 0
+                detail += f" [parallel {rec.call - rec.group + 1}/{size}]"
             rows.append(TimelineRow(seq, rec.iteration, rec.attempt, rec.TYPE, rec.call, detail))
         elif isinstance(rec, ToolOutputRecord):
             rows.append(
@@ -122,6 +125,8 @@ def timeline(records: Sequence[tuple[int, JournalRecord]]) -> list[TimelineRow]:
                 replay = replay_of.get((rec.iteration, rec.attempt, rec.call))
                 why = "unsafe, so not run again" if replay is Replay.UNSAFE else "not rerun"
                 detail = f"its holder died mid-call; {why}; the model sees the interruption"
+                if rec.cancelled_by is not None:
+                    detail = f"cancelled: call {rec.cancelled_by} of its parallel group failed"
                 if rec.partial:
                     detail += f"; partial {short(rec.partial, 30)}"
                 mark = Mark.INTERRUPTED

@@ -26,6 +26,7 @@ from ._handle import MAX_RESTART_LIMIT, ToolCall, ToolFn
 from ._replay import (
     RESTART_LIMIT_REASON,
     Entry,
+    GroupMember,
     ModelAction,
     PlanKind,
     RecordedModel,
@@ -35,6 +36,7 @@ from ._replay import (
     ToolAction,
     ToolResult,
     canonical_json,
+    decide_group,
     decide_model,
     decide_tool,
     plan_claim,
@@ -215,6 +217,26 @@ class GoldenJournal:
         self._consumed = consumed
         self._next_call = pos + 1
         return decision.result
+
+    async def tools(
+        self, calls: Sequence[tuple[ToolCall, Replay, ToolFn]], *, cancel_on_error: bool = False
+    ) -> list[ToolResult]:
+        """A parallel group answered from the records: each member at its position."""
+        await trio.lowlevel.checkpoint()
+        first = self._next_call
+        members = [GroupMember(c.name, canonical_json(c.input), r, c.call_id) for c, r, _ in calls]
+        decisions, consumed = decide_group(self._d.view, self._consumed, first, members)
+        for k, decision in enumerate(decisions):
+            pos = first + k
+            c, r, _ = calls[k]
+            new = f"tool {c.name!r} {r.value} input {short_json(c.input)} (group member {k})"
+            if decision.action is ToolAction.MISMATCH:
+                raise self._find(pos, "ReplayMismatch", "", decision.reason)
+            if decision.action is not ToolAction.REUSE or decision.result is None:
+                raise self._find(pos, "new call", describe_recorded(self._d.view, pos), new)
+        self._consumed = consumed
+        self._next_call = first + len(calls)
+        return [d.result for d in decisions if d.result is not None]
 
     async def tool_output(self, chunk: JsonValue) -> None:
         await trio.lowlevel.checkpoint()

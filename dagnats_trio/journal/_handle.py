@@ -7,10 +7,11 @@ iteration's records are read only when the tail is not the previous iteration's 
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, final
 
 import attrs
@@ -74,6 +75,7 @@ from ._replay import (
     UNREADABLE_REASON,
     ClaimPlan,
     Entry,
+    GroupMember,
     ModelAction,
     PlanKind,
     ReplayView,
@@ -83,6 +85,7 @@ from ._replay import (
     ToolResult,
     call_key,
     canonical_json,
+    decide_group,
     decide_model,
     decide_tool,
     empty_view,
@@ -121,6 +124,8 @@ class ToolCall:
     name: str
     input: JsonValue = None
     key: str = ""
+    #: The model's id of this call, when it gives one: recorded, and matched on replay.
+    call_id: str | None = None
 
 
 #: A tool: ``fn(call)`` returning the output, or an awaitable of it (plain functions welcome).
@@ -157,6 +162,16 @@ class CommittedIteration:
 
 
 OnCommitted = Callable[[CommittedIteration], Awaitable[None]]
+
+
+#: The journal and call position of the tool function running in this task (group members run
+#: in tasks of their own, so ``tool_output`` finds its call without a shared attribute).
+_RUNNING: contextvars.ContextVar[tuple[object, int] | None] = contextvars.ContextVar(
+    "dagnats_running_tool", default=None
+)
+
+#: One ``(call, replay, fn)`` of a parallel group.
+GroupCall = tuple[ToolCall, Replay, ToolFn]
 
 
 class _Guard:
@@ -288,7 +303,7 @@ class Journal:
         self._next_call = view.call_offset
         self._consumed: frozenset[int] = frozenset()
         self._placed: list[InputPlacedRecord] = list(view.placed)
-        self._running: int | None = None
+        self._chunks: dict[int, list[JsonValue]] = {}
         self._pending_state: JsonValue = _UNSET
         self._base_state: JsonValue = _UNSET
         if view.base is not None and isinstance(view.base[1], CommitRecord):
@@ -525,7 +540,15 @@ class Journal:
             t = self._task
             key = call_key(t.run_id, t.step_id, t.iteration, pos)
             intent = ToolIntentRecord(
-                t.iteration, t.attempt, self._claim_id, pos, call.name, call.input, replay, key
+                t.iteration,
+                t.attempt,
+                self._claim_id,
+                pos,
+                call.name,
+                call.input,
+                replay,
+                key,
+                call_id=call.call_id,
             )
             if decision.action is ToolAction.REUSE:
                 assert decision.result is not None
@@ -542,6 +565,125 @@ class Journal:
             result = await self._run_tool(pos, attrs.evolve(call, key=key), fn, replay)
             await self._record_result(pos, result)
             return _raise_if_not_json(result)
+
+    async def tools(
+        self, calls: Sequence[GroupCall], *, cancel_on_error: bool = False
+    ) -> list[ToolResult]:
+        """Run a group of tool calls at once, each still at most once (the model's parallel tool
+        calls). Returns their results in the order of ``calls``.
+
+        The group takes ``len(calls)`` consecutive positions. Every intent is recorded before
+        any function starts (fenced appends, one after the other: the transports have no atomic
+        batch); then the functions run in a nursery, each result recorded as it finishes, in
+        completion order. Replay matches each member by its position in the group and its name
+        and input (and the model's call id when both have one): see ``decide_group``. With
+        ``cancel_on_error``, the first member whose function raises cancels the ones still
+        running; each is recorded as an interrupted result naming that member in
+        ``cancelled_by``. A member whose output is not JSON gets an error result (the group does
+        not raise for it). The handle's guard is held for the whole group; members write
+        through it.
+        """
+        members = [_check_call(c) for c in calls]
+        with self._guard:
+            self._check_open()
+            n = len(members)
+            first = self._position()
+            if first + n > MAX_CALLS_PER_ITERATION:
+                raise CallLimitExceeded(
+                    f"a group of {n} calls from position {first} passes the limit of "
+                    f"{MAX_CALLS_PER_ITERATION} calls per iteration"
+                )
+            rules = [
+                GroupMember(c.name, _require_json("tool input", c.input), r, c.call_id)
+                for c, r, _ in members
+            ]
+            decisions, consumed = decide_group(self._view, self._consumed, first, rules)
+            if decisions and decisions[0].action is ToolAction.MISMATCH:
+                raise ReplayMismatch(decisions[0].reason)
+            self._consumed = consumed
+            self._next_call = first + n
+            t = self._task
+            keys = [call_key(t.run_id, t.step_id, t.iteration, first + k) for k in range(n)]
+            # 1. Every intent the group needs, before any function starts.
+            for k, d in enumerate(decisions):
+                if d.action is ToolAction.RUN or (d.action is ToolAction.RECORD and d.write_intent):
+                    call, replay, _ = members[k]
+                    await self._append(
+                        ToolIntentRecord(
+                            t.iteration,
+                            t.attempt,
+                            self._claim_id,
+                            first + k,
+                            call.name,
+                            call.input,
+                            replay,
+                            keys[k],
+                            group=first,
+                            group_size=n,
+                            call_id=call.call_id,
+                        )
+                    )
+                    await self._holder.seam(Seam.AFTER_TOOL_INTENT)
+            # 2. What the journal answers: finished calls, honoured starts, interruptions.
+            results: list[ToolResult | None] = [None] * n
+            for k, d in enumerate(decisions):
+                if d.action is ToolAction.REUSE:
+                    results[k] = d.result
+                elif d.action is ToolAction.RECORD:
+                    assert d.result is not None
+                    await self._record_result(first + k, d.result)
+                    results[k] = d.result
+            # 3. The rest run at once.
+            to_run = [k for k, d in enumerate(decisions) if results[k] is None]
+            if not to_run:
+                await trio.lowlevel.checkpoint()
+            else:
+                await self._run_group(first, members, keys, to_run, results, cancel_on_error)
+            done = [r for r in results if r is not None]
+            assert len(done) == n
+            return done
+
+    async def _run_group(
+        self,
+        first: int,
+        members: list[GroupCall],
+        keys: list[str],
+        to_run: list[int],
+        results: list[ToolResult | None],
+        cancel_on_error: bool,
+    ) -> None:
+        scopes = {k: trio.CancelScope() for k in to_run}
+        failed: list[int] = []
+
+        async def member(k: int) -> None:
+            call, replay, fn = members[k]
+            pos = first + k
+            result: ToolResult | None = None
+            with scopes[k]:
+                result = await self._run_tool(pos, attrs.evolve(call, key=keys[k]), fn, replay)
+            if result is None:  # cancelled because another member failed
+                cause = failed[0]
+                result = ToolResult(
+                    error=f"cancelled: call {cause} of the group failed",
+                    interrupted=True,
+                    partial=tuple(self._chunks.get(pos, ())),
+                    cancelled_by=cause,
+                )
+            await self._record_result(pos, result)
+            results[k] = result
+            first_failure = result.error is not None and result.cancelled_by is None and not failed
+            if cancel_on_error and first_failure:
+                failed.append(pos)
+                for other, scope in scopes.items():
+                    if other != k and results[other] is None:
+                        scope.cancel()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                for k in to_run:
+                    nursery.start_soon(member, k)
+        except BaseExceptionGroup as group:
+            raise _leaf(group) from None
 
     async def _run_tool(self, pos: int, call: ToolCall, fn: ToolFn, replay: Replay) -> ToolResult:
         self._holder.check_writable()
@@ -560,7 +702,7 @@ class Journal:
                     self._holder.worker_id,
                 )
             )
-        self._running = pos
+        token = _RUNNING.set((self, pos))
         try:
             output = await _call_maybe_async(fn, call)
         except (JournalSettled, HolderKilled):
@@ -570,7 +712,7 @@ class Journal:
         else:
             result = _tool_result(output)
         finally:
-            self._running = None
+            _RUNNING.reset(token)
         # The tool has run and its effect has happened, but its result is not recorded: the
         # crash a successor can only see as an intent without a result.
         await self._holder.seam(Seam.INSIDE_TOOL)
@@ -588,6 +730,7 @@ class Journal:
                 error=result.error,
                 interrupted=result.interrupted,
                 partial=list(result.partial),
+                cancelled_by=result.cancelled_by,
             )
         )
         await self._holder.seam(Seam.AFTER_TOOL_RESULT)
@@ -601,13 +744,14 @@ class Journal:
         position, not one of their own, so their order is not part of replay; the handle's
         lock still writes them one at a time, in the order they come.
         """
-        if self._running is None:
+        running = _RUNNING.get()
+        if running is None or running[0] is not self:
             raise RuntimeError("tool_output is only valid while a tool function runs")
+        pos = running[1]
         _require_json("tool output chunk", chunk)
         t = self._task
-        await self._append(
-            ToolOutputRecord(t.iteration, t.attempt, self._claim_id, self._running, chunk)
-        )
+        await self._append(ToolOutputRecord(t.iteration, t.attempt, self._claim_id, pos, chunk))
+        self._chunks.setdefault(pos, []).append(chunk)
 
     # --- commit -------------------------------------------------------------------------------
 
@@ -674,6 +818,44 @@ class Journal:
         self._holder.settlement = Settlement.ACK
         await self._holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
         return seq
+
+
+def _check_call(item: GroupCall) -> GroupCall:
+    """One ``(call, replay, fn)`` of a group, checked as :meth:`Journal.tool` checks its
+    arguments."""
+    if not isinstance(item, tuple) or len(item) != 3:
+        raise TypeError(f"a group member must be a (call, replay, fn) tuple, got {item!r}")
+    call, replay, fn = item
+    if not isinstance(replay, Replay):
+        raise TypeError(f"replay must be Replay.SAFE or Replay.UNSAFE, got {replay!r}")
+    if not isinstance(call, ToolCall) or not isinstance(call.name, str) or not call.name:
+        raise TypeError(f"call must be a ToolCall with a non-empty name, got {call!r}")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {fn!r}")
+    return item
+
+
+def _leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception a group of members stands for: a kill or a settlement first (the
+    holder stops as if it had run one call), then any other error, then a cancellation."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    for kinds in ((HolderKilled,), (JournalSettled,)):
+        for leaf in leaves:
+            if isinstance(leaf, kinds):
+                return leaf
+    for leaf in leaves:
+        if not isinstance(leaf, trio.Cancelled):
+            return leaf
+    return leaves[0]
 
 
 def _require_json(what: str, value: JsonValue) -> str:

@@ -405,10 +405,12 @@ class ToolResult:
     error: str | None = None
     interrupted: bool = False
     partial: tuple[JsonValue, ...] = ()
+    #: In a group with cancel-on-error: the position of the member whose failure cancelled this.
+    cancelled_by: int | None = None
 
     @classmethod
     def of(cls, rec: ToolResultRecord) -> ToolResult:
-        return cls(rec.output, rec.error, rec.interrupted, tuple(rec.partial))
+        return cls(rec.output, rec.error, rec.interrupted, tuple(rec.partial), rec.cancelled_by)
 
 
 class ToolAction(enum.Enum):
@@ -495,6 +497,50 @@ def decide_tool(
             ToolAction.RECORD, ToolResult(interrupted=True, partial=rec.partial)
         ), consumed
     return ToolDecision(ToolAction.RUN), consumed
+
+
+@final
+@attrs.frozen
+class GroupMember:
+    """One call of a parallel group as the rules see it."""
+
+    name: str
+    input_json: str
+    replay: Replay
+    call_id: str | None = None
+
+
+def decide_group(
+    view: ReplayView, consumed: frozenset[int], first: int, members: Sequence[GroupMember]
+) -> tuple[list[ToolDecision], frozenset[int]]:
+    """A parallel group is ``len(members)`` consecutive positions from ``first``: each member is
+    decided at its own position by :func:`decide_tool` (so a finished call is reused, an
+    unfinished unsafe one comes back interrupted, an unfinished safe one runs again, and an
+    earlier attempt's unsafe start is honoured at most once). A recorded intent whose model call
+    id differs from the member's (both given) is a mismatch too. On a mismatch the first one is
+    the only decision returned, and nothing is consumed."""
+    out: list[ToolDecision] = []
+    taken = consumed
+    for k, m in enumerate(members):
+        pos = first + k
+        rec = view.calls.get(pos)
+        if (
+            isinstance(rec, RecordedTool)
+            and rec.intent.call_id is not None
+            and m.call_id is not None
+            and rec.intent.call_id != m.call_id
+        ):
+            reason = (
+                f"call id {rec.intent.call_id!r} is recorded at position {pos} (member {k} of "
+                f"the group), not {m.call_id!r}"
+            )
+            return [ToolDecision(ToolAction.MISMATCH, reason=reason)], consumed
+        decision, taken = decide_tool(view, taken, pos, m.name, m.input_json, m.replay)
+        if decision.action is ToolAction.MISMATCH:
+            reason = f"member {k} of the group: {decision.reason}"
+            return [ToolDecision(ToolAction.MISMATCH, reason=reason)], consumed
+        out.append(decision)
+    return out, taken
 
 
 def decide_model(view: ReplayView, call: int) -> ModelDecision:

@@ -21,6 +21,9 @@ The rules, precisely (``rule`` names in parentheses):
    commits with continue, complete or pause (``unanswered-intent``). An intent left unanswered
    by an attempt that never committed, or that committed a failure (the restart limit does so
    over crashed holders' intents), is allowed: a retry honours it.
+   Parallel groups (``Journal.tools``): a member's intent lies inside its group's positions
+   (``group-shape``), and under one claim no intent of a group follows a result or partial
+   output of that group (``group-intent-after-start``): every intent before any start.
 4. Inputs. Each ``request_id`` is placed once in the whole journal (``input-placed-twice``).
 5. Iterations. ``engine_iterations``, the engine's count of ended iterations of the step
    (``StepState.iterations``), equals the continue plus complete commits
@@ -29,7 +32,7 @@ The rules, precisely (``rule`` names in parentheses):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import final
 
 import attrs
@@ -85,6 +88,44 @@ def _ends(rec: CommitRecord) -> bool:
     )
 
 
+GroupKey = tuple[str, int, int, int]
+
+
+def _check_group_intent(
+    rec: ToolIntentRecord,
+    seq: int,
+    where: str,
+    group_of: dict[tuple[int, int, int], int],
+    group_started: dict[GroupKey, int],
+    bad: Callable[[str, int | None, str], None],
+) -> None:
+    """Rule 6: a member lies inside its group, and no member's intent follows a result or
+    output of its group written under the same claim (every intent before any start)."""
+    assert rec.group is not None
+    size = rec.group_size or 0
+    if not rec.group <= rec.call < rec.group + size:
+        bad("group-shape", seq, f"{where} is outside its group ({rec.group}, size {size})")
+    group_of[(rec.iteration, rec.attempt, rec.call)] = rec.group
+    started = group_started.get((rec.claim_id, rec.iteration, rec.attempt, rec.group))
+    if started is not None:
+        bad(
+            "group-intent-after-start",
+            seq,
+            f"intent at {where} after a member of its group ran (seq {started})",
+        )
+
+
+def _group_started(
+    rec: ToolOutputRecord | ToolResultRecord,
+    seq: int,
+    group_of: dict[tuple[int, int, int], int],
+    group_started: dict[GroupKey, int],
+) -> None:
+    group = group_of.get((rec.iteration, rec.attempt, rec.call))
+    if group is not None:
+        group_started.setdefault((rec.claim_id, rec.iteration, rec.attempt, group), seq)
+
+
 def check(
     records: Sequence[tuple[int, JournalRecord]], engine_iterations: int | None = None
 ) -> CheckReport:
@@ -102,6 +143,8 @@ def check(
     begun = -1
     intents: dict[tuple[int, int, int], int] = {}
     results: dict[tuple[int, int, int], int] = {}
+    group_of: dict[tuple[int, int, int], int] = {}
+    group_started: dict[GroupKey, int] = {}
     models: dict[tuple[int, int, int], int] = {}
     placed: dict[str, int] = {}
     commits = 0
@@ -165,10 +208,14 @@ def check(
                 elif k in models:
                     bad("position-reused", seq, f"a tool intent at model {where}")
                 intents.setdefault(k, seq)
+                if rec.group is not None:
+                    _check_group_intent(rec, seq, where, group_of, group_started, bad)
             elif isinstance(rec, ToolOutputRecord):
                 if k not in intents:
                     bad("output-without-intent", seq, f"partial output at {where}")
+                _group_started(rec, seq, group_of, group_started)
             else:
+                _group_started(rec, seq, group_of, group_started)
                 if k not in intents:
                     bad("result-without-intent", seq, f"a result at {where}")
                 if k in results:

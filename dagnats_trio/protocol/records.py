@@ -66,6 +66,11 @@ class ToolIntentRecord:
     input: JsonValue
     replay: Replay
     key: str
+    #: A member of a parallel group (``Journal.tools``): the group's first position and size.
+    group: int | None = None
+    group_size: int | None = None
+    #: The model's id of this call, when it gave one (matched on replay).
+    call_id: str | None = None
 
 
 @final
@@ -93,6 +98,8 @@ class ToolResultRecord:
     error: str | None = None
     interrupted: bool = False
     partial: list[JsonValue] = attrs.field(factory=list)
+    #: A group member cancelled because the member at this position failed.
+    cancelled_by: int | None = None
 
 
 @final
