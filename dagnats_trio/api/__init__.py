@@ -1,7 +1,16 @@
 """The API: one service layer (:class:`Service`) under the REST and NATS endpoints."""
 
 from ._console import CONSOLE_PREFIX, console_url
-from ._rest_views import JournalEntry, JournalPage, RunStarted, RunView, StepView
+from ._rest_views import (
+    JournalEntry,
+    JournalPage,
+    RunList,
+    RunStarted,
+    RunSummary,
+    RunView,
+    StepView,
+    WorkflowList,
+)
 from .service import (
     InvalidRequest,
     RunNotFound,
@@ -18,15 +27,18 @@ __all__ = [
     "InvalidRequest",
     "JournalEntry",
     "JournalPage",
+    "RunList",
     "RunNotFound",
     "RunPage",
     "RunRunning",
     "RunStarted",
+    "RunSummary",
     "RunView",
     "RunWaitTimeout",
     "Service",
     "ServiceError",
     "StepView",
+    "WorkflowList",
     "WorkflowNotFound",
     "console_url",
 ]

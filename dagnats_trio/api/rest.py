@@ -274,8 +274,9 @@ class _Handlers:
         body = decode_body(raw, CancelBody)
         snap = await self.service.cancel_run(request.path_params["run_id"], body.reason)
         if snap.status.finished:
+            status = snap.status.value
             raise ApiError(
-                409, "run_finished", f"run {snap.run_id!r} has already {snap.status.value}"
+                409, "run_finished", f"run {snap.run_id!r} has already finished ({status})"
             )
         return _json(run_view(snap), 202)
 

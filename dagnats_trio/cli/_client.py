@@ -15,7 +15,8 @@ from typing import Any, TypeVar, final
 import attrs
 import httpx
 
-from ..api import JournalEntry, JournalPage, RunStarted, RunView
+from ..api import JournalEntry, JournalPage, RunList, RunStarted, RunView, WorkflowList
+from ..dag import WorkflowDef
 from ..inputs import Submission
 from ..protocol import DecodeError, JsonValue, from_obj
 
@@ -184,7 +185,34 @@ class ApiClient:
         value: JsonValue = await self._json("POST", "/workflows", body=definition)
         return value
 
+    async def list_workflows(self) -> WorkflowList:
+        return _decode(await self._json("GET", "/workflows"), WorkflowList, "workflow list")
+
+    async def get_workflow(self, name: str) -> WorkflowDef:
+        raw = await self._json("GET", f"/workflows/{_seg(name)}")
+        return _decode(raw, WorkflowDef, "workflow")
+
     # --- runs ------------------------------------------------------------------------------
+
+    async def list_runs(
+        self,
+        workflow: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> RunList:
+        query = {
+            k: str(v)
+            for k, v in (
+                ("workflow", workflow),
+                ("status", status),
+                ("limit", limit),
+                ("cursor", cursor),
+            )
+            if v is not None
+        }
+        path = "/runs" + ("?" + urllib.parse.urlencode(query) if query else "")
+        return _decode(await self._json("GET", path), RunList, "run list")
 
     async def start_run(
         self, workflow: str, input: JsonValue = None, idempotency_key: str | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import time
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -108,7 +109,50 @@ def workflow_register(
         name = stored.get("name") if isinstance(stored, dict) else None
         steps = stored.get("steps") if isinstance(stored, dict) else None
         count = len(steps) if isinstance(steps, list) else 0
-        console().print(f"registered workflow [bold]{name}[/] ({count} steps)")
+        noun = "step" if count == 1 else "steps"
+        console().print(f"registered workflow [bold]{name}[/] ({count} {noun})")
+        return 0
+
+    run_async(go)
+
+
+@workflow_app.command("list")
+def workflow_list(
+    api: ApiOpt = DEFAULT_API_URL,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the registered workflows."""
+
+    async def go() -> int:
+        async with ApiClient(api, token) as client:
+            found = (await client.list_workflows()).workflows
+        if as_json:
+            echo_json(list(found))
+            return 0
+        table = Table(title_justify="left")
+        for col in ("workflow", "version", "steps"):
+            table.add_column(col)
+        for d in found:
+            table.add_row(d.name, str(d.version), ", ".join(s.id for s in d.steps))
+        console().print(table if found else "no workflows registered")
+        return 0
+
+    run_async(go)
+
+
+@workflow_app.command("get")
+def workflow_get(
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    api: ApiOpt = DEFAULT_API_URL,
+    token: TokenOpt = None,
+) -> None:
+    """Print a workflow's definition (JSON)."""
+
+    async def go() -> int:
+        async with ApiClient(api, token) as client:
+            definition = await client.get_workflow(name)
+        echo_json(definition)
         return 0
 
     run_async(go)
@@ -181,6 +225,40 @@ def run_start(
             echo_json({"run_id": run_id})
         else:
             typer.echo(run_id)
+        return 0
+
+    run_async(go)
+
+
+@run_app.command("list")
+def run_list(
+    workflow: Annotated[str | None, typer.Option(help="Only runs of this workflow.")] = None,
+    status: Annotated[
+        str | None, typer.Option(help="Only runs with this status (running, completed...).")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Most runs to list.")] = 50,
+    api: ApiOpt = DEFAULT_API_URL,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List runs, newest first."""
+
+    async def go() -> int:
+        async with ApiClient(api, token) as client:
+            page = await client.list_runs(workflow, status, limit)
+        runs = sorted(page.runs, key=lambda r: (r.created_at_ms, r.run_id), reverse=True)
+        if as_json:
+            echo_json(runs)
+            return 0
+        table = Table(title_justify="left")
+        for col in ("run", "workflow", "status", "created", "error"):
+            table.add_column(col)
+        for r in runs:
+            created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at_ms / 1000))
+            table.add_row(
+                r.run_id, r.workflow, status_text(r.status.value), created, escape(r.error or "")
+            )
+        console().print(table if runs else "no runs")
         return 0
 
     run_async(go)

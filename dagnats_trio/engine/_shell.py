@@ -25,6 +25,10 @@ from ..protocol import (
     DecodeError,
     InputSubmitted,
     RunEvent,
+    StepCompleted,
+    StepContinue,
+    StepFailed,
+    StepPaused,
     TimerFired,
     WorkflowStarted,
     decode_event,
@@ -140,6 +144,7 @@ class Engine:
         self.timer_ack_wait_s = timer_ack_wait_s
         self.fetch_batch = fetch_batch
         self.fetch_wait_s = fetch_wait_s
+        self._legacy_warned = False
         self.stats = EngineStats()
         self._stats_changed = trio.Event()
         self._cache: OrderedDict[str, tuple[RunSnapshot, int]] = OrderedDict()
@@ -172,13 +177,6 @@ class Engine:
                 ack_wait_s=self.timer_ack_wait_s,
             )
         )
-        if self.legacy_step_events:
-            log.warning(
-                "legacy_step_events is on: step events without a dispatch identity are accepted, "
-                "so a duplicate continue from an old worker can advance a loop twice; set %s=false "
-                "once every worker is upgraded",
-                LEGACY_ENV_VAR,
-            )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._history_loop)
             nursery.start_soon(self._timer_loop)
@@ -256,8 +254,25 @@ class Engine:
                 self._cache.pop(event.run_id, None)
                 await self._settle(d.nak, ERROR_NAK_DELAY_S)
 
+    def _warn_legacy_once(self, event: RunEvent) -> None:
+        """Said once per engine, and only when an old worker's event (no dispatch identity)
+        actually arrives while they are accepted: then it matters, and not before."""
+        if self._legacy_warned or not self.legacy_step_events:
+            return
+        if isinstance(event, StepCompleted | StepFailed | StepContinue | StepPaused) and (
+            event.dispatch is None
+        ):
+            self._legacy_warned = True
+            log.warning(
+                "legacy_step_events is on and run %s got a step event without a dispatch "
+                "identity (an old worker); set %s=false once every worker is upgraded",
+                event.run_id,
+                LEGACY_ENV_VAR,
+            )
+
     async def _handle(self, d: Delivery, event: RunEvent) -> None:
         run_id = event.run_id
+        self._warn_legacy_once(event)
         for _ in range(CAS_ATTEMPTS_MAX):
             loaded = await self._load(run_id)
             from_cache = loaded is not None and loaded[2]

@@ -243,7 +243,13 @@ class Worker:
                 if error is None:
                     await tc.complete(None)
                 else:
-                    _log.info("handler of %s.%s failed: %r", tc.run_id, tc.step_id, error)
+                    _log.warning(
+                        "handler of %s.%s (task %s) failed; the error is kept on the run",
+                        tc.run_id,
+                        tc.step_id,
+                        tc.task.task,
+                        exc_info=error,
+                    )
                     await tc.fail(_error_text(error))
             except JournalUnavailable as exc:
                 _log.info("%s", exc)

@@ -227,6 +227,7 @@ async def test_cancel_run(api: Stack) -> None:
     r = await api.client.post(f"/runs/{run_id}/cancel")
     assert r.status_code == 409
     assert error_code(r) == "run_finished"
+    assert f"run {run_id!r} has already finished (cancelled)" in r.text
     r = await api.client.post(f"/runs/{unique('run')}/cancel")
     assert r.status_code == 404
     r = await api.client.post(f"/runs/{run_id}/cancel", json={"reason": 3})

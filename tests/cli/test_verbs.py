@@ -74,7 +74,7 @@ def wait_run(dev: DevProcess, run_id: str, done: Any) -> dict[str, Any]:
 
 def test_workflow_register(dev: DevProcess, tmp_path: Path) -> None:
     ok = register(dev, tmp_path, {"name": ECHO_WF, "steps": [{"id": "e", "task": "cli_echo"}]})
-    assert ok.exit_code == EXIT_OK and f"registered workflow {ECHO_WF} (1 steps)" in ok.stdout
+    assert ok.exit_code == EXIT_OK and f"registered workflow {ECHO_WF} (1 step)" in ok.stdout
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     res = cli(dev, "workflow", "register", str(bad))
@@ -101,7 +101,29 @@ def test_run_start_watch_get_cancel(dev: DevProcess, tmp_path: Path) -> None:
     assert shown.exit_code == EXIT_OK and "completed" in shown.stdout and run_id in shown.stdout
     # Cancelling a finished run is refused (409): exit 1 with the reason.
     res = cli(dev, "run", "cancel", run_id)
-    assert res.exit_code == EXIT_FAILED and "already completed" in res.stderr
+    assert res.exit_code == EXIT_FAILED and "has already finished (completed)" in res.stderr
+
+
+def test_run_list_newest_first_and_workflow_list_get(dev: DevProcess, tmp_path: Path) -> None:
+    name = f"cli-list-{time.monotonic_ns()}"
+    register(dev, tmp_path, {"name": name, "steps": [{"id": "e", "task": "cli_echo"}]})
+    started = [cli(dev, "run", "start", name, str(i)).stdout.strip() for i in range(3)]
+    for run_id in started:
+        wait_run(dev, run_id, lambda r: r["status"] == "completed")
+    listed = as_json(cli(dev, "run", "list", "--workflow", name, "--json"))
+    assert [r["run_id"] for r in listed] == started[::-1]
+    created = [r["created_at_ms"] for r in listed]
+    assert created == sorted(created, reverse=True)
+    table = cli(dev, "run", "list", "--workflow", name)
+    assert table.exit_code == EXIT_OK and all(r in table.stdout for r in started)
+    assert cli(dev, "run", "list", "--workflow", "no-such-wf").stdout.strip() == "no runs"
+    names = [w["name"] for w in as_json(cli(dev, "workflow", "list", "--json"))]
+    assert name in names
+    assert name in cli(dev, "workflow", "list").stdout
+    got = as_json(cli(dev, "workflow", "get", name))
+    assert got["name"] == name and got["steps"][0]["task"] == "cli_echo"
+    missing = cli(dev, "workflow", "get", "no-such-wf")
+    assert missing.exit_code == EXIT_NOT_FOUND and "no-such-wf" in missing.stderr
 
 
 def test_run_errors_have_meaningful_exit_codes(dev: DevProcess) -> None:

@@ -3,6 +3,7 @@ through one shared watch, cancel, inputs, the journal iterator, plain model and 
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 
@@ -164,3 +165,32 @@ async def test_embedded_server_runtime_starts_and_stops() -> None:
         run = await rt.client.start_run(wf, 7)
         assert await run.result(timeout_s=WAIT_S) == 7
         assert [w.name for w in await rt.client.list_workflows()] == [wf]
+
+
+async def test_a_handler_failure_is_logged_with_its_traceback_and_kept_on_the_run(
+    nats_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    task, wf = uid("boom"), uid("wf")
+
+    def parse(text: str) -> int:
+        return int(text)
+
+    async def boom(tc: TaskContext) -> None:
+        await tc.complete(parse("not a number"))
+
+    caplog.set_level(logging.INFO)
+    async with open_runtime({task: boom}, nats_urls=[nats_url]) as rt:
+        await rt.client.register_workflow(one_step(wf, task))
+        run = await rt.client.start_run(wf, None)
+        with pytest.raises(RunFailed) as info:
+            await run.result(timeout_s=WAIT_S)
+    snap = info.value.snapshot
+    assert snap.failed_step == "s" and snap.error is not None and "not a number" in snap.error
+    failures = [
+        r for r in caplog.records if r.levelno == logging.WARNING and run.run_id in r.getMessage()
+    ]
+    assert failures, [r.getMessage() for r in caplog.records]
+    assert failures[0].exc_info is not None and failures[0].exc_info[0] is ValueError
+    assert "in parse" in caplog.text  # the handler's own frames, not only the message
+    # the engine says nothing about legacy step events: every event here has its identity
+    assert not [r for r in caplog.records if "legacy_step_events" in r.getMessage()]
