@@ -73,6 +73,7 @@ class Health:
     nats: str = "up"
 
 
+@final
 @attrs.frozen
 class WorkflowList:
     workflows: tuple[WorkflowDef, ...]
@@ -120,6 +121,7 @@ class RunView:
     steps: tuple[StepView, ...]
 
 
+@final
 @attrs.frozen
 class RunSummary:
     run_id: str
@@ -131,6 +133,7 @@ class RunSummary:
     finished_at_ms: int | None
 
 
+@final
 @attrs.frozen
 class RunList:
     """``next_cursor`` goes back as ``cursor`` for the next page; None on the last page."""
