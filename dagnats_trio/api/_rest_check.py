@@ -10,7 +10,7 @@ from __future__ import annotations
 import attrs
 
 from ..engine import StepStatus
-from ..journal import JournalCorrupt, check, read_journal
+from ..journal import check, read_journal_for_audit
 from ..transport import Transport
 from .service import Service
 
@@ -28,7 +28,8 @@ class ViolationView:
 class JournalCheck:
     """The verdict. ``compared_iterations`` is False while the step runs (the engine may not
     have applied a stored commit yet, so its iteration count is not compared). A record that
-    does not decode is a violation of rule ``undecodable``."""
+    does not decode is a violation of rule ``undecodable`` at its ``seq``; ``ok``, ``summary``
+    and ``violations`` always agree."""
 
     ok: bool
     summary: str
@@ -46,12 +47,10 @@ async def check_step(
     snap = await service.get_run(run_id)
     step = snap.steps[step_id]
     settled = step.status is not StepStatus.RUNNING
-    try:
-        records = await read_journal(transport, run_id, step_id)
-    except JournalCorrupt as exc:
-        bad = ViolationView("undecodable", None, str(exc))
-        return JournalCheck(False, f"journal does not decode: {exc}", 0, 0, 0, settled, (bad,))
-    report = check(records, engine_iterations=step.iterations if settled else None)
+    records, unreadable = await read_journal_for_audit(transport, run_id, step_id)
+    report = check(
+        records, engine_iterations=step.iterations if settled else None, unreadable=unreadable
+    )
     return JournalCheck(
         ok=report.ok,
         summary=report.summary(),

@@ -17,7 +17,7 @@ import attrs
 
 from ..api import JournalEntry, RunView
 from ..engine import StepStatus
-from ..journal import CheckReport, check
+from ..journal import CheckReport, Unreadable, check
 from ..protocol import (
     ClaimRecord,
     CommitRecord,
@@ -65,18 +65,20 @@ def short(value: JsonValue, limit: int = DETAIL_MAX_CHARS) -> str:
 
 def decode_entries(
     entries: Sequence[JournalEntry],
-) -> tuple[list[tuple[int, JournalRecord]], list[str]]:
-    """Records in order, and a line for each entry that did not decode."""
+) -> tuple[list[tuple[int, JournalRecord]], list[Unreadable]]:
+    """Records in order, and each entry that did not decode (a violation for the audit)."""
     records: list[tuple[int, JournalRecord]] = []
-    problems: list[str] = []
+    problems: list[Unreadable] = []
     for entry in entries:
         if entry.record is None:
-            problems.append(f"seq {entry.seq}: {entry.type} record does not decode: {entry.error}")
+            problems.append(
+                Unreadable(entry.seq, f"{entry.type} record does not decode: {entry.error}")
+            )
             continue
         try:
             records.append((entry.seq, from_obj(entry.record, JournalRecord, "journal record")))
         except DecodeError as exc:
-            problems.append(f"seq {entry.seq}: {exc}")
+            problems.append(Unreadable(entry.seq, str(exc)))
     return records, problems
 
 
@@ -172,12 +174,11 @@ class StepCheck:
 
     step_id: str
     report: CheckReport
-    undecodable: tuple[str, ...]
     compared_iterations: bool
 
     @property
     def ok(self) -> bool:
-        return self.report.ok and not self.undecodable
+        return self.report.ok
 
 
 @attrs.frozen
@@ -200,6 +201,8 @@ async def check_run(api: ApiClient, run_id: str) -> RunCheck:
             continue
         records, problems = decode_entries(entries)
         settled = step.status is not StepStatus.RUNNING
-        report = check(records, engine_iterations=step.iterations if settled else None)
-        out.append(StepCheck(step.step_id, report, tuple(problems), settled))
+        report = check(
+            records, engine_iterations=step.iterations if settled else None, unreadable=problems
+        )
+        out.append(StepCheck(step.step_id, report, settled))
     return RunCheck(run, tuple(out))

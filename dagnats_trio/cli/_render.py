@@ -129,6 +129,4 @@ def check_renderable(result: RunCheck) -> RenderableType:
         lines.append(Text(f"{step.step_id}: {summary}", style=style))
         for v in step.report.violations:
             lines.append(Text(f"  {v}", style="red"))
-        for problem in step.undecodable:
-            lines.append(Text(f"  [undecodable] {problem}", style="red"))
     return Group(*lines)

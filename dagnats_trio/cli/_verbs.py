@@ -18,6 +18,7 @@ from rich.text import Text
 
 from .._host import HostSetupError, import_spec
 from ..api import JournalEntry, RunView
+from ..journal import UNDECODABLE_RULE
 from ..protocol import JsonPolicyError, RunStatus, decode_json
 from ..worker import (
     GOLDEN_FORMAT_VERSION,
@@ -459,7 +460,7 @@ def journal_tail(
         out = console()
         out.print(timeline_table(timeline(records), title=f"journal.{run_id}.{step_id}"))
         for problem in problems:
-            out.print(Text(problem, style="red"))
+            out.print(Text(str(problem), style="red"))
         return 0
 
     run_async(go)
@@ -490,8 +491,8 @@ async def _follow(
                 continue
             # Re-deriving the marks over everything seen keeps them right for the new row.
             records, problems = decode_entries(seen)
-            if problems and problems[-1].startswith(f"seq {item.entry.seq}:"):
-                out.print(Text(problems[-1], style="red"))
+            if problems and problems[-1].seq == item.entry.seq:
+                out.print(Text(str(problems[-1]), style="red"))
                 continue
             row = timeline(records)[-1]
             table = Table.grid(padding=(0, 2))
@@ -574,6 +575,7 @@ class _StepCheckJson:
     ok: bool
     summary: str
     violations: tuple[str, ...]
+    #: The ``undecodable`` violations again (kept for scripts that read this field).
     undecodable: tuple[str, ...]
     iterations_compared: bool
 
@@ -608,7 +610,9 @@ def journal_check(
                             s.ok,
                             s.report.summary(),
                             tuple(str(v) for v in s.report.violations),
-                            s.undecodable,
+                            tuple(
+                                str(v) for v in s.report.violations if v.rule == UNDECODABLE_RULE
+                            ),
                             s.compared_iterations,
                         )
                         for s in result.steps

@@ -31,7 +31,7 @@ from ._replay import (
     TaskIdentity,
     ToolResult,
 )
-from .check import CheckReport, Violation, check
+from .check import UNDECODABLE_RULE, CheckReport, Unreadable, Violation, check
 
 if TYPE_CHECKING:
     from ._events import publish_lifecycle
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         load_commit_state,
         open_journal,
         read_journal,
+        read_journal_for_audit,
     )
     from ._holder import (
         DeliveryState,
@@ -88,6 +89,7 @@ else:
                 "load_commit_state",
                 "open_journal",
                 "read_journal",
+                "read_journal_for_audit",
             ),
             "._golden": (
                 "Finding",
@@ -114,6 +116,7 @@ __all__ = [
     "MAX_RESTART_LIMIT",
     "MIN_RESTART_LIMIT",
     "RESTART_LIMIT_REASON",
+    "UNDECODABLE_RULE",
     "UNREADABLE_REASON",
     "CallLimitExceeded",
     "CheckReport",
@@ -146,6 +149,7 @@ __all__ = [
     "ToolFn",
     "ToolOutputNotJson",
     "ToolResult",
+    "Unreadable",
     "Violation",
     "check",
     "check_restart_limit",
@@ -155,4 +159,5 @@ __all__ = [
     "open_journal",
     "publish_lifecycle",
     "read_journal",
+    "read_journal_for_audit",
 ]

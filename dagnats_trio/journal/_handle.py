@@ -94,6 +94,7 @@ from ._replay import (
     placed_before,
     plan_claim,
 )
+from .check import Unreadable
 
 _log = logging.getLogger(__name__)
 
@@ -248,7 +249,13 @@ async def read_entries(
         if tail is None:
             return []
         to_seq = tail.seq
-    out: list[Entry] = []
+    return [_decode(msg) for msg in await _read_msgs(transport, subject, from_seq, to_seq)]
+
+
+async def _read_msgs(
+    transport: Transport, subject: str, from_seq: int, to_seq: int
+) -> list[StoredMsg]:
+    out: list[StoredMsg] = []
     seq = max(from_seq, 1)
     while seq <= to_seq:
         page: list[StoredMsg] = await _retry_transient(
@@ -260,11 +267,31 @@ async def read_entries(
         for msg in page:
             if msg.seq > to_seq:
                 return out
-            out.append(_decode(msg))
+            out.append(msg)
         if len(page) < READ_PAGE_RECORDS:
             break
         seq = page[-1].seq + 1
     return out
+
+
+async def read_journal_for_audit(
+    transport: Transport, run_id: str, step_id: str
+) -> tuple[list[Entry], list[Unreadable]]:
+    """Every record of one step's journal that decodes, and every one that does not: for the
+    audit, where a bad record is a finding to report with its sequence, not the end of the read
+    (:func:`read_journal` raises :class:`JournalCorrupt` at the first)."""
+    subject = journal_subject(run_id, step_id)
+    tail = await _retry_transient("tail", lambda: transport.get_last_msg(JOURNAL_STREAM, subject))
+    if tail is None:
+        return [], []
+    records: list[Entry] = []
+    unreadable: list[Unreadable] = []
+    for msg in await _read_msgs(transport, subject, 1, tail.seq):
+        try:
+            records.append((msg.seq, decode_record(msg.data)))
+        except DecodeError as exc:
+            unreadable.append(Unreadable(msg.seq, str(exc)))
+    return records, unreadable
 
 
 async def read_journal(

@@ -25,6 +25,9 @@ The rules, precisely (``rule`` names in parentheses):
    (``group-shape``), and under one claim no intent of a group follows a result or partial
    output of that group (``group-intent-after-start``): every intent before any start.
 4. Inputs. Each ``request_id`` is placed once in the whole journal (``input-placed-twice``).
+0. Decoding. Every stored record decodes; one that does not (not JSON, not an object, an
+   unknown ``type``, a missing or mistyped field, an empty body) is ``undecodable`` at its
+   sequence, and the other rules run over the records that did decode.
 5. Iterations. ``engine_iterations``, the engine's count of ended iterations of the step
    (``StepState.iterations``), equals the continue plus complete commits
    (``iteration-count``).
@@ -60,6 +63,22 @@ class Violation:
     def __str__(self) -> str:
         where = f"seq {self.seq}: " if self.seq is not None else ""
         return f"[{self.rule}] {where}{self.message}"
+
+
+#: The rule of a stored record that does not decode.
+UNDECODABLE_RULE = "undecodable"
+
+
+@final
+@attrs.frozen
+class Unreadable:
+    """A stored record that did not decode: its sequence and what was wrong with it."""
+
+    seq: int
+    problem: str
+
+    def __str__(self) -> str:
+        return f"seq {self.seq}: {self.problem}"
 
 
 @final
@@ -127,10 +146,13 @@ def _group_started(
 
 
 def check(
-    records: Sequence[tuple[int, JournalRecord]], engine_iterations: int | None = None
+    records: Sequence[tuple[int, JournalRecord]],
+    engine_iterations: int | None = None,
+    unreadable: Sequence[Unreadable] = (),
 ) -> CheckReport:
-    """Audit one step's journal (records in sequence order); see the module for the rules."""
-    out: list[Violation] = []
+    """Audit one step's journal (records in sequence order, and the stored records that did not
+    decode, each a violation); see the module for the rules."""
+    out: list[Violation] = [Violation(UNDECODABLE_RULE, u.seq, u.problem) for u in unreadable]
 
     def bad(rule: str, seq: int | None, message: str) -> None:
         out.append(Violation(rule, seq, message))
@@ -282,4 +304,4 @@ def check(
             f"the engine counts {engine_iterations} ended iterations, "
             f"the journal has {ended_count} continue/complete commits",
         )
-    return CheckReport(tuple(out), len(records), commits, ended_count)
+    return CheckReport(tuple(out), len(records) + len(unreadable), commits, ended_count)
