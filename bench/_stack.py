@@ -20,9 +20,9 @@ from dagnats_trio.api.service import Service
 from dagnats_trio.engine import Engine, decode_snapshot
 from dagnats_trio.engine.snapshot import RunSnapshot
 from dagnats_trio.protocol import RunHeader, from_json
+from dagnats_trio.protocol.layout import RUNS_BUCKET
 from dagnats_trio.server import open_nats_server
 from dagnats_trio.transport import StreamSpec, Transport, open_nats_transport, provision
-from dagnats_trio.transport.layout import RUNS_BUCKET
 from dagnats_trio.worker import Handler, Worker
 
 #: Bound on one run of a benchmark; a run that takes longer is a failure, not a figure.

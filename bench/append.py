@@ -14,9 +14,9 @@ import time
 
 import trio
 
+from dagnats_trio.protocol.layout import journal_subject
 from dagnats_trio.server import open_nats_server
 from dagnats_trio.transport import open_nats_transport, provision
-from dagnats_trio.transport.layout import journal_subject
 
 BODY_BYTES = 200
 APPENDS_PER_ROUND = 2000

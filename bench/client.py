@@ -21,11 +21,11 @@ from typing import Any
 import trio
 
 from dagnats_trio.nats import Connection, open_connection
+from dagnats_trio.protocol.layout import journal_subject
 from dagnats_trio.server import open_nats_server
 from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expected_answer
 from dagnats_trio.transport import open_nats_transport, provision
 from dagnats_trio.transport._trio_nats import open_trio_nats_transport
-from dagnats_trio.transport.layout import journal_subject
 
 from ._stack import open_stack, percentile
 

@@ -28,9 +28,9 @@ from typing import Final
 import trio
 
 from dagnats_trio.protocol import DispatchId, TaskMessage, encode_task
+from dagnats_trio.protocol.layout import task_subject
 from dagnats_trio.server import open_nats_server
 from dagnats_trio.transport import Transport, open_nats_transport, provision
-from dagnats_trio.transport.layout import task_subject
 from dagnats_trio.worker import DEFAULT_ACK_WAIT_S, heartbeat_interval_s
 
 from ._stack import percentile

@@ -22,6 +22,7 @@ from typing import Protocol
 
 import trio
 
+from dagnats_trio.protocol import layout
 from dagnats_trio.testing import AGENT_STEP_ID, AGENT_TASK, Fault, FaultKind, Target
 from dagnats_trio.transport import (
     DEFAULT_REQUEST_TIMEOUT_S,
@@ -37,7 +38,6 @@ from dagnats_trio.transport import (
     Transport,
     TransportError,
     TransportTimeout,
-    layout,
 )
 from dagnats_trio.transport._sim import subject_matches
 

@@ -10,6 +10,11 @@ import secrets
 import pytest
 import trio
 
+from dagnats_trio.protocol.layout import (
+    CHECKPOINTS_BUCKET,
+    HISTORY_STREAM,
+    history_subject,
+)
 from dagnats_trio.server import NatsServer
 from dagnats_trio.transport import (
     Closed,
@@ -25,11 +30,6 @@ from dagnats_trio.transport import (
     provision,
 )
 from dagnats_trio.transport._nats import SUBSCRIBE_BUFFER_MSGS
-from dagnats_trio.transport.layout import (
-    CHECKPOINTS_BUCKET,
-    HISTORY_STREAM,
-    history_subject,
-)
 
 TEST_BOUND_S = 20.0
 #: How long the reconnect test keeps retrying a publish while the client reconnects.

@@ -24,9 +24,10 @@ from dagnats_trio.inputs import InputsService
 from dagnats_trio.protocol import (
     JournalRecord,
     encode_record,
+    layout,
     record_headers,
 )
-from dagnats_trio.transport import Transport, layout
+from dagnats_trio.transport import Transport
 from dagnats_trio.worker import TaskContext, Worker
 
 TOKEN = "s3cret-token"

@@ -17,7 +17,7 @@ import trio
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from dagnats_trio.transport import layout
+from dagnats_trio.protocol import layout
 
 from ._stack import ECHO_TASK, ECHO_WORKFLOW, IDLE_WORKFLOW, RUN_FINISH_S, Stack, error_code, unique
 from ._stack import idle_run as start_idle_run

@@ -14,8 +14,8 @@ from dagnats_trio.protocol import (
     ModelRecord,
     StepCompleted,
     encode_event,
+    layout,
 )
-from dagnats_trio.transport import layout
 
 from ._sse import SseEvent, sse_events
 from ._stack import RUN_FINISH_S, Stack, error_code, idle_run, unique

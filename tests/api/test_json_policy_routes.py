@@ -17,8 +17,8 @@ import trio
 
 from dagnats_trio.api import InvalidRequest
 from dagnats_trio.inputs import SUBMIT_SUBJECT, ErrorReply, InputsEndpoints, decode_reply
-from dagnats_trio.protocol import RunStatus
-from dagnats_trio.transport import RevisionMismatch, layout
+from dagnats_trio.protocol import RunStatus, layout
+from dagnats_trio.transport import RevisionMismatch
 
 from ._stack import IDLE_WORKFLOW, Stack, error_code, idle_run
 

@@ -6,7 +6,7 @@ import base64
 
 import trio
 
-from dagnats_trio.transport import layout
+from dagnats_trio.protocol import layout
 from dagnats_trio.worker import TaskContext, Worker
 
 from ._sse import SseEvent, sse_events

@@ -26,8 +26,15 @@ from dagnats_trio.engine import (
 )
 from dagnats_trio.inputs import Mode, SubmissionStatus
 from dagnats_trio.journal import Replay, ToolCall, read_journal
-from dagnats_trio.protocol import DispatchId, JsonValue, RunStatus, WorkflowStarted, from_json
-from dagnats_trio.transport import TemporarilyUnavailable, Transport, layout
+from dagnats_trio.protocol import (
+    DispatchId,
+    JsonValue,
+    RunStatus,
+    WorkflowStarted,
+    from_json,
+    layout,
+)
+from dagnats_trio.transport import TemporarilyUnavailable, Transport
 from dagnats_trio.worker import TaskContext, UntilInput, Worker
 
 from ._stack import ECHO_WORKFLOW, WORKER_ACK_WAIT_S, Stack, error_code, unique

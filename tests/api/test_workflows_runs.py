@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import trio
 
-from dagnats_trio.transport import layout
+from dagnats_trio.protocol import layout
 
 from ._stack import (
     ECHO_WORKFLOW,

@@ -19,8 +19,8 @@ from dagnats_trio.api.server import ApiServer
 from dagnats_trio.bridge import Bridge
 from dagnats_trio.engine import Engine
 from dagnats_trio.inputs import InputsService
-from dagnats_trio.protocol import DispatchId, TaskMessage, encode_task
-from dagnats_trio.transport import Transport, layout
+from dagnats_trio.protocol import DispatchId, TaskMessage, encode_task, layout
+from dagnats_trio.transport import Transport
 
 TOKEN = "bridge-s3cret"
 #: AckWait of the bridge's consumers: short, so a lapsed lease is redelivered quickly.

@@ -19,10 +19,11 @@ from dagnats_trio.protocol import (
     CommitRecord,
     encode_record,
     encode_task,
+    layout,
     record_headers,
 )
 from dagnats_trio.server import NatsServer
-from dagnats_trio.transport import layout, open_nats_transport
+from dagnats_trio.transport import STREAMS, open_nats_transport
 
 from ._stack import ACK_WAIT_S, RESTART_LIMIT, STACK_START_S, Stack, error_code
 
@@ -151,7 +152,7 @@ async def test_restart_limit_commits_the_failure(stack: Stack) -> None:
 async def test_missing_journal_stream_is_503(fresh_nats_server: NatsServer) -> None:
     """A server where only the task stream exists: the claim cannot be stored."""
     async with open_nats_transport(fresh_nats_server.url, name="pytest-bridge") as transport:
-        task_stream = next(s for s in layout.STREAMS if s.name == layout.TASK_STREAM)
+        task_stream = next(s for s in STREAMS if s.name == layout.TASK_STREAM)
         await transport.ensure_stream(task_stream)
         bridge = Bridge(transport, ack_wait_s=ACK_WAIT_S)
         app = create_app(Service(transport), InputsService(transport), transport, bridge=bridge)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from dagnats_trio.protocol import RunStatus
-from dagnats_trio.transport import layout
+from dagnats_trio.protocol import RunStatus, layout
 
 from ._stack import TOKEN, Stack, error_code
 

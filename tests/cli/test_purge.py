@@ -17,8 +17,8 @@ from dagnats_trio.api.server import ApiServer
 from dagnats_trio.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, app
 from dagnats_trio.engine import Engine
 from dagnats_trio.inputs import InputsService
-from dagnats_trio.protocol import RunStatus
-from dagnats_trio.transport import NatsTransport, layout
+from dagnats_trio.protocol import RunStatus, layout
+from dagnats_trio.transport import NatsTransport
 from dagnats_trio.worker import TaskContext, Worker
 
 #: Bound of starting the stack and of each wait on a run.

@@ -15,8 +15,8 @@ from dagnats_trio.api import Service
 from dagnats_trio.engine import Engine, RunSnapshot, StepStatus, decode_snapshot
 from dagnats_trio.inputs import InputsService, Submission, SubmissionStatus
 from dagnats_trio.journal import CheckReport, check, read_journal
-from dagnats_trio.protocol import InputPlacedRecord, JournalRecord
-from dagnats_trio.transport import Transport, layout
+from dagnats_trio.protocol import InputPlacedRecord, JournalRecord, layout
+from dagnats_trio.transport import Transport
 from dagnats_trio.worker import Handler, Worker
 
 #: Bound on every wait of these tests.

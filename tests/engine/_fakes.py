@@ -19,8 +19,9 @@ from dagnats_trio.protocol import (
     TaskMessage,
     decode_task,
     encode_event,
+    layout,
 )
-from dagnats_trio.transport import ConsumerConfig, Transport, layout
+from dagnats_trio.transport import ConsumerConfig, Transport
 
 #: AckWait of the fake worker's consumer and of test engines: short, so redeliveries are quick.
 TEST_ACK_WAIT_S = 2.0

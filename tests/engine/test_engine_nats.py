@@ -23,8 +23,9 @@ from dagnats_trio.protocol import (
     TaskMessage,
     Wait,
     encode_event,
+    layout,
 )
-from dagnats_trio.transport import NatsTransport, Transport, layout
+from dagnats_trio.transport import NatsTransport, Transport
 
 from ._fakes import (
     RUN_TIMEOUT_S,

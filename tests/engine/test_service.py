@@ -21,8 +21,9 @@ from dagnats_trio.protocol import (
     decode_event,
     decode_run_header,
     is_id,
+    layout,
 )
-from dagnats_trio.transport import NatsTransport, layout
+from dagnats_trio.transport import NatsTransport
 
 from ._fakes import uid
 

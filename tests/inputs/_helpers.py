@@ -12,9 +12,10 @@ from dagnats_trio.protocol import (
     JournalRecord,
     decode_record,
     encode_record,
+    layout,
     record_headers,
 )
-from dagnats_trio.transport import Transport, layout
+from dagnats_trio.transport import Transport
 
 #: Bound on records a fake journal reads back; tests write a handful.
 MAX_TEST_RECORDS = 1000

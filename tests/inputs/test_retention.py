@@ -20,7 +20,8 @@ from dagnats_trio.inputs import (
     place_inputs,
 )
 from dagnats_trio.inputs.service import index_key, submission_key
-from dagnats_trio.transport import NatsTransport, Transport, layout, open_sim_transport, provision
+from dagnats_trio.protocol import layout
+from dagnats_trio.transport import NatsTransport, Transport, open_sim_transport, provision
 
 from ._helpers import FakeJournal, new_run_id, write_snapshot
 

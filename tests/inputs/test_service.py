@@ -21,8 +21,9 @@ from dagnats_trio.protocol import (
     InputPlacedRecord,
     InputSubmitted,
     decode_event,
+    layout,
 )
-from dagnats_trio.transport import Transport, layout
+from dagnats_trio.transport import Transport
 
 from ._helpers import FakeJournal, new_run_id, write_snapshot
 

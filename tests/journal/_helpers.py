@@ -14,6 +14,7 @@ from dagnats_trio.protocol import (
     decode_event,
     encode_task,
 )
+from dagnats_trio.protocol.layout import HISTORY_STREAM, history_subject, task_subject
 from dagnats_trio.transport import (
     Headers,
     StoredMsg,
@@ -21,7 +22,6 @@ from dagnats_trio.transport import (
     TransportTimeout,
     WrongLastSequence,
 )
-from dagnats_trio.transport.layout import HISTORY_STREAM, history_subject, task_subject
 
 #: Bound on any wait in these tests.
 WAIT_S = 10.0

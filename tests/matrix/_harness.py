@@ -38,6 +38,7 @@ from dagnats_trio.api.service import RunWaitTimeout, Service
 from dagnats_trio.engine import Engine, RunSnapshot
 from dagnats_trio.journal import check, read_journal
 from dagnats_trio.protocol import JournalRecord, JsonValue, RunStatus, ToolResultRecord
+from dagnats_trio.protocol.layout import task_subject
 from dagnats_trio.testing import (
     AGENT_STEP_ID,
     AgentCounters,
@@ -47,7 +48,6 @@ from dagnats_trio.testing import (
 )
 from dagnats_trio.testing._agent import DEFAULT_SCRIPT
 from dagnats_trio.transport import Transport, provision
-from dagnats_trio.transport.layout import task_subject
 from dagnats_trio.worker import Handler, TaskContext, Worker
 
 #: A fresh connection to the server under test (``open_nats_transport(url)``, ``server.connect``).

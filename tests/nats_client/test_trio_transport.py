@@ -8,6 +8,7 @@ import secrets
 
 import trio
 
+from dagnats_trio.protocol.layout import HISTORY_STREAM, history_subject
 from dagnats_trio.server import NatsServer
 from dagnats_trio.transport import (
     ConsumerConfig,
@@ -17,7 +18,6 @@ from dagnats_trio.transport import (
     provision,
 )
 from dagnats_trio.transport._trio_nats import open_trio_nats_transport
-from dagnats_trio.transport.layout import HISTORY_STREAM, history_subject
 
 #: Bound on the reconnect (the server restarts in about a second; the machine is shared).
 RECONNECT_BOUND_S = 20.0

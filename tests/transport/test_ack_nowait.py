@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import trio
 
+from dagnats_trio.protocol.layout import HISTORY_STREAM, TASK_STREAM, history_subject, task_subject
 from dagnats_trio.transport import ConsumerConfig, NotFound, Transport
-from dagnats_trio.transport.layout import HISTORY_STREAM, TASK_STREAM, history_subject, task_subject
 
 from .test_conformance import (
     ACK_WAIT_S,

@@ -9,6 +9,15 @@ from __future__ import annotations
 import pytest
 import trio
 
+from dagnats_trio.protocol.layout import (
+    CHECKPOINTS_BUCKET,
+    HISTORY_STREAM,
+    JOURNAL_STREAM,
+    TASK_STREAM,
+    history_subject,
+    journal_subject,
+    task_subject,
+)
 from dagnats_trio.transport import (
     ConsumerConfig,
     Delivery,
@@ -19,15 +28,6 @@ from dagnats_trio.transport import (
     TemporarilyUnavailable,
     Transport,
     WrongLastSequence,
-)
-from dagnats_trio.transport.layout import (
-    CHECKPOINTS_BUCKET,
-    HISTORY_STREAM,
-    JOURNAL_STREAM,
-    TASK_STREAM,
-    history_subject,
-    journal_subject,
-    task_subject,
 )
 
 ACK_WAIT_S = 1.0

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import trio
 
+from dagnats_trio.protocol.layout import INPUTS_BUCKET
 from dagnats_trio.transport import BucketSpec, NatsTransport, Transport, TransportError
-from dagnats_trio.transport.layout import INPUTS_BUCKET
 
 #: The TTL these tests write (the shortest the server takes).
 TTL_S = 1

@@ -18,11 +18,11 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from dagnats_trio.protocol import layout
 from dagnats_trio.transport import (
     ConsumerConfig,
     NatsTransport,
     TransportError,
-    layout,
     open_nats_transport,
 )
 

@@ -14,9 +14,9 @@ from typing import Any
 import trio
 import trio_asyncio
 
+from dagnats_trio.protocol.layout import HISTORY_STREAM, history_subject
 from dagnats_trio.transport import ConsumerConfig, NatsTransport
 from dagnats_trio.transport._nats import _DirectReader, _PullInbox, _PullRequest
-from dagnats_trio.transport.layout import HISTORY_STREAM, history_subject
 
 #: Bound on each test.
 TEST_BOUND_S = 10.0

@@ -9,6 +9,14 @@ import pytest
 import trio
 from trio.testing import MockClock
 
+from dagnats_trio.protocol.layout import (
+    CHECKPOINTS_BUCKET,
+    HISTORY_STREAM,
+    JOURNAL_STREAM,
+    TASK_STREAM,
+    history_subject,
+    journal_subject,
+)
 from dagnats_trio.transport import (
     BucketSpec,
     Closed,
@@ -24,14 +32,6 @@ from dagnats_trio.transport import (
     WrongLastSequence,
     open_sim_transport,
     provision,
-)
-from dagnats_trio.transport.layout import (
-    CHECKPOINTS_BUCKET,
-    HISTORY_STREAM,
-    JOURNAL_STREAM,
-    TASK_STREAM,
-    history_subject,
-    journal_subject,
 )
 
 ACK_WAIT_S = 10.0

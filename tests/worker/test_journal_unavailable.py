@@ -14,8 +14,8 @@ import trio
 import trio.testing
 
 from dagnats_trio.protocol import RunEvent, StepCompleted
+from dagnats_trio.protocol.layout import JOURNAL_STREAM
 from dagnats_trio.transport import TemporarilyUnavailable, open_sim_transport, provision
-from dagnats_trio.transport.layout import JOURNAL_STREAM
 from dagnats_trio.worker import TaskContext, Worker
 
 from ._helpers import history, make_task, publish_task, uid

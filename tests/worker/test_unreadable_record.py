@@ -30,8 +30,8 @@ from dagnats_trio.protocol import (
     StepFailed,
     decode_record,
 )
+from dagnats_trio.protocol.layout import JOURNAL_STREAM, journal_subject
 from dagnats_trio.transport import NatsTransport
-from dagnats_trio.transport.layout import JOURNAL_STREAM, journal_subject
 from dagnats_trio.worker import TaskContext, Worker
 
 from ._helpers import history, make_task, publish_task, uid

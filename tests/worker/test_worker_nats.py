@@ -30,8 +30,8 @@ from dagnats_trio.protocol import (
     TaskMessage,
     Wait,
 )
+from dagnats_trio.protocol.layout import RUNS_BUCKET, TASK_STREAM, cancel_subject, run_key
 from dagnats_trio.transport import NatsTransport, NotFound
-from dagnats_trio.transport.layout import RUNS_BUCKET, TASK_STREAM, cancel_subject, run_key
 from dagnats_trio.worker import (
     AlreadySettled,
     CheckpointTooLarge,
