@@ -10,11 +10,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
 
-from dagnats_trio.journal import Replay
+from dagnats_trio.journal import Replay, ToolCall
 from dagnats_trio.testing import (
     CRASH_SEAMS,
     DEFAULT_SCRIPT,
@@ -129,3 +130,55 @@ def test_the_testing_doc_example_runs_as_a_user_would(tmp_path: Path) -> None:
     assert "1 passed" in done.stdout
     summaries = [line for line in done.stdout.splitlines() if ": 20 runs, faults fired" in line]
     assert len(summaries) == 3 and all(": ok; trace=" in s for s in summaries)
+
+
+async def parallel_agent(tc: TaskContext) -> None:
+    """Iteration 0: three tool calls at once (safe, unsafe, unsafe); iteration 1: the answer."""
+    j = await tc.journal()
+    done = await tc.load_checkpoint()
+    if done is not None:
+        await tc.complete({"answer": done})
+        return
+
+    def tool(name: str) -> Any:
+        def run(call: ToolCall) -> Any:
+            return {"tool": name, "key": call.key}
+
+        return run
+
+    calls = [
+        (ToolCall("search", {"q": tc.input}, call_id="c0"), Replay.SAFE, tool("search")),
+        (ToolCall("notify", {"to": "ops"}, call_id="c1"), Replay.UNSAFE, tool("notify")),
+        (ToolCall("charge", {"cents": 5}, call_id="c2"), Replay.UNSAFE, tool("charge")),
+    ]
+    results = await j.tools(calls)
+    # The answer names the calls, not their outputs: an unsafe member interrupted by a crash
+    # is a correct outcome that a crash-free run never has (the model is told, and goes on).
+    assert all(
+        r.interrupted or r.output["tool"] == c.name
+        for r, (c, _, _) in zip(results, calls, strict=True)
+    )
+    await tc.checkpoint([c.name for c, _, _ in calls])
+    await tc.continue_()
+
+
+def test_a_parallel_group_agent_survives_the_soak() -> None:
+    """The cluster-level soak over a group: kills and stalls between the intents, inside members
+    and after results, with engines and workers; no unsafe member starts twice."""
+    workflow = agent_workflow("parallel-agent")
+    results = [
+        crash_test(
+            {"scripted-agent": parallel_agent},
+            workflow,
+            seed=seed,
+            inputs=["deploy"],
+            runs=RUNS,
+            iterations=2,
+            unsafe_tools={"notify", "charge"},
+        )
+        for seed in (21, 22)
+    ]
+    for report in results:
+        print(report.summary())
+        assert report.ok, "\n".join(report.violations)
+        assert report.fired["kill"] >= 8 and report.fired["stall"] >= 8
