@@ -625,8 +625,8 @@ class Journal:
                 for c, r, _ in members
             ]
             decisions, consumed = decide_group(self._view, self._consumed, first, rules)
-            if decisions and decisions[0].action is ToolAction.MISMATCH:
-                raise ReplayMismatch(decisions[0].reason)
+            if decisions and decisions[-1].action is ToolAction.MISMATCH:
+                raise ReplayMismatch(decisions[-1].reason)
             self._consumed = consumed
             self._next_call = first + n
             t = self._task

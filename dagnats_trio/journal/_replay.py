@@ -517,8 +517,8 @@ def decide_group(
     decided at its own position by :func:`decide_tool` (so a finished call is reused, an
     unfinished unsafe one comes back interrupted, an unfinished safe one runs again, and an
     earlier attempt's unsafe start is honoured at most once). A recorded intent whose model call
-    id differs from the member's (both given) is a mismatch too. On a mismatch the first one is
-    the only decision returned, and nothing is consumed."""
+    id differs from the member's (both given) is a mismatch too. On a mismatch the decisions end
+    with it, at that member's index, and nothing is consumed."""
     out: list[ToolDecision] = []
     taken = consumed
     for k, m in enumerate(members):
@@ -534,11 +534,11 @@ def decide_group(
                 f"call id {rec.intent.call_id!r} is recorded at position {pos} (member {k} of "
                 f"the group), not {m.call_id!r}"
             )
-            return [ToolDecision(ToolAction.MISMATCH, reason=reason)], consumed
+            return [*out, ToolDecision(ToolAction.MISMATCH, reason=reason)], consumed
         decision, taken = decide_tool(view, taken, pos, m.name, m.input_json, m.replay)
         if decision.action is ToolAction.MISMATCH:
             reason = f"member {k} of the group: {decision.reason}"
-            return [ToolDecision(ToolAction.MISMATCH, reason=reason)], consumed
+            return [*out, ToolDecision(ToolAction.MISMATCH, reason=reason)], consumed
         out.append(decision)
     return out, taken
 

@@ -338,3 +338,39 @@ def test_the_cli_timeline_shows_groups_and_cancellations() -> None:
     rows = timeline(list(enumerate(recs, 1)))
     assert "[parallel 1/2]" in rows[1].detail and "[parallel 2/2]" in rows[2].detail
     assert rows[4].detail.startswith("cancelled: call 0 of its parallel group failed")
+
+
+async def test_golden_replay_answers_a_group() -> None:
+    """A recorded group replays from the records; another input in it is a finding."""
+    from dagnats_trio.protocol import CommitRecord
+    from dagnats_trio.testing import Golden, GoldenHeader, replay_golden
+
+    recs = [
+        ClaimRecord(0, 1, "c1", "n1"),
+        ToolIntentRecord(0, 1, "c1", 0, "a", 1, Replay.SAFE, "k0", 0, 2),
+        ToolIntentRecord(0, 1, "c1", 1, "b", 2, Replay.UNSAFE, "k1", 0, 2),
+        ToolResultRecord(0, 1, "c1", 1, output="B"),
+        ToolResultRecord(0, 1, "c1", 0, output="A"),
+        CommitRecord(0, 1, "c1", "n1", CommitAction.COMPLETE, output=["A", "B"]),
+    ]
+    golden = Golden(GoldenHeader(1, "r", "s"), tuple(enumerate(recs, 1)))
+
+    def handler(b_input: int) -> Any:
+        async def run(tc: Any) -> None:
+            j = await tc.journal()
+            never = Tools().fn("never")
+            results = await j.tools(
+                [
+                    (ToolCall("a", 1), Replay.SAFE, never),
+                    (ToolCall("b", b_input), Replay.UNSAFE, never),
+                ]
+            )
+            await tc.complete([r.output for r in results])
+
+        return run
+
+    same = await replay_golden(golden, handler(2))
+    assert same.ok and same.deliveries == 1
+    changed = await replay_golden(golden, handler(3))
+    assert [(f.position, f.kind) for f in changed.findings] == [(1, "ReplayMismatch")]
+    assert "member 1 of the group" in changed.findings[0].new
