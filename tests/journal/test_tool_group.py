@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import trio
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from dagnats_trio._seams import Seam, SeamContext, install_hook
@@ -55,6 +55,8 @@ class Tools:
 
     def __init__(self) -> None:
         self.starts: dict[str, int] = {}
+        #: Set by the crash cases: the crash point was reached (a kill or stall happened).
+        self.crashed = False
 
     def fn(self, name: str) -> Any:
         async def run(call: ToolCall) -> Any:
@@ -256,6 +258,7 @@ async def run_group_case(
                 results = await j2.tools(group_of(tools, replays))
                 await j2.settle(CommitAction.COMPLETE)
             successor_done.set()
+    tools.crashed = stalled.is_set()
     return tools, results, task
 
 
@@ -286,7 +289,7 @@ def verdict(tools: Tools, results: list[ToolResult], replays: list[Replay]) -> l
     return problems
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     replays=st.lists(st.sampled_from([Replay.SAFE, Replay.UNSAFE]), min_size=1, max_size=5),
     seam=st.sampled_from(GROUP_SEAMS),
@@ -303,6 +306,7 @@ def test_property_an_unsafe_member_starts_at_most_once(
 
             await provision(t)
             tools, results, _ = await run_group_case(t, replays, seam, nth, stall)
+            event("crashed" if tools.crashed else "crash point not reached")
             return verdict(tools, results, replays)
 
     problems = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

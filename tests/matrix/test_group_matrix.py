@@ -29,6 +29,7 @@ async def _case(transport: Transport, seam: Seam, nth: int, stall: bool) -> None
     problems = verdict(tools, results, MIX)
     assert not problems, problems
     assert len(results) == 3
+    assert tools.crashed, "the crash point was not reached"
     report = check(await read_journal(transport, task.run_id, task.step_id))
     assert report.ok, report.render()
 
