@@ -46,7 +46,15 @@ def _threadchildren_of(tid: int) -> set[int]:
 
 
 def _open_files(pid: int) -> set[str]:
-    return {os.readlink(f) for f in Path(f"/proc/{pid}/fd").iterdir()}
+    """The paths a live process holds open; an fd closed between the listing and its readlink
+    (the server opens and closes files as it runs) is simply not held."""
+    held = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            held.add(os.readlink(fd))
+        except FileNotFoundError:
+            continue
+    return held
 
 
 @contextmanager
