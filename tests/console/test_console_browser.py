@@ -24,9 +24,11 @@ from dagnats_trio.cli.demo import (
     workflow_definition,
 )
 from dagnats_trio.engine import RunSnapshot, StepStatus, decode_snapshot
-from dagnats_trio.journal import ScriptedModel
+from dagnats_trio.journal import RESTART_LIMIT_REASON, ScriptedModel
 from dagnats_trio.protocol import (
     ClaimRecord,
+    CommitAction,
+    CommitRecord,
     JournalRecord,
     ModelRecord,
     RunStatus,
@@ -258,6 +260,14 @@ async def test_cancel_with_reason_then_purge_from_the_run_page(console: ConsoleS
     reason = "the customer changed their mind"
 
     async def script(page: Page) -> None:
+        # No worker serves this step: a steer stays queued, and can be withdrawn from the page.
+        await page.goto(console.console(run_id, "agent"))
+        await send_input(page, "steer", "never mind")
+        queued = page.locator("#inputs tr").first
+        await expect(queued).to_have_attribute("data-history", "queued")
+        await queued.locator("button.withdraw").click()
+        await expect(queued).to_have_attribute("data-history", "queued withdrawn")
+        await expect(queued.locator("button.withdraw")).to_have_count(0)
         await page.goto(console.console(run_id))
         await expect(page.locator("#run-status")).to_have_text("running")
         await expect(page.locator("#purge")).to_be_hidden()
@@ -331,6 +341,30 @@ async def test_journal_stream_reconnects_after_a_blip_without_gap_or_repeat(
         assert shown == seqs
         # Each record came over the wire once: the reconnect resumed with Last-Event-ID.
         await expect(page.locator("#timeline")).to_have_attribute("data-received", str(len(seqs)))
+        # A new holder claims the same attempt: the records before it become "reused"; a write
+        # of the old holder after that is marked fenced; a restart-limit failure is named.
+        trio.from_thread.run(append, ClaimRecord(iteration=0, attempt=1, claim_id="c2", nonce="n2"))
+        recovered = page.locator("details[data-type=claim][data-mark=recovered]")
+        await expect(recovered).to_contain_text("new holder recovered attempt 1")
+        await expect(page.locator("details[data-type=model][data-mark=reused]")).to_have_count(3)
+        trio.from_thread.run(append, model(3))
+        fenced = page.locator("details[data-mark=fenced]")
+        await expect(fenced).to_contain_text("written after its holder was fenced")
+        await expect(fenced).to_have_attribute("data-seq", str(seqs[-1]))
+        limit = CommitRecord(
+            0,
+            1,
+            "c2",
+            "n2",
+            CommitAction.FAIL,
+            error="no progress",
+            retriable=False,
+            reason=RESTART_LIMIT_REASON,
+        )
+        trio.from_thread.run(append, limit)
+        await expect(page.locator("details[data-type=commit][data-mark=failed]")).to_contain_text(
+            "restart limit"
+        )
 
     await in_browser(script)
 
