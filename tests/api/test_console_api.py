@@ -11,7 +11,7 @@ from dagnats_trio.api._console import CONSOLE_DIR
 from dagnats_trio.protocol import CommitAction, CommitRecord, ModelRecord
 
 from ._stack import IDLE_WORKFLOW, TOKEN, Stack, error_code
-from .test_journal import claim, model
+from .test_journal import claim, current_dispatch, model
 
 GOOD = {"Authorization": f"Bearer {TOKEN}"}
 CONSOLE_FILES = ("index.html", "console.js", "console.css")
@@ -56,6 +56,7 @@ async def test_console_files_are_public_and_the_api_still_needs_the_token(
 async def test_journal_check_route_gives_the_audits_verdict(authed_api: Stack) -> None:
     client = authed_api.client
     run_id = await idle_run_authed(authed_api)
+    await current_dispatch(authed_api, run_id)  # the step runs: iterations are not compared
     path = f"/runs/{run_id}/steps/agent/journal/check"
     assert (await client.get(path)).status_code == 401
     empty = await client.get(path, headers=GOOD)
