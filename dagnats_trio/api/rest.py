@@ -494,12 +494,15 @@ class _BearerAuth:
                 presented = value
                 break
         if not hmac.compare_digest(presented, self._expected):
-            err = ApiError(
-                401,
-                "unauthorized",
-                "a bearer token is required (Authorization: Bearer <token>)",
-                headers={"www-authenticate": "Bearer"},
+            # Missing and wrong are told apart (the code stays "unauthorized"): a user who sent
+            # a token needs to know it is the wrong one, not to add one.
+            message = (
+                "the bearer token is wrong (check DAGNATS_API_TOKEN or --token)"
+                if presented
+                else "a bearer token is required (Authorization: Bearer <token>; the CLI sends "
+                "DAGNATS_API_TOKEN or --token)"
             )
+            err = ApiError(401, "unauthorized", message, headers={"www-authenticate": "Bearer"})
             await error_response(err)(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+import attrs
 import trio
 import typer
 from rich.console import Console
@@ -18,7 +19,7 @@ from rich.markup import escape
 
 from ..dag import DurationError, parse_duration_text
 from ..protocol import JsonPolicyError, JsonValue, decode_json, to_json
-from ._client import EXIT_FAILED, ApiFailure, ClientError, UsageError
+from ._client import EXIT_FAILED, ApiFailure, CannotConnect, ClientError, UsageError
 
 #: Width used when output is not a terminal (pipes, tests), so tables do not fold at 80.
 PIPE_WIDTH_CHARS = 120
@@ -53,8 +54,38 @@ def leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def run_async(fn: Callable[[], Awaitable[int | None]]) -> NoReturn:
-    """The CLI's ``trio.run``: run ``fn`` and exit with its code (None is 0)."""
+@attrs.frozen
+class _ErrorBody:
+    code: str
+    message: str
+    exit_code: int
+    status: int | None = None
+    detail: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class _ErrorJson:
+    """A failure under ``--json``: ``{"error": {...}}`` on stdout, for the script that asked."""
+
+    error: _ErrorBody
+
+
+def _client_error_code(err: ClientError) -> str:
+    if isinstance(err, CannotConnect):
+        return "cannot_connect"
+    if isinstance(err, UsageError):
+        return "usage"
+    return "failed"
+
+
+def _fail_json(body: _ErrorBody) -> NoReturn:
+    echo_json(_ErrorJson(body))
+    raise typer.Exit(body.exit_code)
+
+
+def run_async(fn: Callable[[], Awaitable[int | None]], *, as_json: bool = False) -> NoReturn:
+    """The CLI's ``trio.run``: run ``fn`` and exit with its code (None is 0). With ``as_json``
+    a failure is printed as JSON on stdout (``{"error": {"code", "message", ...}}``)."""
     try:
         code = trio.run(fn)
     except KeyboardInterrupt:
@@ -62,8 +93,16 @@ def run_async(fn: Callable[[], Awaitable[int | None]]) -> NoReturn:
     except BaseException as exc:
         inner = leaf(exc)
         if isinstance(inner, ApiFailure):
+            if as_json:
+                _fail_json(
+                    _ErrorBody(
+                        inner.code, inner.message, inner.exit_code, inner.status, inner.detail
+                    )
+                )
             fail(f"{inner.message} ({inner.status} {inner.code})", inner.exit_code, inner.detail)
         if isinstance(inner, ClientError):
+            if as_json:
+                _fail_json(_ErrorBody(_client_error_code(inner), inner.message, inner.exit_code))
             fail(inner.message, inner.exit_code)
         if isinstance(inner, KeyboardInterrupt):
             raise typer.Exit(EXIT_INTERRUPTED) from None

@@ -114,7 +114,7 @@ def workflow_register(
         console().print(f"registered workflow [bold]{name}[/] ({count} {noun})")
         return 0
 
-    run_async(go)
+    run_async(go, as_json=as_json)
 
 
 @workflow_app.command("list")
@@ -139,7 +139,7 @@ def workflow_list(
         console().print(table if found else "no workflows registered")
         return 0
 
-    run_async(go)
+    run_async(go, as_json=as_json)
 
 
 @workflow_app.command("get")
@@ -228,7 +228,7 @@ def run_start(
             typer.echo(run_id)
         return 0
 
-    run_async(go)
+    run_async(go, as_json=as_json)
 
 
 @run_app.command("list")
@@ -262,7 +262,7 @@ def run_list(
         console().print(table if runs else "no runs")
         return 0
 
-    run_async(go)
+    run_async(go, as_json=as_json)
 
 
 @run_app.command("get")
@@ -283,7 +283,7 @@ def run_get(
             console().print(run_renderable(run))
         return 0
 
-    run_async(go)
+    run_async(go, as_json=as_json)
 
 
 @run_app.command("cancel")
@@ -305,7 +305,7 @@ def run_cancel(
             console().print(f"cancel requested for run [bold]{run.run_id}[/]")
         return 0
 
-    run_async(go)
+    run_async(go, as_json=as_json)
 
 
 @attrs.frozen
@@ -332,7 +332,7 @@ def run_purge(
             console().print(f"purged run [bold]{run_id}[/]")
         return 0
 
-    run_async(go)
+    run_async(go, as_json=as_json)
 
 
 # --- inputs -----------------------------------------------------------------------------------
@@ -370,7 +370,7 @@ def inputs_send(
             )
         return 0
 
-    run_async(go)
+    run_async(go, as_json=as_json)
 
 
 @inputs_app.command("get")
@@ -397,7 +397,7 @@ def inputs_get(
             console().print(submission_renderable(sub))
         return 0
 
-    run_async(go)
+    run_async(go, as_json=as_json)
 
 
 @inputs_app.command("withdraw")
@@ -420,7 +420,7 @@ def inputs_withdraw(
             console().print(f"input [bold]{escape(request_id)}[/] withdrawn")
         return 0
 
-    run_async(go)
+    run_async(go, as_json=as_json)
 
 
 # --- journal ----------------------------------------------------------------------------------
@@ -463,7 +463,7 @@ def journal_tail(
             out.print(Text(str(problem), style="red"))
         return 0
 
-    run_async(go)
+    run_async(go, as_json=as_json)
 
 
 async def _follow(
@@ -623,7 +623,7 @@ def journal_check(
             console().print(check_renderable(result))
         return 0 if result.ok else EXIT_FAILED
 
-    run_async(go)
+    run_async(go, as_json=as_json)
 
 
 __all__ = [

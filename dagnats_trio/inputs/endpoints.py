@@ -199,8 +199,10 @@ class InputsEndpoints:
         if self._token is None:
             return
         given = bearer_token(msg.headers)
-        if given is None or not hmac.compare_digest(given.encode(), self._token.encode()):
-            raise UnauthorizedError("missing or wrong bearer token")
+        if given is None:
+            raise UnauthorizedError("a bearer token is required (header Authorization: Bearer)")
+        if not hmac.compare_digest(given.encode(), self._token.encode()):
+            raise UnauthorizedError("the bearer token is wrong")
 
     async def _submit(self, msg: CoreMsg) -> SubmissionReply:
         req = _decode(msg.data, SubmitRequest)

@@ -43,6 +43,9 @@ async def test_every_route_but_healthz_needs_the_token(authed_api: Stack) -> Non
             assert r.status_code == 401, (route.method, route.path, headers)
             assert error_code(r) == "unauthorized"
             assert r.headers["www-authenticate"] == "Bearer"
+            # a missing token and a wrong one are told apart
+            told = "bearer token is wrong" if headers else "a bearer token is required"
+            assert told in r.json()["error"]["message"], (route.path, headers)
     # Unknown paths too: nothing is revealed without the token.
     r = await client.get("/no/such/path")
     assert r.status_code == 401

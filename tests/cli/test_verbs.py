@@ -256,3 +256,20 @@ def test_journal_check_fails_on_a_violation(dev: DevProcess, tmp_path: Path) -> 
     assert "result-without-intent" in checked.stdout
     report = json.loads(cli(dev, "journal", "check", run["run_id"], "--json").stdout)
     assert report["ok"] is False
+
+
+def test_json_errors_are_json(dev: DevProcess) -> None:
+    missing = cli(dev, "run", "get", "no-such-run", "--json")
+    assert missing.exit_code == EXIT_NOT_FOUND
+    error = json.loads(missing.stdout)["error"]
+    assert error["status"] == 404 and error["exit_code"] == EXIT_NOT_FOUND
+    assert "no-such-run" in error["message"] and error["code"]
+    bad = cli(dev, "run", "start", ECHO_WF, "{not json", "--json")
+    assert bad.exit_code == EXIT_USAGE
+    assert json.loads(bad.stdout)["error"]["code"] == "usage"
+    down = cli(None, "run", "get", "x", "--json")
+    assert down.exit_code == EXIT_CANNOT_CONNECT
+    assert json.loads(down.stdout)["error"]["code"] == "cannot_connect"
+    # without --json the error stays one line of text on stderr
+    text = cli(dev, "run", "get", "no-such-run")
+    assert text.exit_code == EXIT_NOT_FOUND and text.stdout == "" and "error:" in text.stderr

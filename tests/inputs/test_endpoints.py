@@ -166,6 +166,7 @@ async def test_a_configured_token_is_required(transport: Transport) -> None:
             reply = await call(transport, SUBMIT_SUBJECT, body)
             assert isinstance(reply, ErrorReply)
             assert (reply.status, reply.error.code) == (401, "unauthorized")
+            assert "required" in reply.error.message
             assert await InputsService(transport).list(run_id, STEP) == []
 
             # The token travels as a header of the request, over the server like any client's.
@@ -183,6 +184,8 @@ async def test_a_configured_token_is_required(transport: Transport) -> None:
                 if expected >= 400:
                     assert isinstance(answer, ErrorReply)
                     assert answer.error.code == "unauthorized"
+                    told = "is wrong" if headers["Authorization"] == "Bearer wrong" else "required"
+                    assert told in answer.error.message, (headers, answer)
                     assert await InputsService(transport).list(run_id, STEP) == []
     [stored] = await InputsService(transport).list(run_id, STEP)
     assert stored.request_id == "r1"
