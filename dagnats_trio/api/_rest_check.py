@@ -7,6 +7,8 @@ the verdict without reimplementing the rules.
 
 from __future__ import annotations
 
+from typing import final
+
 import attrs
 
 from ..engine import StepStatus
@@ -15,6 +17,7 @@ from ..transport import Transport
 from .service import Service
 
 
+@final
 @attrs.frozen
 class ViolationView:
     """One broken rule; ``seq`` is the record it was found at (None for the whole journal)."""
@@ -24,6 +27,7 @@ class ViolationView:
     message: str
 
 
+@final
 @attrs.frozen
 class JournalCheck:
     """The verdict. ``compared_iterations`` is False while the step runs (the engine may not

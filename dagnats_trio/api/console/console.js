@@ -519,13 +519,11 @@ function stepPage(main, runId, stepId, signal) {
   }
   for (const id of [...knownInputs]) remember(id);
   const timeline = new Timeline(box);
-  let stepDone = false;
   follow(`${base}/journal?follow=1`, {
     signal, resume: true,
     onEvent(ev) {
       const data = JSON.parse(ev.data);
       if (ev.event === "end") {
-        stepDone = true;
         const gone = data.run_status === "unknown";
         streamState.textContent = gone ? "stream ended: the run is gone (purged)"
           : `stream ended: step ${data.step_status}, run ${data.run_status}`;
@@ -543,20 +541,16 @@ function stepPage(main, runId, stepId, signal) {
       streamState.className = `stream-state ${state === "live" ? "muted" : "error"}`;
     },
   });
-  (async () => {
-    while (!signal.aborted && !stepDone) {
-      await follow(`${base}/preview`, {
-        signal, resume: false,
-        onEvent(ev) {
-          if (ev.event === "end") { previewState.textContent = "(ended)"; return; }
-          const chunk = JSON.parse(ev.data);
-          preview.textContent += chunk.text ?? `[${chunk.base64.length} base64 chars]`;
-        },
-        onState(state, note) { previewState.textContent = state === "live" ? "(live)" : `(${note})`; },
-      });
-      return;
-    }
-  })();
+  // The preview has no ids (it is not a record): a reconnect gets what is put from then on.
+  follow(`${base}/preview`, {
+    signal, resume: false,
+    onEvent(ev) {
+      if (ev.event === "end") { previewState.textContent = "(ended)"; return; }
+      const chunk = JSON.parse(ev.data);
+      preview.textContent += chunk.text ?? `[${chunk.base64.length} base64 chars]`;
+    },
+    onState(state, note) { previewState.textContent = state === "live" ? "(live)" : `(${note})`; },
+  });
 
   checkBtn.addEventListener("click", async () => {
     checkOut.replaceChildren("checking…");
