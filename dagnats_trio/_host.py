@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import sys
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, final
@@ -71,6 +72,7 @@ __all__ = [
     "HostInfo",
     "HostSetupError",
     "Listen",
+    "ModuleImportFailed",
     "load_handlers",
     "merge_handlers",
     "parse_listen",
@@ -79,12 +81,35 @@ __all__ = [
 ]
 
 
-@final
 class HostSetupError(ValueError):
     """A setting of the host is unusable (a bad address, a module that does not load)."""
 
 
+#: Where the importer's own frames come from (left out of a user module's traceback).
+_IMPORTLIB_DIR = os.path.dirname(importlib.__file__ or "") + os.sep
+
+
 @final
+class ModuleImportFailed(HostSetupError):
+    """The user's module raised while it was imported: one line, and ``module_traceback``
+    holds the frames of the module's own code (not the importer's or the CLI's)."""
+
+    def __init__(self, module_name: str, spec: str, exc: BaseException) -> None:
+        super().__init__(
+            f"importing {module_name!r} for {spec!r} failed: {type(exc).__name__}: {exc}"
+        )
+        frames = [
+            f
+            for f in traceback.extract_tb(exc.__traceback__)
+            if not f.filename.startswith("<frozen ")
+            and f.filename != __file__
+            and not f.filename.startswith(_IMPORTLIB_DIR)
+        ]
+        lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)]
+        lines += traceback.format_exception_only(type(exc), exc)
+        self.module_traceback = "".join(lines)
+
+
 @attrs.frozen
 class Listen:
     """An address for the REST API; port 0 picks a free one."""
@@ -168,7 +193,11 @@ def import_spec(spec: str, example: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise HostSetupError(f"cannot import {module_name!r} for {spec!r}: {exc}") from None
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise HostSetupError(f"cannot import {module_name!r} for {spec!r}: {exc}") from None
+        raise ModuleImportFailed(module_name, spec, exc) from None
+    except Exception as exc:
+        raise ModuleImportFailed(module_name, spec, exc) from None
     value: Any = module
     for name in attr.split("."):
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Final
@@ -27,6 +28,7 @@ from .._host import (
     HostConfig,
     HostInfo,
     HostSetupError,
+    ModuleImportFailed,
     load_handlers,
     merge_handlers,
     parse_listen,
@@ -214,6 +216,10 @@ def _run_host(config: HostConfig, title: str, extra: list[tuple[str, str]]) -> N
 def _handlers(specs: list[str] | None) -> dict[str, Handler]:
     try:
         return dict(merge_handlers([load_handlers(s) for s in specs or []]))
+    except ModuleImportFailed as exc:
+        # The module's own traceback (its frames only), then the one-line error last.
+        sys.stderr.write(exc.module_traceback)
+        fail(str(exc), EXIT_USAGE)
     except HostSetupError as exc:
         fail(str(exc), EXIT_USAGE)
 
