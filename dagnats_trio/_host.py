@@ -110,6 +110,7 @@ class ModuleImportFailed(HostSetupError):
         self.module_traceback = "".join(lines)
 
 
+@final
 @attrs.frozen
 class Listen:
     """An address for the REST API; port 0 picks a free one."""
