@@ -14,6 +14,10 @@ from hypercorn.trio import serve
 from starlette.types import ASGIApp
 
 log = logging.getLogger(__name__)
+#: Hypercorn's own messages: warnings and errors only (its "Running on ..." at INFO would say the
+#: address a second time, beside ours, which has the real port).
+hypercorn_log = logging.getLogger(f"{__name__}.hypercorn")
+hypercorn_log.setLevel(logging.WARNING)
 
 #: How long open requests (a journal follower, an input long poll) may run on after shutdown
 #: begins before they are cancelled.
@@ -68,7 +72,7 @@ class ApiServer:
         config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT_S
         config.backlog = self.backlog
         config.accesslog = None
-        config.errorlog = log
+        config.errorlog = hypercorn_log
         async with trio.open_nursery() as nursery:
             binds: list[str] = await nursery.start(self._serve, config)
             if not binds:

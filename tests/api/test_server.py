@@ -65,3 +65,18 @@ async def test_unexpected_error_is_500_without_details(
         assert SECRET not in response.text
         assert "Traceback" not in response.text
     assert any(SECRET in (rec.exc_text or "") or rec.exc_info for rec in caplog.records)
+
+
+async def test_the_listen_address_is_logged_once(
+    nats_transport: NatsTransport, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = create_app(Service(nats_transport), InputsService(nats_transport), nats_transport)
+    caplog.set_level(logging.INFO)
+    with trio.fail_after(SERVER_WAIT_S):
+        async with trio.open_nursery() as nursery:
+            server = ApiServer(app, "127.0.0.1", 0)
+            url = await nursery.start(server.run)
+            server.shutdown()
+    port = url.rsplit(":", 1)[1]
+    mentions = [r.getMessage() for r in caplog.records if f":{port}" in r.getMessage()]
+    assert mentions == [f"REST API listening on {url}"]
