@@ -18,7 +18,7 @@ from typing import Any, final
 import attrs
 import trio
 
-from .._env import DEFAULT_ENV, RuntimeEnv
+from .._env import DEFAULT_ENV, Backoff, RuntimeEnv
 from .._seams import Seam, SeamContext, crash_point
 from ..dag import WorkflowDef
 from ..protocol import (
@@ -89,8 +89,10 @@ ERROR_NAK_DELAY_S = 0.5
 SNAPSHOT_CACHE_RUNS_MAX = 2_048
 #: Shortest nak delay for a not-yet-due timer (the server's own granularity is coarser anyway).
 TIMER_MIN_NAK_S = 0.001
-#: Bound on one idle wait of a loop after an unexpected error, so a broken server is not spun on.
+#: First pause of a fetch loop after a transport error, so a broken server is not spun on.
 LOOP_ERROR_BACKOFF_S = 0.5
+#: Cap of that pause, doubling (and jittered) while the errors go on: an outage of any length.
+LOOP_ERROR_BACKOFF_MAX_S = 5.0
 
 
 def legacy_from_env(environ: Any = None) -> bool:
@@ -185,6 +187,7 @@ class Engine:
     # --- history -------------------------------------------------------------------------------
 
     async def _history_loop(self) -> None:
+        backoff = self._loop_backoff()
         while True:
             try:
                 deliveries = await self.transport.fetch(
@@ -194,9 +197,10 @@ class Engine:
                     self.fetch_wait_s,
                 )
             except TransportError as exc:
-                log.warning("history fetch failed: %s", exc)
-                await trio.sleep(LOOP_ERROR_BACKOFF_S)
+                _say_fetch_failed(backoff, "history", exc)
+                await trio.sleep(backoff.next_s())
                 continue
+            backoff.reset()
             groups: dict[str, list[tuple[Delivery, RunEvent]]] = {}
             for d in deliveries:
                 event = await self._decode(d)
@@ -435,15 +439,17 @@ class Engine:
     # --- timers --------------------------------------------------------------------------------
 
     async def _timer_loop(self) -> None:
+        backoff = self._loop_backoff()
         while True:
             try:
                 deliveries = await self.transport.fetch(
                     layout.TIMER_STREAM, layout.TIMER_DURABLE, self.fetch_batch, self.fetch_wait_s
                 )
             except TransportError as exc:
-                log.warning("timer fetch failed: %s", exc)
-                await trio.sleep(LOOP_ERROR_BACKOFF_S)
+                _say_fetch_failed(backoff, "timer", exc)
+                await trio.sleep(backoff.next_s())
                 continue
+            backoff.reset()
             for d in deliveries:
                 try:
                     await self._handle_timer(d)
@@ -475,6 +481,9 @@ class Engine:
 
     # --- helpers -------------------------------------------------------------------------------
 
+    def _loop_backoff(self) -> Backoff:
+        return Backoff(LOOP_ERROR_BACKOFF_S, LOOP_ERROR_BACKOFF_MAX_S, self.env.random)
+
     @staticmethod
     async def _settle(fn: Any, *args: Any) -> None:
         """Ack/nak/term: a failure here only means the server will redeliver.
@@ -489,3 +498,10 @@ class Engine:
             await fn(*args)
         except TransportError as exc:
             log.debug("settling a delivery failed: %s", exc)
+
+
+def _say_fetch_failed(backoff: Backoff, what: str, exc: TransportError) -> None:
+    """The first failure in a row is a warning; the rest of an outage is the transport's to
+    report (it says once that NATS is unreachable and once that it is back)."""
+    say = log.warning if backoff.failures == 0 else log.debug
+    say("%s fetch failed: %s; retrying with backoff", what, exc)

@@ -9,7 +9,7 @@ from typing import Final, final
 
 import trio
 
-from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
+from dagnats_trio._env import DEFAULT_ENV, Backoff, RuntimeEnv
 from dagnats_trio.inputs import InputsService
 from dagnats_trio.journal import (
     DEFAULT_RESTART_LIMIT,
@@ -48,7 +48,7 @@ DEFAULT_CONCURRENCY: Final = 16
 FETCH_WAIT_S: Final = 1.0
 #: Most deliveries asked for in one fetch.
 FETCH_BATCH_MAX: Final = 16
-#: Pause after a failed fetch, doubling up to the cap.
+#: Pause after a failed fetch, doubling up to the cap (jittered: see ``Backoff``).
 FETCH_BACKOFF_START_S: Final = 0.1
 FETCH_BACKOFF_MAX_S: Final = 2.0
 #: Every subject a cancel announcement can come on.
@@ -151,7 +151,7 @@ class Worker:
 
     async def _pull(self, task_type: str, slots: trio.Semaphore, nursery: trio.Nursery) -> None:
         durable = worker_durable(task_type)
-        backoff = FETCH_BACKOFF_START_S
+        backoff = Backoff(FETCH_BACKOFF_START_S, FETCH_BACKOFF_MAX_S, self._services.env.random)
         while True:
             await slots.acquire()
             taken = 1
@@ -170,15 +170,17 @@ class Worker:
             except TransportError as exc:
                 for _ in range(taken):
                     slots.release()
-                _log.warning("fetch from %s failed: %s", durable, exc)
-                await trio.sleep(backoff)
-                backoff = min(backoff * 2, FETCH_BACKOFF_MAX_S)
+                # The first failure in a row is worth a warning; the rest of an outage is the
+                # transport's to report (once down, once back), not a line per retry.
+                log = _log.warning if backoff.failures == 0 else _log.debug
+                log("fetch from %s failed: %s; retrying with backoff", durable, exc)
+                await trio.sleep(backoff.next_s())
                 continue
             except BaseException:
                 for _ in range(taken):
                     slots.release()
                 raise
-            backoff = FETCH_BACKOFF_START_S
+            backoff.reset()
             for _ in range(taken - len(deliveries)):
                 slots.release()
             for delivery in deliveries:
