@@ -23,7 +23,7 @@ chaos *ARGS:
 
 # the newcomer's demo: embedded server, engine, API, workers, a crash and its recovery
 demo:
-    uv run --frozen dagnats demo
+    uv run --frozen --no-dev dagnats demo
 
 # install Debian's chromium for the console's browser tests (they call this themselves too)
 install-browser:

@@ -48,7 +48,7 @@ def blocks(*langs: str) -> list[Block]:
 
 def block(file: str, first_line: str) -> Block:
     for b in blocks("python", "sh"):
-        if b.key == (file, first_line):
+        if b.file == file and b.key[1].startswith(first_line):
             return b
     raise LookupError(f"{file} has no block starting {first_line!r}")
 

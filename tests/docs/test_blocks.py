@@ -71,16 +71,11 @@ RUN: dict[tuple[str, str], str] = {
 
 #: Blocks no test here runs, and why.
 NOT_RUN: dict[tuple[str, str], str] = {
-    (
-        "README.md",
-        "python3 -m pip install uv && uv run dagnats demo     # the demo: an agent "
-        "crashes mid-turn and recovers",
-    ): "the bootstrap: .ci/run runs the test command; tests/cli/test_demo.py the demo",
-    (
-        "docs/quickstart.md",
-        "python3 -m pip install uv && uv run dagnats demo     # an agent "
-        "crashes mid-turn and recovers",
-    ): "the README's two commands, as above",
+    ("README.md", "./uvw run --no-dev dagnats demo"): (
+        "the two commands: .ci/run runs the test command (test_ci_runs_the_readme_test_command), "
+        "tests/cli/test_demo.py the demo"
+    ),
+    ("docs/quickstart.md", "./uvw run --no-dev dagnats demo"): "the README's two commands",
     (
         "README.md",
         "uv run dagnats dev --worker examples.agent_turn:handlers        # everything,"
@@ -235,3 +230,22 @@ def test_the_quickstart_walkthrough() -> None:
         assert "must be a prompt" in bad.stdout + bad.stderr
     finally:
         assert dev.stop() == 0
+
+
+def test_ci_runs_the_readme_test_command_and_the_demo_skips_dev_tools() -> None:
+    import tomllib
+
+    first = block("README.md", "./uvw run --no-dev dagnats demo").text.strip().splitlines()
+    quick = block("docs/quickstart.md", "./uvw run --no-dev dagnats demo").text.strip()
+    commands = [line.split("#", 1)[0].strip() for line in first]
+    assert commands == ["./uvw run --no-dev dagnats demo", "./uvw run just test"]
+    assert [line.split("#", 1)[0].strip() for line in quick.splitlines()] == commands
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert commands[1] in [line.strip() for line in ci if not line.startswith("#")]
+    assert "pip install" not in (ROOT / ".ci" / "run").read_text()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    deps = " ".join(project["project"]["dependencies"])
+    for tool in ("pytest", "mypy", "ruff", "rust-just", "hypothesis"):
+        assert tool not in deps
+        assert any(d.startswith(tool) for d in project["dependency-groups"]["dev"])
+    assert os.access(ROOT / "uvw", os.X_OK)
