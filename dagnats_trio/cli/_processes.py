@@ -285,9 +285,13 @@ def serve(
     legacy_step_events: LegacyOpt = None,
     bridge: BridgeOpt = True,
     backlog: BacklogOpt = DEFAULT_LISTEN_BACKLOG,
+    ack_wait: AckWaitOpt = DEFAULT_ACK_WAIT_S,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Engine, REST API and inputs endpoints against an existing NATS server or cluster."""
+    """Engine, REST API and inputs endpoints against an existing NATS server or cluster.
+
+    ``--ack-wait`` is the workers' AckWait, which the bridge's leases share (they come from the
+    same consumers): give it the value the workers of this deployment run with."""
     _setup_logging(verbose)
     try:
         config = HostConfig(
@@ -298,13 +302,18 @@ def serve(
             token=token or None,
             legacy_step_events=legacy_step_events,
             bridge=bridge,
+            worker_ack_wait_s=ack_wait,
         )
     except HostSetupError as exc:
         fail(str(exc), EXIT_USAGE)
     _run_host(
         config,
         "serve",
-        [("replicas", str(replicas)), ("api backlog", str(config.api_backlog))],
+        [
+            ("replicas", str(replicas)),
+            ("api backlog", str(config.api_backlog)),
+            ("ack wait", f"{config.worker_ack_wait_s} s"),
+        ],
     )
 
 

@@ -137,6 +137,13 @@ class TaskContext:
         return self._holder.worker_id
 
     @property
+    def claim_id(self) -> str | None:
+        """The ``claim_id`` of this delivery's journal claim (every record it writes carries it),
+        once ``await tc.journal()`` has claimed; None before, and for a step without a journal.
+        Record it beside effects counted outside the runtime to tie them to journal claims."""
+        return self._journal.claim_id if self._journal is not None else None
+
+    @property
     def num_delivered(self) -> int:
         return self._delivery.num_delivered
 
