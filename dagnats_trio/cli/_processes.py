@@ -203,8 +203,10 @@ def _run_host(config: HostConfig, title: str, extra: list[tuple[str, str]]) -> N
             fail(f"the embedded nats-server failed: {inner}", EXIT_FAILED)
         if isinstance(inner, TransportError):
             fail(f"NATS refused: {inner}", EXIT_FAILED)
-        if isinstance(inner, OSError):
+        if isinstance(inner, OSError) and config.listen is not None:
             fail(f"cannot listen on {config.listen}: {inner.strerror or inner}", EXIT_FAILED)
+        if isinstance(inner, OSError):
+            fail(f"the NATS connection failed: {inner.strerror or inner}", EXIT_FAILED)
         if isinstance(inner, trio.TooSlowError):
             fail("start-up took too long (is NATS reachable?)", EXIT_CANNOT_CONNECT)
         if isinstance(inner, KeyboardInterrupt):

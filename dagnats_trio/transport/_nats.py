@@ -1382,10 +1382,12 @@ class NatsTransport:
     async def aclose(self) -> None:
         if self._closed:
             return
+        # A socket the server already dropped (it vanished; the client was reconnecting) fails
+        # the close's last flush with an OSError such as "Connection lost": closed all the same.
         with (
             trio.CancelScope(shield=True),
             trio.move_on_after(CLOSE_TIMEOUT_S),
-            suppress(TransportError),
+            suppress(TransportError, OSError),
         ):
             await self._aio(self._nc.close(), "close")
         self._closed = True
