@@ -12,7 +12,6 @@ interface's values, deliveries wrap only the reply subject, errors are mapped.
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 import json
 import logging
@@ -39,24 +38,27 @@ from dagnats_trio._env import DEFAULT_ENV, backoff_delay_s
 
 from ._interface import (
     DEFAULT_REQUEST_TIMEOUT_S,
-    BucketSpec,
     Closed,
     ConsumerConfig,
     CoreMsg,
     Delivery,
     Headers,
-    KeyExists,
     KvEntry,
-    NotFound,
-    NotProvisioned,
-    RevisionMismatch,
-    StoredMsg,
-    StreamSpec,
     TemporarilyUnavailable,
     TransportError,
     TransportTimeout,
-    WrongLastSequence,
-    check_msg_ttl,
+)
+from ._jetstream import (
+    JetStreamOverRequests,
+    NoResponders,
+    api_error,
+    check_name,
+    is_delete_marker,
+    json_error,
+    kv_prefix,
+    kv_stream,
+    ns,
+    watch_filter,
 )
 
 _log = logging.getLogger(__name__)
@@ -95,74 +97,10 @@ SOCKET_READ_BYTES_MAX = 64 * 1024
 #: Bytes of the fixed first line of a NATS header block (``NATS/1.0\r\n``).
 _HDR_LINE = b"NATS/1.0"
 
-_EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
-_MSG_ID = "Nats-Msg-Id"
-_KV_OP = "KV-Operation"
-_MSG_TTL = "Nats-TTL"
-_KV_MARKER_REASON = "Nats-Marker-Reason"
-_KV_DELETE_OPS = frozenset({"DEL", "PURGE"})
-
-# nats-server JetStream err_codes this module acts on.
-_ERR_WRONG_LAST_SEQ = frozenset({10071, 10164})
-_ERR_STREAM_NOT_FOUND = 10059
-_ERR_CONSUMER_NOT_FOUND = 10014
-_ERR_NO_MESSAGE = 10037
-_ERR_STREAM_NAME_IN_USE = 10058
-
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}\Z")
-_KV_KEY = re.compile(r"^[-/_=.A-Za-z0-9]+\Z")
-
-
-def _check_name(kind: str, value: str) -> str:
-    if not _NAME.match(value):
-        raise ValueError(f"{kind} {value!r} must be letters, digits, '_' or '-'")
-    return value
-
-
-def _check_key(key: str) -> str:
-    if not _KV_KEY.match(key) or key.startswith(".") or key.endswith("."):
-        raise ValueError(
-            f"key {key!r} must be letters, digits and '-/_=.', not starting or ending with '.'"
-        )
-    return key
-
-
-def _ns(seconds: float) -> int:
-    return int(seconds * 1_000_000_000)
-
 
 # ---------------------------------------------------------------------------------------------
 # Error mapping.
 # ---------------------------------------------------------------------------------------------
-
-
-class _NoResponders(TemporarilyUnavailable):
-    """Nobody answered; for a publish this may also mean no stream owns the subject."""
-
-
-class _StreamNameInUse(TransportError):
-    """A create met an existing stream with another config: update it instead."""
-
-
-def _api_error(code: Any, err_code: Any, description: Any, what: str) -> TransportError:
-    text = f"{what}: {description} (code {code}, err_code {err_code})"
-    if err_code in _ERR_WRONG_LAST_SEQ:
-        return WrongLastSequence(text)
-    if err_code in (_ERR_STREAM_NOT_FOUND, _ERR_CONSUMER_NOT_FOUND):
-        return NotProvisioned(text)
-    if err_code == _ERR_NO_MESSAGE:
-        return NotFound(text)
-    if err_code == _ERR_STREAM_NAME_IN_USE:
-        return _StreamNameInUse(text)
-    if code == 503:
-        return TemporarilyUnavailable(text)
-    if code == 408:
-        return TransportTimeout(text)
-    return TransportError(text)
-
-
-def _from_json_error(err: Mapping[str, Any], what: str) -> TransportError:
-    return _api_error(err.get("code"), err.get("err_code"), err.get("description"), what)
 
 
 def _map_exception(exc: BaseException, what: str) -> TransportError | None:
@@ -170,9 +108,9 @@ def _map_exception(exc: BaseException, what: str) -> TransportError | None:
     if isinstance(exc, TransportError):
         return exc
     if isinstance(exc, nats.js.errors.APIError):
-        return _api_error(exc.code, exc.err_code, exc.description, what)
+        return api_error(exc.code, exc.err_code, exc.description, what)
     if isinstance(exc, nats.errors.NoRespondersError):
-        return _NoResponders(f"{what}: no responders")
+        return NoResponders(f"{what}: no responders")
     if isinstance(exc, TimeoutError):  # nats.errors.TimeoutError and asyncio's
         return TransportTimeout(f"{what}: no answer in time")
     if isinstance(exc, nats.errors.ConnectionClosedError):
@@ -187,7 +125,7 @@ def _status_error(msg: Msg, what: str) -> TransportError:
     headers = msg.headers or {}
     status = headers.get(_STATUS, "")
     code = int(status) if status.isdigit() else None
-    return _api_error(code, None, headers.get("Description", ""), what)
+    return api_error(code, None, headers.get("Description", ""), what)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,60 +133,8 @@ def _status_error(msg: Msg, what: str) -> TransportError:
 # ---------------------------------------------------------------------------------------------
 
 
-def _parse_header_block(raw: bytes) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    for line in raw.split(b"\r\n")[1:]:
-        if not line:
-            continue
-        name, _, value = line.partition(b":")
-        headers[name.decode().strip()] = value.decode().strip()
-    return headers
-
-
-def _stored_from_api(message: Mapping[str, Any]) -> StoredMsg:
-    hdrs = message.get("hdrs")
-    data = message.get("data")
-    return StoredMsg(
-        subject=message["subject"],
-        seq=int(message["seq"]),
-        data=base64.b64decode(data) if data else b"",
-        headers=_parse_header_block(base64.b64decode(hdrs)) if hdrs else {},
-    )
-
-
 def _headers_of(msg: Msg) -> dict[str, str]:
     return dict(msg.headers) if msg.headers else {}
-
-
-def _is_delete_marker(headers: Mapping[str, str]) -> bool:
-    return headers.get(_KV_OP) in _KV_DELETE_OPS or _KV_MARKER_REASON in headers
-
-
-#: Bound on the messages ``kv_keys`` walks (every stored revision under the prefix counts).
-KV_KEYS_MAX_MESSAGES = 1_000_000
-
-
-def _with_ttl(hdrs: dict[str, str], ttl_s: float | None) -> dict[str, str]:
-    """``hdrs`` plus the per-message TTL header when ``ttl_s`` is given."""
-    if ttl_s is not None:
-        hdrs[_MSG_TTL] = f"{check_msg_ttl(ttl_s)}s"
-    return hdrs
-
-
-def _kv_stream(bucket: str) -> str:
-    return f"KV_{_check_name('bucket', bucket)}"
-
-
-def _kv_prefix(bucket: str) -> str:
-    return f"$KV.{bucket}."
-
-
-def _watch_filter(bucket: str, prefix: str) -> str:
-    """The narrowest subject filter for ``prefix``: whole tokens go to the server."""
-    base = _kv_prefix(bucket)
-    if prefix.endswith(".") and _KV_KEY.match(prefix) and not prefix.startswith("."):
-        return f"{base}{prefix}>"
-    return f"{base}>"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,7 +184,7 @@ class NatsDelivery:
             return
         payload = b"-NAK"
         if delay_s is not None and delay_s > 0:
-            payload += b" " + json.dumps({"delay": _ns(delay_s)}).encode()
+            payload += b" " + json.dumps({"delay": ns(delay_s)}).encode()
         await self._transport.core_publish(self._reply, payload)
         self._settled = True
 
@@ -768,7 +654,7 @@ def _abandoned(
 
 
 @final
-class NatsTransport:
+class NatsTransport(JetStreamOverRequests):
     """:class:`Transport` over one nats-py connection; create with :func:`open_nats_transport`."""
 
     def __init__(self, loop: Any, nc: NatsClient, request_timeout_s: float) -> None:
@@ -857,9 +743,20 @@ class NatsTransport:
             except (OSError, RuntimeError, AttributeError) as exc:  # the socket went away
                 raise TemporarilyUnavailable(f"{what}: {exc!r}") from None
             if msg.headers and msg.headers.get(_STATUS) == _NO_RESPONDERS_STATUS and not msg.data:
-                raise _NoResponders(f"{what}: no responders")
+                raise NoResponders(f"{what}: no responders")
             return msg
         return await self._aio(nc.request(subject, payload, timeout, False, headers), what)
+
+    async def _js_request(
+        self,
+        subject: str,
+        payload: bytes,
+        headers: Mapping[str, str] | None,
+        what: str,
+        timeout_s: float | None = None,
+    ) -> bytes:
+        hdrs = dict(headers) if headers is not None else None
+        return (await self._request(subject, payload, hdrs, what, timeout_s)).data
 
     def _write_now(self, subject: str, payload: bytes, reply: str = "") -> bool:
         """A core publish written straight to the socket, as the request fast path writes
@@ -920,206 +817,12 @@ class NatsTransport:
         """asyncio side: a subscription nats-py resolves inline, live on the server on return."""
         return await self._flushed(await self._subscribe_counted(subject, future=future))
 
-    async def _api(self, subject: str, body: Mapping[str, Any], what: str) -> dict[str, Any]:
-        """A JetStream API request; its JSON answer, or the typed error it carries."""
-        msg = await self._request(subject, json.dumps(body).encode(), None, what)
-        answer: dict[str, Any] = json.loads(msg.data)
-        err = answer.get("error")
-        if err is not None:
-            raise _from_json_error(err, what)
-        return answer
-
-    # --- streams -------------------------------------------------------------------------------
-
-    async def publish(
-        self,
-        subject: str,
-        data: bytes,
-        *,
-        headers: Headers | None = None,
-        msg_id: str | None = None,
-        expected_last_subject_seq: int | None = None,
-    ) -> int:
-        hdrs = dict(headers) if headers else None
-        if msg_id is not None:
-            hdrs = hdrs or {}
-            hdrs[_MSG_ID] = msg_id
-        if expected_last_subject_seq is not None:
-            hdrs = hdrs or {}
-            hdrs[_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
-        return await self._publish(subject, data, hdrs)
-
-    async def _publish(self, subject: str, data: bytes, hdrs: dict[str, str] | None) -> int:
-        try:
-            msg = await self._request(subject, data, hdrs, "publish")
-        except _NoResponders:
-            raise await self._why_no_stream(subject) from None
-        ack = json.loads(msg.data)
-        err = ack.get("error")
-        if err is not None:
-            error = _from_json_error(err, f"publish to {subject!r}")
-            if isinstance(error, WrongLastSequence) and hdrs and _MSG_ID in hdrs:
-                # nats-server checks the expected sequence before the duplicate window, so a
-                # retry whose first attempt was stored (ack lost) looks fenced. If the subject
-                # ends with that very message, the retry is a duplicate: return its sequence.
-                last = await self.get_last_msg(str(ack.get("stream")), subject)
-                if last is not None and last.headers.get(_MSG_ID) == hdrs[_MSG_ID]:
-                    return last.seq
-            raise error
-        seq: int = ack["seq"]
-        return seq
-
-    async def _why_no_stream(self, subject: str) -> TransportError:
-        """No responders to a publish: no stream for the subject, or its leader is missing."""
-        answer = await self._api("$JS.API.STREAM.NAMES", {"subject": subject}, "stream lookup")
-        if not answer.get("streams"):
-            return NotProvisioned(f"no stream stores subject {subject!r}; run provisioning")
-        return TemporarilyUnavailable(f"the stream for {subject!r} did not answer")
-
-    async def get_msg(self, stream: str, seq: int) -> StoredMsg:
-        answer = await self._api(
-            f"$JS.API.STREAM.MSG.GET.{_check_name('stream', stream)}",
-            {"seq": seq},
-            f"get {stream}#{seq}",
-        )
-        return _stored_from_api(answer["message"])
-
-    async def get_last_msg(self, stream: str, subject: str) -> StoredMsg | None:
-        try:
-            answer = await self._api(
-                f"$JS.API.STREAM.MSG.GET.{_check_name('stream', stream)}",
-                {"last_by_subj": subject},
-                f"last of {subject!r}",
-            )
-        except NotFound:
-            return None
-        return _stored_from_api(answer["message"])
-
-    async def read_subject(
-        self, stream: str, subject: str, from_seq: int, limit: int
-    ) -> list[StoredMsg]:
-        api_subject = f"$JS.API.STREAM.MSG.GET.{_check_name('stream', stream)}"
-        out: list[StoredMsg] = []
-        seq = max(from_seq, 1)
-        while len(out) < limit:
-            try:
-                answer = await self._api(
-                    api_subject, {"seq": seq, "next_by_subj": subject}, f"read {subject!r}"
-                )
-            except NotFound:
-                break
-            msg = _stored_from_api(answer["message"])
-            out.append(msg)
-            seq = msg.seq + 1
-        return out
-
-    async def purge_subject(self, stream: str, subject: str) -> None:
-        await self._api(
-            f"$JS.API.STREAM.PURGE.{_check_name('stream', stream)}",
-            {"filter": subject},
-            f"purge {subject!r}",
-        )
-
-    # --- key-value -----------------------------------------------------------------------------
-
-    async def kv_get(self, bucket: str, key: str) -> KvEntry | None:
-        last = await self._kv_last(bucket, key)
-        if last is None or _is_delete_marker(last.headers):
-            return None
-        return KvEntry(bucket=bucket, key=key, value=last.data, revision=last.seq)
-
-    async def _kv_last(self, bucket: str, key: str) -> StoredMsg | None:
-        return await self.get_last_msg(_kv_stream(bucket), _kv_prefix(bucket) + _check_key(key))
-
-    async def kv_put(self, bucket: str, key: str, value: bytes) -> int:
-        _check_name("bucket", bucket)
-        return await self._publish(_kv_prefix(bucket) + _check_key(key), value, None)
-
-    async def kv_create(
-        self, bucket: str, key: str, value: bytes, *, ttl_s: float | None = None
-    ) -> int:
-        _check_name("bucket", bucket)
-        subject = _kv_prefix(bucket) + _check_key(key)
-        try:
-            return await self._publish(
-                subject, value, _with_ttl({_EXPECTED_LAST_SUBJECT_SEQ: "0"}, ttl_s)
-            )
-        except WrongLastSequence:
-            pass
-        # Present, or only a delete marker left (which counts as absent).
-        last = await self._kv_last(bucket, key)
-        if last is None or not _is_delete_marker(last.headers):
-            raise KeyExists(f"key {key!r} exists in bucket {bucket!r}") from None
-        try:
-            return await self._publish(
-                subject, value, _with_ttl({_EXPECTED_LAST_SUBJECT_SEQ: str(last.seq)}, ttl_s)
-            )
-        except WrongLastSequence:
-            raise KeyExists(f"key {key!r} exists in bucket {bucket!r}") from None
-
-    async def kv_update(
-        self, bucket: str, key: str, value: bytes, revision: int, *, ttl_s: float | None = None
-    ) -> int:
-        _check_name("bucket", bucket)
-        try:
-            return await self._publish(
-                _kv_prefix(bucket) + _check_key(key),
-                value,
-                _with_ttl({_EXPECTED_LAST_SUBJECT_SEQ: str(revision)}, ttl_s),
-            )
-        except WrongLastSequence:
-            raise RevisionMismatch(
-                f"key {key!r} in bucket {bucket!r} is not at revision {revision}"
-            ) from None
-
-    async def kv_delete(self, bucket: str, key: str, revision: int | None = None) -> None:
-        _check_name("bucket", bucket)
-        hdrs = {_KV_OP: "DEL"}
-        if revision is not None:
-            hdrs[_EXPECTED_LAST_SUBJECT_SEQ] = str(revision)
-        try:
-            await self._publish(_kv_prefix(bucket) + _check_key(key), b"", hdrs)
-        except WrongLastSequence:
-            raise RevisionMismatch(
-                f"key {key!r} in bucket {bucket!r} is not at revision {revision}"
-            ) from None
-
-    async def kv_keys(self, bucket: str, prefix: str = "") -> list[str]:
-        """Walk the bucket's stream with the leader's message get (``next_by_subj`` on the
-        narrowest filter for ``prefix``): one round trip per stored message, no consumer.
-
-        nats-py's ``keys()`` was not used: its watcher sends its "no more keys" marker when the
-        consumer reports nothing pending and the subscription has not yet counted a delivery,
-        which happens when the server pushed every key before the client parsed the first one;
-        it then lists no keys at all (seen here several times in 60 listings of 1,500 keys).
-        """
-        stream = _kv_stream(bucket)
-        subject = _watch_filter(bucket, prefix)
-        strip = len(_kv_prefix(bucket))
-        live: dict[str, bool] = {}
-        seq = 1
-        for _ in range(KV_KEYS_MAX_MESSAGES):
-            try:
-                msg = (await self.read_subject(stream, subject, seq, 1))[0]
-            except IndexError:
-                break
-            key = msg.subject[strip:]
-            if key.startswith(prefix):
-                live[key] = not _is_delete_marker(msg.headers)
-            seq = msg.seq + 1
-        else:
-            raise TransportError(
-                f"keys of {bucket!r}: more than {KV_KEYS_MAX_MESSAGES} stored messages under "
-                f"{prefix!r}"
-            )
-        return sorted(k for k, alive in live.items() if alive)
-
     @asynccontextmanager
     async def kv_watch(
         self, bucket: str, prefix: str = ""
     ) -> AsyncIterator[AsyncIterator[KvEntry]]:
-        stream = _kv_stream(bucket)
-        strip = len(_kv_prefix(bucket))
+        stream = kv_stream(bucket)
+        strip = len(kv_prefix(bucket))
         send, receive = trio.open_memory_channel[KvEntry](WATCH_BUFFER_ENTRIES)
 
         async def on_msg(msg: Msg) -> None:
@@ -1130,14 +833,14 @@ class NatsTransport:
             entry = KvEntry(
                 bucket=bucket,
                 key=key,
-                value=None if _is_delete_marker(headers) else msg.data,
+                value=None if is_delete_marker(headers) else msg.data,
                 revision=msg.metadata.sequence.stream,
             )
             await _hand_over(self._loop, send, entry)
 
         async def watch() -> Any:  # asyncio side
             sub = await self._js.subscribe(
-                _watch_filter(bucket, prefix),
+                watch_filter(bucket, prefix),
                 stream=stream,
                 cb=on_msg,
                 ordered_consumer=True,
@@ -1171,18 +874,18 @@ class NatsTransport:
     # --- durable pull consumers ----------------------------------------------------------------
 
     async def ensure_consumer(self, config: ConsumerConfig) -> None:
-        stream = _check_name("stream", config.stream)
-        durable = _check_name("durable", config.durable)
+        stream = check_name("stream", config.stream)
+        durable = check_name("durable", config.durable)
         body: dict[str, Any] = {
             "durable_name": durable,
             "filter_subject": config.filter_subject,
             "ack_policy": "explicit",
-            "ack_wait": _ns(config.ack_wait_s),
+            "ack_wait": ns(config.ack_wait_s),
             "max_deliver": config.max_deliver,
             "deliver_policy": "all",
         }
         if config.backoff_s:
-            body["backoff"] = [_ns(wait) for wait in config.backoff_s]
+            body["backoff"] = [ns(wait) for wait in config.backoff_s]
         await self._api(
             f"$JS.API.CONSUMER.CREATE.{stream}.{durable}",
             {"stream_name": stream, "config": body},
@@ -1202,7 +905,7 @@ class NatsTransport:
         what = f"fetch {stream}/{durable}"
         if self._closed:
             raise Closed(f"{what}: transport closed")
-        expires = _ns(timeout_s) - PULL_EXPIRES_MARGIN_NS
+        expires = ns(timeout_s) - PULL_EXPIRES_MARGIN_NS
         body: dict[str, Any] = {"batch": batch, "no_wait": True}
         if expires > 0:
             body["expires"] = expires
@@ -1230,7 +933,7 @@ class NatsTransport:
 
     async def _bind(self, stream: str, durable: str) -> _PullInbox:
         # Check the consumer first: pulling from a missing one would just time out every fetch.
-        api = f"{_check_name('stream', stream)}.{_check_name('durable', durable)}"
+        api = f"{check_name('stream', stream)}.{check_name('durable', durable)}"
         await self._api(f"$JS.API.CONSUMER.INFO.{api}", {}, f"consumer {stream}/{durable}")
         pull = self._pulls.get((stream, durable))
         if pull is None:  # (another task may have bound it meanwhile)
@@ -1323,59 +1026,7 @@ class NatsTransport:
         msg = await self._request("$JS.API.INFO", b"", None, what, timeout_s)
         err = json.loads(msg.data).get("error")
         if err is not None:
-            raise _from_json_error(err, what)
-
-    # --- provisioning --------------------------------------------------------------------------
-
-    async def ensure_stream(self, spec: StreamSpec, replicas: int = 1) -> None:
-        name = _check_name("stream", spec.name)
-        window = spec.duplicate_window_s
-        if spec.max_age_s > 0:
-            window = min(window, spec.max_age_s)
-        config = {
-            "name": name,
-            "subjects": list(spec.subjects),
-            "retention": "workqueue" if spec.work_queue else "limits",
-            "max_age": _ns(spec.max_age_s),
-            "duplicate_window": _ns(window),
-            "num_replicas": replicas,
-            "storage": "file",
-            "discard": "old",
-        }
-        await self._create_or_update(name, config)
-
-    async def ensure_bucket(self, spec: BucketSpec, replicas: int = 1) -> None:
-        stream = _kv_stream(spec.name)
-        window = 120.0 if spec.ttl_s <= 0 else min(120.0, spec.ttl_s)
-        config = {
-            "name": stream,
-            "subjects": [f"$KV.{spec.name}.>"],
-            "retention": "limits",
-            "max_msgs_per_subject": spec.history,
-            "max_age": _ns(spec.ttl_s),
-            "duplicate_window": _ns(window),
-            "num_replicas": replicas,
-            "storage": "file",
-            "discard": "new",
-            "allow_rollup_hdrs": True,
-            "deny_delete": True,
-            "allow_direct": True,
-        }
-        if spec.message_ttl:
-            config["allow_msg_ttl"] = True
-        await self._create_or_update(stream, config)
-
-    async def _create_or_update(self, name: str, config: Mapping[str, Any]) -> None:
-        try:
-            await self._api(f"$JS.API.STREAM.CREATE.{name}", config, f"create stream {name}")
-        except _StreamNameInUse:
-            await self._api(f"$JS.API.STREAM.UPDATE.{name}", config, f"update stream {name}")
-
-    async def stream_info(self, stream: str) -> dict[str, Any]:
-        """The server's stream info (JSON); for tests and diagnostics, not part of the protocol."""
-        return await self._api(
-            f"$JS.API.STREAM.INFO.{_check_name('stream', stream)}", {}, f"info {stream}"
-        )
+            raise json_error(err, what)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
