@@ -24,7 +24,7 @@ from dagnats_trio.cli.demo import (
     workflow_definition,
 )
 from dagnats_trio.engine import RunSnapshot, StepStatus, decode_snapshot
-from dagnats_trio.journal import RESTART_LIMIT_REASON, ScriptedModel
+from dagnats_trio.journal import RESTART_LIMIT_REASON, Replay, ScriptedModel
 from dagnats_trio.protocol import (
     ClaimRecord,
     CommitAction,
@@ -32,6 +32,8 @@ from dagnats_trio.protocol import (
     JournalRecord,
     ModelRecord,
     RunStatus,
+    ToolIntentRecord,
+    ToolResultRecord,
     encode_record,
     layout,
     record_headers,
@@ -394,5 +396,43 @@ async def test_nats_down_is_said_on_the_page_and_cleared_when_it_is_back(
         await expect(page.locator("#problem")).to_be_hidden()
         await expect(page.locator("#run-status")).to_have_text("running")
         await expect(page.locator("#run-message")).to_have_text("")
+
+    await in_browser(script)
+
+
+async def test_a_parallel_group_and_its_cancellation_on_the_page(console: ConsoleStack) -> None:
+    """A group's members are shown as such, and a member cancelled by another's failure says
+    which one (issue 15 part 1)."""
+    await register_idle(console)
+    run_id = await console.service.start_run(IDLE_WORKFLOW, None)
+    subject = layout.journal_subject(run_id, "agent")
+    records: list[JournalRecord] = [
+        ClaimRecord(iteration=0, attempt=1, claim_id="c1", nonce="n1"),
+        ToolIntentRecord(0, 1, "c1", 0, "lookup", 1, Replay.SAFE, "k0", group=0, group_size=2),
+        ToolIntentRecord(0, 1, "c1", 1, "upload", 2, Replay.UNSAFE, "k1", group=0, group_size=2),
+        ToolResultRecord(0, 1, "c1", 0, error="ValueError: no such user"),
+        ToolResultRecord(
+            0, 1, "c1", 1, error="cancelled", interrupted=True, partial=["half"], cancelled_by=0
+        ),
+    ]
+    last = 0
+    for record in records:
+        last = await console.transport.publish(
+            subject,
+            encode_record(record),
+            headers=record_headers(record),
+            expected_last_subject_seq=last,
+        )
+
+    async def script(page: Page) -> None:
+        await page.goto(console.console(run_id, "agent"))
+        rows = page.locator("#timeline details")
+        await expect(rows).to_have_count(len(records))
+        intents = page.locator("details[data-type='tool.intent']")
+        await expect(intents.nth(0)).to_contain_text("parallel 1/2")
+        await expect(intents.nth(1)).to_contain_text("parallel 2/2")
+        cancelled = page.locator("details[data-type='tool.result'][data-mark=interrupted]")
+        await expect(cancelled).to_contain_text("upload: cancelled: call 0 of its parallel group")
+        await expect(cancelled).to_contain_text('partial ["half"]')
 
     await in_browser(script)

@@ -417,6 +417,7 @@ class Timeline {
       case "tool.intent":
         this.intents.set(`${ia}/${rec.call}`, rec);
         detail = `call ${rec.call}: ${rec.name}(${short(rec.input, 50)}) · ${rec.replay} · key ${rec.key}`;
+        if (rec.group != null) detail += ` · parallel ${rec.call - rec.group + 1}/${rec.group_size}`;
         break;
       case "tool.output": detail = `call ${rec.call} partial: ${short(rec.chunk)}`; break;
       case "tool.result": {
@@ -424,8 +425,9 @@ class Timeline {
           const intent = this.intents.get(`${ia}/${rec.call}`);
           const name = intent ? intent.name : `call ${rec.call}`;
           const why = intent && intent.replay === "unsafe" ? "unsafe, so not run again" : "not rerun";
-          detail = `${name}: its holder died mid-call; ${why}` + (rec.partial && rec.partial.length ? `; partial ${short(rec.partial, 40)}` : "");
-          marks.push(["interrupted", "interrupted"]);
+          const what = rec.cancelled_by != null ? `cancelled: call ${rec.cancelled_by} of its parallel group failed` : `its holder died mid-call; ${why}`;
+          detail = `${name}: ${what}` + (rec.partial && rec.partial.length ? `; partial ${short(rec.partial, 40)}` : "");
+          marks.push(["interrupted", rec.cancelled_by != null ? "cancelled" : "interrupted"]);
         } else {
           detail = `call ${rec.call}: ` + (rec.error ? `error ${rec.error}` : short(rec.output));
           marks.push(["new", "new"]);
