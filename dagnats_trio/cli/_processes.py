@@ -244,13 +244,29 @@ def dev(
     ] = 0,
     ack_wait: AckWaitOpt = DEFAULT_ACK_WAIT_S,
     restart_limit: RestartLimitOpt = str(DEFAULT_RESTART_LIMIT),
+    external_nats: Annotated[
+        str | None,
+        typer.Option(
+            "--nats",
+            help="Use this NATS server (URLs, comma separated) instead of an embedded one; "
+            "it is provisioned, and left running when dev stops.",
+        ),
+    ] = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Everything in one process on an embedded nats-server (engine, API, workers)."""
+    """Everything in one process on an embedded nats-server (engine, API, workers).
+
+    With ``--nats`` the engine, API and workers run against that server instead (for example
+    one a test stops and restarts); dev never starts or stops it. No environment variable sets
+    it: the ``DAGNATS_NATS_URL`` a dev prints for other shells must not turn the next dev into
+    a client of the last one."""
     _setup_logging(verbose)
+    if external_nats is not None and nats_port > 0:
+        fail("--nats-port is for the embedded server; it cannot go with --nats", EXIT_USAGE)
     try:
         config = HostConfig(
-            data_dir=data_dir.resolve(),
+            nats_urls=parse_nats_urls(external_nats) if external_nats is not None else (),
+            data_dir=data_dir.resolve() if external_nats is None else None,
             nats_port=nats_port if nats_port > 0 else -1,
             listen=parse_listen(listen),
             api_backlog=backlog,
@@ -268,8 +284,10 @@ def dev(
         config,
         "dev",
         [
-            ("data dir", str(config.data_dir)),
-            ("sync", "always (single node)"),
+            ("data dir", str(config.data_dir))
+            if external_nats is None
+            else ("server", "external: left running when dev stops"),
+            ("sync", "always (single node)" if external_nats is None else "the server's own"),
             ("tasks", tasks),
             ("api backlog", str(config.api_backlog)),
             ("restart limit", str(config.worker_restart_limit)),
