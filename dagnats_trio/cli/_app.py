@@ -13,6 +13,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Plain click help: it wraps at the terminal's width, where rich's option table cuts
+    # option names and env vars short at 80 columns.
+    rich_markup_mode=None,
 )
 app.command("demo")(demo)
 app.command("dev")(dev)

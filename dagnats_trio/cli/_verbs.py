@@ -78,10 +78,18 @@ class ModeChoice(enum.StrEnum):
     follow_up = "follow_up"
 
 
-workflow_app = typer.Typer(help="Workflow definitions.", no_args_is_help=True)
-run_app = typer.Typer(help="Start, inspect, cancel and purge runs.", no_args_is_help=True)
-inputs_app = typer.Typer(help="Send inputs to a running agent step.", no_args_is_help=True)
-journal_app = typer.Typer(help="Read and audit a step's journal.", no_args_is_help=True)
+workflow_app = typer.Typer(
+    help="Workflow definitions.", no_args_is_help=True, rich_markup_mode=None
+)
+run_app = typer.Typer(
+    help="Start, inspect, cancel and purge runs.", no_args_is_help=True, rich_markup_mode=None
+)
+inputs_app = typer.Typer(
+    help="Send inputs to a running agent step.", no_args_is_help=True, rich_markup_mode=None
+)
+journal_app = typer.Typer(
+    help="Read and audit a step's journal.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 # --- workflow ---------------------------------------------------------------------------------

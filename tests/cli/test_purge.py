@@ -92,7 +92,11 @@ async def test_run_purge_exit_codes_and_json(api: Api) -> None:
     assert res.exit_code == EXIT_OK
     assert json.loads(res.stdout) == {"run_id": other, "purged": True}
     res = await api.cli("run", "purge", other, "--json")
-    assert res.exit_code == EXIT_NOT_FOUND and res.stdout == ""
+    # --json: the error is JSON on stdout too (issue 13), with the same exit code
+    assert res.exit_code == EXIT_NOT_FOUND
+    error = json.loads(res.stdout)["error"]
+    assert error["status"] == 404 and error["exit_code"] == EXIT_NOT_FOUND
+    assert other in error["message"]
 
 
 async def test_run_purge_of_a_running_run_exits_1_and_keeps_it(api: Api) -> None:
