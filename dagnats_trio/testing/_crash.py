@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any, Final, TypeVar, final
 
 import attrs
@@ -49,6 +49,9 @@ from ._seam_faults import Fault, FaultKind, SeamFaults, deterministic_scheduling
 from ._trace import Trace
 
 T = TypeVar("T")
+
+#: Opens one more connection to the server the crash test runs on.
+Connect = Callable[[], AbstractAsyncContextManager[Transport]]
 
 #: Every seam a holder or an engine reaches, in the order they are reached.
 CRASH_SEAMS: Final = (
@@ -223,7 +226,7 @@ class _CrashTest:
             key = (start.run_id, start.step_id, start.iteration, start.call)
             self.starts.setdefault(key, []).append(start.name)
 
-    async def run(self) -> CrashReport:
+    async def run(self, connect: Connect) -> CrashReport:
         faults = SeamFaults(
             {p.run_id: p.faults for p in self.plans},
             {p.run_id: p.index for p in self.plans},
@@ -234,13 +237,12 @@ class _CrashTest:
         self.trace.add("crash-test", self.name, f"seed={self.seed}", f"runs={len(self.plans)}")
         for plan in self.plans:
             self.trace.add("plan", plan.index, plan.run_id, *(f.describe() for f in plan.faults))
-        server = SimServer()
         async with AsyncExitStack() as stack:
-            control = await stack.enter_async_context(server.connect())
+            control = await stack.enter_async_context(connect())
             await provision(control)
             await Service(control, self.env).register_workflow(self.workflow)
             conns = [
-                await stack.enter_async_context(server.connect())
+                await stack.enter_async_context(connect())
                 for _ in range(CRASH_ENGINES + CRASH_WORKERS)
             ]
             with install_hook(faults.hook), observe_tool_starts(self._tool_started):
@@ -419,15 +421,22 @@ async def crash_test_async(
     runs: int = 16,
     iterations: int = 4,
     unsafe_tools: Iterable[str] = (),
+    connect: Connect | None = None,
 ) -> CrashReport:
     """:func:`crash_test` inside a Trio run of your own (a pytest-trio test with the
     ``autojump_clock`` fixture). The verdict is the same; the trace hash repeats only when the
-    whole Trio run is seeded the same way, which :func:`crash_test` does for you."""
+    whole Trio run is seeded the same way, which :func:`crash_test` does for you.
+
+    ``connect`` opens a connection to a server of your own instead of a fresh simulated one
+    (e.g. ``functools.partial(open_nats_transport, url)`` on a nats-server that holds nothing
+    else): the same schedule and checks on the wall clock, without the repeatable trace.
+    """
     if not inputs:
         raise ValueError("inputs must name at least one task input")
     plans = draw_crash_schedule(seed, runs, iterations, len(inputs))
     truth = frozenset(unsafe_tools)
-    return await _CrashTest(handlers, workflow, inputs, plans, seed, truth).run()
+    test = _CrashTest(handlers, workflow, inputs, plans, seed, truth)
+    return await test.run(connect if connect is not None else SimServer().connect)
 
 
 def crash_test(

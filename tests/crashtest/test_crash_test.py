@@ -4,32 +4,40 @@ seed, and each kind of violation caught; the example of docs/testing.md run as a
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
+import trio
 
 from dagnats_trio.journal import Replay, ToolCall
+from dagnats_trio.server import NatsServer
 from dagnats_trio.testing import (
     CRASH_SEAMS,
     DEFAULT_SCRIPT,
     ScriptedAgent,
     agent_workflow,
     crash_test,
+    crash_test_async,
     draw_crash_schedule,
 )
+from dagnats_trio.transport import open_nats_transport
 from dagnats_trio.worker import TaskContext
 from tests.docs._blocks import blocks
 
 #: Bound of the documented example's pytest run (wall seconds, a loaded machine).
 DOC_EXAMPLE_TIMEOUT_S = 300.0
 RUNS = 20
+#: Bound of the real-server crash test (wall seconds, a loaded machine).
+REAL_SERVER_TIMEOUT_S = 120.0
 
 
 @pytest.fixture(autouse=True)
@@ -182,3 +190,24 @@ def test_a_parallel_group_agent_survives_the_soak() -> None:
         print(report.summary())
         assert report.ok, "\n".join(report.violations)
         assert report.fired["kill"] >= 8 and report.fired["stall"] >= 8
+
+
+async def test_the_same_kills_on_a_real_nats_server(fresh_nats_server: NatsServer) -> None:
+    """``connect=`` runs the schedule on a real server (wall clock): the first 8 runs get a kill
+    at each of the 8 seams; the verdict is clean."""
+    url = fresh_nats_server.url
+    started = time.monotonic()
+    with trio.fail_after(REAL_SERVER_TIMEOUT_S):
+        report = await crash_test_async(
+            ScriptedAgent().handlers,
+            agent_workflow("real-crash"),
+            seed=4,
+            inputs=["deploy"],
+            runs=len(CRASH_SEAMS),
+            unsafe_tools={"send_message"},
+            connect=functools.partial(open_nats_transport, url, name="crash-test"),
+        )
+    print(report.summary(), f"wall {time.monotonic() - started:.1f} s")
+    assert report.ok, "\n".join(report.violations)
+    assert all(r.status == "completed" for r in report.runs)
+    assert report.fired["kill"] >= len(CRASH_SEAMS) - 2  # a drawn iteration may not be reached
