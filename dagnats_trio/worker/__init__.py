@@ -35,11 +35,20 @@ from ._lease import (
     task_consumer,
 )
 from ._waits import MAX_WAIT_MS, Delay, Until, UntilInput, WaitArg, WaitSpec, build_wait
-from ._worker import DEFAULT_CONCURRENCY, FETCH_WAIT_S, Handler, Worker
+from ._worker import (
+    DEFAULT_CONCURRENCY,
+    FETCH_BACKOFF_MAX_S,
+    FETCH_BACKOFF_START_S,
+    FETCH_WAIT_S,
+    Handler,
+    Worker,
+)
 
 __all__ = [
     "DEFAULT_ACK_WAIT_S",
     "DEFAULT_CONCURRENCY",
+    "FETCH_BACKOFF_MAX_S",
+    "FETCH_BACKOFF_START_S",
     "FETCH_WAIT_S",
     "GOLDEN_FORMAT_VERSION",
     "HEARTBEATS_PER_ACK_WAIT",
