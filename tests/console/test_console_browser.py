@@ -287,6 +287,10 @@ async def test_cancel_with_reason_then_purge_from_the_run_page(console: ConsoleS
         # The page says so (and stops offering cancel or purge), never a blank screen.
         await expect(page.locator("#run-message")).to_contain_text("was purged")
         await expect(page.locator("#purge")).to_be_disabled()
+        # Its step page says the same, where its journal stream would be.
+        await page.goto(console.console(run_id, "agent"))
+        await expect(page.locator("#stream-state")).to_have_attribute("data-state", "gone")
+        await expect(page.locator("#stream-state")).to_contain_text("was purged")
 
     await in_browser(script)
     runs = await console.service.list_runs(workflow=IDLE_WORKFLOW)
