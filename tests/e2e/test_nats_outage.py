@@ -22,7 +22,7 @@ import trio
 from api._stack import open_stack
 
 from dagnats_trio.journal import Replay, ToolCall, check, read_journal
-from dagnats_trio.protocol import ToolIntentRecord
+from dagnats_trio.protocol import ToolIntentRecord, ToolResultRecord
 from dagnats_trio.server import NatsServer
 from dagnats_trio.transport import open_nats_transport, provision
 from dagnats_trio.worker import TaskContext, Worker
@@ -120,12 +120,19 @@ async def test_a_90s_outage_mid_run_is_ridden_out(
     back = [m for m in said if m.startswith("NATS is back")]
     print(
         f"outage {outage_s:.1f} s; run {run['status']} {recovered_s:.1f} s after the restart; "
-        f"tool started {len(tool_starts)}x; said: {unreachable + back}"
+        f"tool started {len(tool_starts)}x; records {[rec.TYPE for _, rec in records]}; "
+        f"said: {unreachable + back}"
     )
     assert run["status"] == "completed", run
     assert tool_starts == [1]  # started once, by the first delivery; never again
+    # Depending on what the held delivery managed to store when the connection came back (its
+    # buffered result, or a retriable failure that a retry then honours), a later attempt may
+    # record the call again, but only ever as interrupted: it never runs the tool.
     intents = [rec for _, rec in records if isinstance(rec, ToolIntentRecord)]
-    assert [i.name for i in intents] == ["charge"]
+    results = [rec for _, rec in records if isinstance(rec, ToolResultRecord)]
+    assert intents and {i.name for i in intents} == {"charge"}
+    assert len([r for r in results if not r.interrupted]) <= 1
+    assert len(results) == len(intents)
     assert check(records, engine_iterations=1).ok
     assert up == {"status": "ok", "nats": "up"}
     # Each of the two connections said it once, and said once that NATS was back.
