@@ -225,7 +225,9 @@ class _Handlers:
         try:
             await self.transport.ping(HEALTH_NATS_TIMEOUT_S)
         except TransportError as exc:
-            log.warning("health: NATS is not answering: %r", exc)
+            # DEBUG: a probe polls this every few seconds, and the transport already says once
+            # that NATS is unreachable and once that it is back.
+            log.debug("health: NATS is not answering: %r", exc)
             return _json(Health(status="unavailable", nats="down"), 503)
         return _json(Health())
 
