@@ -33,12 +33,13 @@ from ..journal import (
     JournalUnreadable,
     RestartLimit,
     Settlement,
+    SettleRequest,
     Stale,
     TaskIdentity,
     check_restart_limit,
     load_commit_state,
     open_journal,
-    publish_lifecycle,
+    settle_delivery,
 )
 from ..protocol import (
     CommitAction,
@@ -62,7 +63,6 @@ from ..protocol import (
     decode_task,
     encode_json,
     from_obj,
-    lifecycle_event,
 )
 from ..protocol.layout import (
     CHECKPOINTS_BUCKET,
@@ -725,46 +725,25 @@ class Bridge:
                     f"inputs are queued for step {t.step_id!r}: place them and run a turn "
                     "(nothing was settled)",
                 )
-            seq: int | None = None
             journal = lease.journal
-            if journal is not None:
-                try:
-                    seq = await self._journal_call(
-                        lease,
-                        lambda: journal.settle(
-                            action,
-                            output=output,
-                            wait=wait,
-                            error=error,
-                            retriable=retriable,
-                            pause_ms=pause_ms,
-                        ),
-                    )
-                except TransportError as exc:
-                    # The commit may have stored: the handle is closed either way, so the task
-                    # is left for redelivery, whose claim republishes a stored commit.
-                    code = "not_provisioned" if isinstance(exc, NotProvisioned) else "unavailable"
-                    lease.finished = (
-                        503,
-                        code,
-                        f"NATS failed while settling ({exc}); the task is left for redelivery",
-                    )
-                    raise BridgeError(*lease.finished) from None
-            else:
-                lease.holder.check_writable()
-                event = lifecycle_event(
-                    t.run_id,
-                    t.step_id,
-                    t.dispatch,
-                    action,
-                    output=output,
-                    wait=wait,
-                    error=error,
-                    retriable=retriable,
-                    pause_ms=pause_ms,
+            request = SettleRequest(action, output, wait, error, retriable, pause_ms)
+            try:
+                seq = await self._journal_call(
+                    lease,
+                    lambda: settle_delivery(self._transport, lease.holder, journal, request),
                 )
-                await publish_lifecycle(self._transport, event)
-                lease.holder.settlement = Settlement.ACK
+            except TransportError as exc:
+                if journal is None:
+                    raise
+                # The commit may have stored: the handle is closed either way, so the task
+                # is left for redelivery, whose claim republishes a stored commit.
+                code = "not_provisioned" if isinstance(exc, NotProvisioned) else "unavailable"
+                lease.finished = (
+                    503,
+                    code,
+                    f"NATS failed while settling ({exc}); the task is left for redelivery",
+                )
+                raise BridgeError(*lease.finished) from None
             await self._finish(lease, 410, "settled", "this task is already settled")
             return Settled(action.value, seq)
 

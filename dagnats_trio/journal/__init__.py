@@ -68,6 +68,7 @@ if TYPE_CHECKING:
         ScriptedModel,
         ScriptExhausted,
     )
+    from ._settle import SettleRequest, settle_delivery
 else:
     # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
     __getattr__, __dir__ = lazy_exports(
@@ -103,6 +104,7 @@ else:
                 "DeliveryState",
                 "Settlement",
             ),
+            "._settle": ("SettleRequest", "settle_delivery"),
             "._model": (
                 "ScriptedModel",
                 "ScriptExhausted",
@@ -142,6 +144,7 @@ __all__ = [
     "RestartLimit",
     "ScriptExhausted",
     "ScriptedModel",
+    "SettleRequest",
     "Settlement",
     "Stale",
     "TaskIdentity",
@@ -160,4 +163,5 @@ __all__ = [
     "publish_lifecycle",
     "read_journal",
     "read_journal_for_audit",
+    "settle_delivery",
 ]

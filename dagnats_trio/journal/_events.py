@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-import trio
-
 from dagnats_trio.protocol import LifecycleEvent, encode_event
 from dagnats_trio.protocol.layout import history_subject
-from dagnats_trio.transport import TemporarilyUnavailable, Transport, TransportTimeout
-
-#: How long a transient failure (no leader, timeout) is retried before giving up.
-TRANSIENT_RETRY_DEADLINE_S = 10.0
-#: First pause between retries; doubles up to the cap.
-TRANSIENT_BACKOFF_START_S = 0.05
-TRANSIENT_BACKOFF_MAX_S = 1.0
+from dagnats_trio.transport import Transport, retry_transient
 
 
 def settle_msg_id(event: LifecycleEvent) -> str:
@@ -27,13 +19,4 @@ async def publish_lifecycle(transport: Transport, event: LifecycleEvent) -> int:
     data = encode_event(event)
     subject = history_subject(event.run_id)
     msg_id = settle_msg_id(event)
-    backoff = TRANSIENT_BACKOFF_START_S
-    deadline = trio.current_time() + TRANSIENT_RETRY_DEADLINE_S
-    while True:
-        try:
-            return await transport.publish(subject, data, msg_id=msg_id)
-        except (TemporarilyUnavailable, TransportTimeout):
-            if trio.current_time() + backoff > deadline:
-                raise
-            await trio.sleep(backoff)
-            backoff = min(backoff * 2, TRANSIENT_BACKOFF_MAX_S)
+    return await retry_transient(lambda: transport.publish(subject, data, msg_id=msg_id))

@@ -12,7 +12,7 @@ import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, final
+from typing import Any, Final, TypeVar, final
 
 import attrs
 import trio
@@ -43,9 +43,11 @@ from dagnats_trio.transport import (
     NotFound,
     StoredMsg,
     TemporarilyUnavailable,
+    TransientRetry,
     Transport,
     TransportTimeout,
     WrongLastSequence,
+    retry_transient,
 )
 
 from ._errors import (
@@ -61,12 +63,7 @@ from ._errors import (
     Stale,
     ToolOutputNotJson,
 )
-from ._events import (
-    TRANSIENT_BACKOFF_MAX_S,
-    TRANSIENT_BACKOFF_START_S,
-    TRANSIENT_RETRY_DEADLINE_S,
-    publish_lifecycle,
-)
+from ._events import publish_lifecycle
 from ._holder import DeliveryState, Settlement
 from ._replay import (
     MAX_CALLS_PER_ITERATION,
@@ -193,21 +190,12 @@ class _Guard:
 
 
 _UNSET: Any = object()
+T = TypeVar("T")
 
 
-async def _retry_transient(what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
-    """Retry ``fn`` on no-leader / timeout with a bounded backoff (reads only: idempotent)."""
-    backoff = TRANSIENT_BACKOFF_START_S
-    deadline = trio.current_time() + TRANSIENT_RETRY_DEADLINE_S
-    while True:
-        try:
-            return await fn()
-        except (TemporarilyUnavailable, TransportTimeout) as exc:
-            if trio.current_time() + backoff > deadline:
-                raise
-            _log.debug("%s: %s; retrying", what, exc)
-            await trio.sleep(backoff)
-            backoff = min(backoff * 2, TRANSIENT_BACKOFF_MAX_S)
+async def _retry_transient(what: str, fn: Callable[[], Awaitable[T]]) -> T:
+    """Retry ``fn`` on no-leader / timeout with the transient backoff (reads only: idempotent)."""
+    return await retry_transient(fn, lambda exc: _log.debug("%s: %s", what, exc))
 
 
 def _moved_by(tail: StoredMsg | None, own_claim: str) -> str:
@@ -430,8 +418,7 @@ class Journal:
         headers = record_headers(record)
         await self._acquire_lock()
         try:
-            backoff = TRANSIENT_BACKOFF_START_S
-            deadline = trio.current_time() + TRANSIENT_RETRY_DEADLINE_S
+            backoff = TransientRetry()
             while True:
                 self._holder.check_writable()
                 try:
@@ -444,10 +431,8 @@ class Journal:
                 except WrongLastSequence:
                     return await self._after_lost_tail(data)
                 except (TemporarilyUnavailable, TransportTimeout):
-                    if trio.current_time() + backoff > deadline:
+                    if not await backoff.pause():
                         raise
-                    await trio.sleep(backoff)
-                    backoff = min(backoff * 2, TRANSIENT_BACKOFF_MAX_S)
                     tail = await self._tail_msg()
                     if tail is not None and tail.seq > self._last_seq:
                         # Stored before the error, or someone else wrote: never write twice.

@@ -23,12 +23,22 @@ from ._interface import (
 )
 from ._nats import NatsDelivery, NatsTransport, open_nats_transport
 from ._provision import BUCKETS, STREAMS, provision
+from ._retry import (
+    TRANSIENT_BACKOFF_MAX_S,
+    TRANSIENT_BACKOFF_START_S,
+    TRANSIENT_RETRY_DEADLINE_S,
+    TransientRetry,
+    retry_transient,
+)
 from ._sim import SimDelivery, SimFaults, SimServer, SimTransport, open_sim_transport
 
 __all__ = [
     "BUCKETS",
     "DEFAULT_REQUEST_TIMEOUT_S",
     "STREAMS",
+    "TRANSIENT_BACKOFF_MAX_S",
+    "TRANSIENT_BACKOFF_START_S",
+    "TRANSIENT_RETRY_DEADLINE_S",
     "BucketSpec",
     "Closed",
     "ConsumerConfig",
@@ -49,6 +59,7 @@ __all__ = [
     "StoredMsg",
     "StreamSpec",
     "TemporarilyUnavailable",
+    "TransientRetry",
     "Transport",
     "TransportError",
     "TransportTimeout",
@@ -56,4 +67,5 @@ __all__ = [
     "open_nats_transport",
     "open_sim_transport",
     "provision",
+    "retry_transient",
 ]

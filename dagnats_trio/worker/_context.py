@@ -10,18 +10,17 @@ import attrs
 import trio
 
 from dagnats_trio._env import RuntimeEnv
-from dagnats_trio._seams import Seam
 from dagnats_trio.inputs import InputsService, Mode, PlacedInput, PlacementState
 from dagnats_trio.inputs import place_inputs as _place_inputs
 from dagnats_trio.journal import (
     DeliveryState,
     Journal,
     OnCommitted,
-    Settlement,
+    SettleRequest,
     TaskIdentity,
     load_commit_state,
     open_journal,
-    publish_lifecycle,
+    settle_delivery,
 )
 from dagnats_trio.protocol import (
     CommitAction,
@@ -35,7 +34,6 @@ from dagnats_trio.protocol import (
     decode_json,
     decode_run_header,
     encode_json,
-    lifecycle_event,
 )
 from dagnats_trio.protocol.layout import (
     CHECKPOINTS_BUCKET,
@@ -334,33 +332,12 @@ class TaskContext:
                 "be settled; the task is left for redelivery"
             )
         self._settling = True
-        if self._journal is not None:
-            await self._journal.settle(
-                action,
-                output=output,
-                wait=wait,
-                error=error,
-                retriable=retriable,
-                pause_ms=pause_ms,
-            )
-            return
-        self._holder.check_writable()
-        await publish_lifecycle(
+        await settle_delivery(
             self._svc.transport,
-            lifecycle_event(
-                self.run_id,
-                self.step_id,
-                self.dispatch,
-                action,
-                output=output,
-                wait=wait,
-                error=error,
-                retriable=retriable,
-                pause_ms=pause_ms,
-            ),
+            self._holder,
+            self._journal,
+            SettleRequest(action, output, wait, error, retriable, pause_ms),
         )
-        self._holder.settlement = Settlement.ACK
-        await self._holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
 
 
 def _parse_mode(mode: Mode | str) -> Mode:
