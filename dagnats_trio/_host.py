@@ -39,10 +39,13 @@ from .journal import (
 from .protocol import is_ascii_digits, parse_decimal
 from .server import NatsServer
 from .transport import (
+    DEFAULT_CLIENT,
+    Client,
     TemporarilyUnavailable,
     Transport,
     TransportTimeout,
     open_nats_transport,
+    parse_client,
     provision,
 )
 from .worker import DEFAULT_ACK_WAIT_S, Handler, Worker
@@ -161,6 +164,14 @@ def parse_nats_urls(text: str) -> tuple[str, ...]:
 _WHOLE_NUMBER = re.compile(r"[0-9]{1,9}")
 
 
+def parse_nats_client(text: str) -> Client:
+    """``--client`` / ``DAGNATS_CLIENT``: ``native`` or ``nats-py``."""
+    try:
+        return parse_client(text)
+    except ValueError as exc:
+        raise HostSetupError(str(exc)) from None
+
+
 def parse_restart_limit(text: str) -> int:
     """``--restart-limit`` / ``DAGNATS_RESTART_LIMIT``: a whole number from 1 to 1000."""
     raw = text.strip()
@@ -263,6 +274,8 @@ class HostConfig:
     ``net.core.somaxconn``). ``worker_restart_limit``
     is the ``restart_limit`` of the workers and of the bridge: a journal step fails (reason
     ``restart_limit``) when its iteration was claimed that many times in a row without progress.
+    ``client`` is the NATS client the process talks through: ``"native"`` (the Trio client,
+    the default) or ``"nats-py"`` (docs/nats-client.md).
     """
 
     nats_urls: tuple[str, ...] = ()
@@ -281,6 +294,7 @@ class HostConfig:
     worker_restart_limit: int = DEFAULT_RESTART_LIMIT
     client_name: str = "dagnats"
     bridge: bool = True
+    client: Client = DEFAULT_CLIENT
 
     def __attrs_post_init__(self) -> None:
         if not 1 <= self.replicas <= MAX_REPLICAS:
@@ -290,6 +304,7 @@ class HostConfig:
         except ValueError as exc:
             raise HostSetupError(f"API {exc}") from None
         _checked_restart_limit(self.worker_restart_limit)
+        parse_nats_client(self.client)
 
 
 @final
@@ -344,7 +359,7 @@ class Host:
     ) -> None:
         cfg = self.config
         async with (
-            open_nats_transport(list(urls), name=cfg.client_name) as transport,
+            open_nats_transport(list(urls), name=cfg.client_name, client=cfg.client) as transport,
             trio.open_nursery() as nursery,
         ):
             with trio.fail_after(HOST_START_TIMEOUT_S):

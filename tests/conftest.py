@@ -17,7 +17,7 @@ from dagnats_trio.transport import (
     NatsTransport,
     SimTransport,
     Transport,
-    open_nats_transport,
+    open_nats_py_transport,
     open_sim_transport,
     provision,
 )
@@ -37,8 +37,9 @@ def nats_url() -> Iterator[str]:
 
 @pytest.fixture
 async def nats_transport(nats_url: str) -> AsyncIterator[NatsTransport]:
-    """A connected, provisioned NatsTransport on the session server, for one test."""
-    async with open_nats_transport(nats_url, name="pytest") as transport:
+    """A connected, provisioned NatsTransport (nats-py, pinned: the tests that take this
+    fixture may use what only it has) on the session server, for one test."""
+    async with open_nats_py_transport(nats_url, name="pytest") as transport:
         await provision(transport)
         yield transport
 

@@ -26,7 +26,7 @@ from dagnats_trio.transport import (
     TransportError,
     TransportTimeout,
     WrongLastSequence,
-    open_nats_transport,
+    open_nats_py_transport,
     provision,
 )
 from dagnats_trio.transport._nats import SUBSCRIBE_BUFFER_MSGS
@@ -43,10 +43,10 @@ def uid() -> str:
 
 async def test_open_needs_a_reachable_server() -> None:
     with pytest.raises(ValueError, match="at least one"):
-        async with open_nats_transport([]):
+        async with open_nats_py_transport([]):
             pass
     with trio.fail_after(TEST_BOUND_S), pytest.raises((TemporarilyUnavailable, TransportTimeout)):
-        async with open_nats_transport("nats://127.0.0.1:1", connect_timeout_s=0.5):
+        async with open_nats_py_transport("nats://127.0.0.1:1", connect_timeout_s=0.5):
             pass
 
 
@@ -106,7 +106,7 @@ async def test_typed_errors_carry_the_server_reason(nats_transport: NatsTranspor
 
 
 async def test_closed_transport_raises_closed(nats_url: str) -> None:
-    async with open_nats_transport(nats_url) as transport:
+    async with open_nats_py_transport(nats_url) as transport:
         pass
     with pytest.raises(Closed):
         await transport.publish(history_subject(uid()), b"x")
@@ -180,7 +180,7 @@ async def test_subscribe_backpressure_keeps_every_message(nats_transport: NatsTr
 
 async def test_reconnects_after_server_restart(fresh_nats_server: NatsServer) -> None:
     subject = history_subject(uid())
-    async with open_nats_transport(fresh_nats_server.url, request_timeout_s=1.0) as transport:
+    async with open_nats_py_transport(fresh_nats_server.url, request_timeout_s=1.0) as transport:
         await provision(transport)
         first = await transport.publish(subject, b"before", msg_id="a")
         await fresh_nats_server.restart()
@@ -242,7 +242,7 @@ async def test_requests_time_out_at_the_connection_deadline(nats_url: str) -> No
     # staggered, and the connection must stay usable afterwards.
     silent = f"silent.{secrets.token_hex(4)}"
     stream = StreamSpec(f"TMO_{secrets.token_hex(4)}", (f"tmo.{secrets.token_hex(4)}",))
-    async with open_nats_transport(nats_url, request_timeout_s=SHORT_REQUEST_TIMEOUT_S) as t:
+    async with open_nats_py_transport(nats_url, request_timeout_s=SHORT_REQUEST_TIMEOUT_S) as t:
         async with t.subscribe(silent):  # a listener that never answers: no "no responders"
             start = trio.current_time()
             with trio.fail_after(TEST_BOUND_S), pytest.raises(TransportTimeout):

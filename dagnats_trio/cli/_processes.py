@@ -32,6 +32,7 @@ from .._host import (
     load_handlers,
     merge_handlers,
     parse_listen,
+    parse_nats_client,
     parse_nats_urls,
     parse_restart_limit,
 )
@@ -40,6 +41,9 @@ from ..api.server import DEFAULT_LISTEN_BACKLOG
 from ..journal import DEFAULT_RESTART_LIMIT, MAX_RESTART_LIMIT, MIN_RESTART_LIMIT
 from ..server import NatsServerError, PortInUse, StoreLocked
 from ..transport import (
+    CLIENT_ENV,
+    CLIENTS,
+    DEFAULT_CLIENT,
     NotProvisioned,
     TemporarilyUnavailable,
     TransportError,
@@ -117,6 +121,15 @@ RestartLimitOpt = Annotated[
         metavar="N",
         help=f"Workers' restart_limit ({MIN_RESTART_LIMIT} to {MAX_RESTART_LIMIT}): a journal "
         "step fails (reason restart_limit) after N claims in a row without progress.",
+    ),
+]
+ClientOpt = Annotated[
+    str,
+    typer.Option(
+        "--client",
+        envvar=CLIENT_ENV,
+        metavar="|".join(CLIENTS),
+        help="The NATS client: native (the Trio client, default) or nats-py (docs/nats-client.md).",
     ),
 ]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details.")]
@@ -252,6 +265,7 @@ def dev(
             "it is provisioned, and left running when dev stops.",
         ),
     ] = None,
+    client: ClientOpt = DEFAULT_CLIENT,
     verbose: VerboseOpt = False,
 ) -> None:
     """Everything in one process on an embedded nats-server (engine, API, workers).
@@ -276,6 +290,7 @@ def dev(
             worker_restart_limit=parse_restart_limit(restart_limit),
             handlers=_handlers(worker),
             worker_ack_wait_s=ack_wait,
+            client=parse_nats_client(client),
         )
     except HostSetupError as exc:
         fail(str(exc), EXIT_USAGE)
@@ -306,6 +321,7 @@ def serve(
     bridge: BridgeOpt = True,
     backlog: BacklogOpt = DEFAULT_LISTEN_BACKLOG,
     ack_wait: AckWaitOpt = DEFAULT_ACK_WAIT_S,
+    client: ClientOpt = DEFAULT_CLIENT,
     verbose: VerboseOpt = False,
 ) -> None:
     """Engine, REST API and inputs endpoints against an existing NATS server or cluster.
@@ -323,6 +339,7 @@ def serve(
             legacy_step_events=legacy_step_events,
             bridge=bridge,
             worker_ack_wait_s=ack_wait,
+            client=parse_nats_client(client),
         )
     except HostSetupError as exc:
         fail(str(exc), EXIT_USAGE)
@@ -344,6 +361,7 @@ def worker(
     nats: NatsOpt,
     ack_wait: AckWaitOpt = DEFAULT_ACK_WAIT_S,
     restart_limit: RestartLimitOpt = str(DEFAULT_RESTART_LIMIT),
+    client: ClientOpt = DEFAULT_CLIENT,
     verbose: VerboseOpt = False,
 ) -> None:
     """Workers only, against an existing NATS server or cluster (provisioned by serve/dev)."""
@@ -358,6 +376,7 @@ def worker(
             worker_restart_limit=parse_restart_limit(restart_limit),
             handlers=_handlers(handlers),
             worker_ack_wait_s=ack_wait,
+            client=parse_nats_client(client),
         )
     except HostSetupError as exc:
         fail(str(exc), EXIT_USAGE)

@@ -13,6 +13,7 @@ is safe to cancel at any await.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import random as random_module
 import ssl
@@ -41,6 +42,8 @@ from ._shell_errors import (
     NoServersError,
 )
 from ._subscription import SUBSCRIPTION_BUFFER_MSGS, Subscription
+
+_log = logging.getLogger(__name__)
 
 #: Deadline of one attempt to reach a server (TCP, INFO, TLS, CONNECT, first PONG).
 CONNECT_TIMEOUT_S = 5.0
@@ -640,6 +643,18 @@ class Connection:
                     with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                         await stream.aclose()
                 found = None
+                down_since = trio.current_time()
+                urls = ", ".join(server.url for server in self._servers)
+                # Once per outage, not per attempt: an operator sees the outage and its end.
+                _log.warning(
+                    "NATS is unreachable (%s): reconnecting, with rounds up to %.0f s apart, "
+                    "%s; calls fail meanwhile",
+                    urls,
+                    RECONNECT_BACKOFF_MAX_S,
+                    "for as long as it takes"
+                    if self._max_reconnect_rounds < 0
+                    else f"for {self._max_reconnect_rounds} rounds",
+                )
                 rounds = (
                     itertools.count()
                     if self._max_reconnect_rounds < 0
@@ -656,6 +671,11 @@ class Connection:
                 server, stream, protocol = found
                 self._attach(server, protocol, stream)
                 self._reconnects += 1
+                _log.warning(
+                    "NATS is back (%s) after %.1f s unreachable",
+                    server.url,
+                    trio.current_time() - down_since,
+                )
         finally:
             self._close(self._close_reason)
 

@@ -1,5 +1,13 @@
-"""NATS access: the :class:`Transport` interface, a real and a simulated implementation."""
+"""NATS access: the :class:`Transport` interface, two real implementations (the native Trio
+client, the default, and nats-py) and a simulated one.
 
+The real ones load on first use (``dagnats_trio._lazy``): importing the interface does not
+pull in nats-py and trio-asyncio.
+"""
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from ._interface import (
     DEFAULT_REQUEST_TIMEOUT_S,
     BucketSpec,
@@ -21,7 +29,7 @@ from ._interface import (
     TransportTimeout,
     WrongLastSequence,
 )
-from ._nats import NatsDelivery, NatsTransport, open_nats_transport
+from ._open import CLIENT_ENV, CLIENTS, DEFAULT_CLIENT, Client, open_nats_transport, parse_client
 from ._provision import BUCKETS, STREAMS, provision
 from ._retry import (
     TRANSIENT_BACKOFF_MAX_S,
@@ -32,14 +40,39 @@ from ._retry import (
 )
 from ._sim import SimDelivery, SimFaults, SimServer, SimTransport, open_sim_transport
 
+if TYPE_CHECKING:
+    from ._nats import NatsDelivery, NatsTransport, open_nats_py_transport
+    from ._trio_nats import TrioNatsDelivery, TrioNatsTransport, open_trio_nats_transport
+else:
+    # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "._nats": (
+                "NatsDelivery",
+                "NatsTransport",
+                "open_nats_py_transport",
+            ),
+            "._trio_nats": (
+                "TrioNatsDelivery",
+                "TrioNatsTransport",
+                "open_trio_nats_transport",
+            ),
+        },
+    )
+
 __all__ = [
     "BUCKETS",
+    "CLIENTS",
+    "CLIENT_ENV",
+    "DEFAULT_CLIENT",
     "DEFAULT_REQUEST_TIMEOUT_S",
     "STREAMS",
     "TRANSIENT_BACKOFF_MAX_S",
     "TRANSIENT_BACKOFF_START_S",
     "TRANSIENT_RETRY_DEADLINE_S",
     "BucketSpec",
+    "Client",
     "Closed",
     "ConsumerConfig",
     "CoreMsg",
@@ -63,9 +96,14 @@ __all__ = [
     "Transport",
     "TransportError",
     "TransportTimeout",
+    "TrioNatsDelivery",
+    "TrioNatsTransport",
     "WrongLastSequence",
+    "open_nats_py_transport",
     "open_nats_transport",
     "open_sim_transport",
+    "open_trio_nats_transport",
+    "parse_client",
     "provision",
     "retry_transient",
 ]

@@ -655,7 +655,8 @@ def _abandoned(
 
 @final
 class NatsTransport(JetStreamOverRequests):
-    """:class:`Transport` over one nats-py connection; create with :func:`open_nats_transport`."""
+    """:class:`Transport` over one nats-py connection; create with
+    :func:`open_nats_py_transport` (or ``open_nats_transport(..., client="nats-py")``)."""
 
     def __init__(self, loop: Any, nc: NatsClient, request_timeout_s: float) -> None:
         self._loop = loop
@@ -1099,7 +1100,7 @@ def _single(exc: BaseException) -> BaseException:
 
 
 @asynccontextmanager
-async def open_nats_transport(
+async def open_nats_py_transport(
     url_or_urls: str | Sequence[str],
     *,
     name: str | None = None,
@@ -1115,7 +1116,7 @@ async def open_nats_transport(
     """
     servers = [url_or_urls] if isinstance(url_or_urls, str) else list(url_or_urls)
     if not servers:
-        raise ValueError("open_nats_transport needs at least one server URL")
+        raise ValueError("open_nats_py_transport needs at least one server URL")
     try:
         async with trio_asyncio.open_loop() as loop:
             _skip_idle_synchronise(loop)

@@ -247,6 +247,13 @@ class TrioNatsTransport(JetStreamOverRequests):
         return self._round_trips
 
     @property
+    def open_subscriptions(self) -> int:
+        """Subscriptions this transport's connection holds right now (the request inbox, pull
+        inboxes, core subscriptions, watches); for tests and diagnostics: a caller that left
+        without releasing one shows here."""
+        return self._conn.stats().subscriptions
+
+    @property
     def connection(self) -> Connection:
         """The wire connection (for tests and diagnostics)."""
         return self._conn

@@ -20,7 +20,12 @@ import pytest
 import trio
 
 from dagnats_trio.protocol import ModelRecord
-from dagnats_trio.transport import NatsTransport, open_nats_transport, provision
+from dagnats_trio.transport import (
+    NatsTransport,
+    TrioNatsTransport,
+    open_nats_transport,
+    provision,
+)
 
 from ._stack import IDLE_WORKFLOW, Stack, idle_run, open_stack, unique
 
@@ -159,7 +164,7 @@ async def test_reset_followers_leave_the_api_whole(own_api: Stack) -> None:
     print(f"cut seed {seed} (set {SEED_ENV} to repeat)")
     rng = random.Random(seed)
     transport = own_api.transport
-    assert isinstance(transport, NatsTransport)
+    assert isinstance(transport, NatsTransport | TrioNatsTransport)
     run_id = await idle_run(own_api)
     for call in range(RECORDS):
         record = ModelRecord(

@@ -65,6 +65,10 @@ RUN: dict[tuple[str, str], str] = {
     ("docs/nats-client.md", "import secrets"): "tests/nats_client/test_docs.py",
     (
         "docs/nats-client.md",
+        "from dagnats_trio.transport import NatsTransport, TrioNatsTransport, open_nats_transport",
+    ): "tests/nats_client/test_docs.py",
+    (
+        "docs/nats-client.md",
         "from dagnats_trio.nats import",
     ): "tests/nats_client/test_docs.py",
 }

@@ -24,7 +24,7 @@ from api._stack import open_stack
 from dagnats_trio.journal import Replay, ToolCall, check, read_journal
 from dagnats_trio.protocol import ToolIntentRecord, ToolResultRecord
 from dagnats_trio.server import NatsServer
-from dagnats_trio.transport import open_nats_transport, provision
+from dagnats_trio.transport import Client, open_nats_transport, provision
 from dagnats_trio.worker import TaskContext, Worker
 
 #: How long the server stays down: three times what used to kill the workers for good.
@@ -39,7 +39,11 @@ LOOK_EVERY_S: Final = 0.2
 ACK_WAIT_S: Final = 2.0
 TASK: Final = "outage_agent"
 WORKFLOW: Final = "outage-wf"
-TRANSPORT_LOGGER: Final = "dagnats_trio.transport._nats"
+#: Where each client says that NATS is unreachable and that it is back.
+TRANSPORT_LOGGER: Final = {
+    "nats-py": "dagnats_trio.transport._nats",
+    "native": "dagnats_trio.nats._connection",
+}
 
 
 async def _health(client: httpx.AsyncClient, status: int, bound_s: float) -> dict[str, str]:
@@ -53,8 +57,9 @@ async def _health(client: httpx.AsyncClient, status: int, bound_s: float) -> dic
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("client", ["native", "nats-py"])
 async def test_a_90s_outage_mid_run_is_ridden_out(
-    fresh_nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+    fresh_nats_server: NatsServer, caplog: pytest.LogCaptureFixture, client: Client
 ) -> None:
     server = fresh_nats_server
     url = server.url
@@ -75,8 +80,8 @@ async def test_a_90s_outage_mid_run_is_ridden_out(
         await tc.complete({"interrupted": result.interrupted, "output": result.output})
 
     async with (
-        open_nats_transport(url, name="outage-api-engine") as shared,
-        open_nats_transport(url, name="outage-worker") as worker_nats,
+        open_nats_transport(url, name="outage-api-engine", client=client) as shared,
+        open_nats_transport(url, name="outage-worker", client=client) as worker_nats,
     ):
         await provision(shared)
         async with open_stack(shared, None) as api, trio.open_nursery() as nursery:
@@ -115,7 +120,7 @@ async def test_a_90s_outage_mid_run_is_ridden_out(
             records = await read_journal(shared, run_id, "agent")
             nursery.cancel_scope.cancel()
 
-    said = [r.getMessage() for r in caplog.records if r.name == TRANSPORT_LOGGER]
+    said = [r.getMessage() for r in caplog.records if r.name == TRANSPORT_LOGGER[client]]
     unreachable = [m for m in said if m.startswith("NATS is unreachable")]
     back = [m for m in said if m.startswith("NATS is back")]
     print(

@@ -23,7 +23,7 @@ from dagnats_trio.transport import (
     ConsumerConfig,
     NatsTransport,
     TransportError,
-    open_nats_transport,
+    open_nats_py_transport,
 )
 
 #: Calls cancelled in one test.
@@ -172,7 +172,7 @@ async def test_closing_right_after_a_cancelled_call_raises_nothing(nats_url: str
     cancelled_inside = 0
     with trio.fail_after(TEST_BOUND_S):
         for round_ in range(CLOSE_AFTER_CANCEL_ROUNDS):
-            async with open_nats_transport(nats_url, name="pytest-close") as t:
+            async with open_nats_py_transport(nats_url, name="pytest-close") as t:
                 started = trio.current_time()
                 async with t.subscribe(f"close.{round_}"):
                     took = trio.current_time() - started

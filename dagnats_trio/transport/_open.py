@@ -1,0 +1,69 @@
+"""Which NATS client a process talks through: the native Trio client by default, nats-py
+(on trio-asyncio) when asked for (``client="nats-py"``, ``--client nats-py``, ``DAGNATS_CLIENT``).
+
+Both transports implement one interface and pass one conformance suite; the choice is made
+here once, so the host, the CLI and user code open a transport the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Final, Literal
+
+from ._interface import DEFAULT_REQUEST_TIMEOUT_S, Transport
+
+#: The clients a transport can run on.
+Client = Literal["native", "nats-py"]
+#: Their names, in the order the CLI lists them.
+CLIENTS: Final[tuple[Client, ...]] = ("native", "nats-py")
+#: The client used unless another is asked for.
+DEFAULT_CLIENT: Final[Client] = "native"
+#: The environment variable the CLI reads the client from.
+CLIENT_ENV: Final = "DAGNATS_CLIENT"
+#: Bound on the first connection to a server.
+CONNECT_TIMEOUT_S: Final = 5.0
+
+
+def parse_client(text: str) -> Client:
+    """``native`` or ``nats-py`` (case and surrounding blanks ignored); else ValueError naming
+    the accepted values."""
+    value = text.strip().lower()
+    for client in CLIENTS:
+        if value == client:
+            return client
+    raise ValueError(f"client must be one of {', '.join(CLIENTS)}, got {text!r}")
+
+
+@asynccontextmanager
+async def open_nats_transport(
+    url_or_urls: str | Sequence[str],
+    *,
+    name: str | None = None,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    client: Client = DEFAULT_CLIENT,
+) -> AsyncIterator[Transport]:
+    """A connected transport on ``client`` (the native Trio client unless ``"nats-py"``);
+    closed when the block ends. Both reconnect for as long as an outage lasts."""
+    chosen = parse_client(client)
+    if chosen == "nats-py":
+        from ._nats import open_nats_py_transport
+
+        async with open_nats_py_transport(
+            url_or_urls,
+            name=name,
+            request_timeout_s=request_timeout_s,
+            connect_timeout_s=connect_timeout_s,
+        ) as transport:
+            yield transport
+        return
+    from ._trio_nats import open_trio_nats_transport
+
+    async with open_trio_nats_transport(
+        url_or_urls,
+        name=name,
+        request_timeout_s=request_timeout_s,
+        connect_timeout_s=connect_timeout_s,
+    ) as native:
+        yield native

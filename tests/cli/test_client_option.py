@@ -1,0 +1,43 @@
+"""``--client`` / ``DAGNATS_CLIENT`` on ``dagnats dev``, ``serve`` and ``worker`` (issue 10):
+a bad value is refused in one line (exit 2) naming the accepted values."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ._dev import HERE, dagnats_command
+
+#: Bound on a refused command (it exits before connecting).
+REFUSED_TIMEOUT_S = 30
+
+
+def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*dagnats_command(), *args],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=REFUSED_TIMEOUT_S,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "COLUMNS": "200", **(env or {})},
+    )
+
+
+@pytest.mark.parametrize("value", ["asyncio", "nats_py"])
+def test_dev_serve_and_worker_refuse_a_bad_client_in_one_line(value: str, tmp_path: Path) -> None:
+    runs = [
+        _run(["dev", "--data-dir", str(tmp_path), "--client", value]),
+        _run(["serve", "--nats", "nats://127.0.0.1:1", "--client", value]),
+        _run(
+            ["worker", "--nats", "nats://127.0.0.1:1", "_crashing:handlers"],
+            env={"DAGNATS_CLIENT": value},
+        ),
+    ]
+    for out in runs:
+        assert out.returncode == 2, (value, out.stderr)
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1, out.stderr
+        assert "client must be one of native, nats-py" in lines[0], out.stderr
+        assert repr(value) in lines[0], out.stderr
