@@ -7,6 +7,12 @@ midway. JetStream API requests are sent as plain requests on their API
 subjects and their JSON answers read here: that is one hop and gives the server's ``err_code``
 for the typed errors. Nothing asyncio-flavoured leaves this module: messages are copied into the
 interface's values, deliveries wrap only the reply subject, errors are mapped.
+
+Only the public APIs of nats-py, asyncio and trio-asyncio are used (``tests/
+test_no_private_access.py`` scans for anything else): requests go through ``nc.request``,
+deliveries through a subscription's ``cb``. That costs a few asyncio steps per round trip more
+than writing to nats-py's socket and driving its parser by hand did; the native client
+(``TrioNatsTransport``, the default) is the fast path.
 """
 
 from __future__ import annotations
@@ -15,8 +21,6 @@ import asyncio
 import functools
 import json
 import logging
-import math
-import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -87,15 +91,6 @@ FETCH_GRACE_S = 1.0
 #: Taken off a pull request's ``expires`` so the server ends it before the fetch's own deadline
 #: (nats-py does the same).
 PULL_EXPIRES_MARGIN_NS = 100_000
-#: Distinct header names whose validity the request fast path remembers.
-HEADER_KEYS_CACHED = 64
-#: Largest chunk one socket read asks for. asyncio's default (256 KiB) is past glibc's mmap
-#: threshold, so every read of a ~300-byte reply mapped and unmapped a fresh 256 KiB buffer
-#: (``just bench`` shows the cost); the parser takes any chunking, so a smaller read loses
-#: nothing but the odd extra read of a very large burst.
-SOCKET_READ_BYTES_MAX = 64 * 1024
-#: Bytes of the fixed first line of a NATS header block (``NATS/1.0\r\n``).
-_HDR_LINE = b"NATS/1.0"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,8 +170,7 @@ class NatsDelivery:
     async def ack_nowait(self) -> None:
         if self._settled:
             return
-        if not self._transport._write_now(self._reply, b"+ACK"):
-            await self._transport.core_publish(self._reply, b"+ACK")
+        await self._transport.core_publish(self._reply, b"+ACK")
         self._settled = True
 
     async def nak(self, delay_s: float | None = None) -> None:
@@ -200,172 +194,10 @@ class NatsDelivery:
 
 
 # ---------------------------------------------------------------------------------------------
-# The request fast path.
+# Pull inboxes.
 # ---------------------------------------------------------------------------------------------
 
-_HEADER_KEY = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
-_BAD_SUBJECT = re.compile(r"\s")
 _STATUS = "Status"
-_NO_RESPONDERS_STATUS = "503"
-
-
-@functools.lru_cache(maxsize=HEADER_KEYS_CACHED)
-def _header_key_ok(key: str) -> bool:
-    """Header names are a handful of constants, checked on every request: checked once each."""
-    return _HEADER_KEY.match(key) is not None
-
-
-class _ReplyMux:
-    """Answers to requests, handed straight from nats-py's read loop to the waiting Trio task.
-
-    ``nc.request`` costs several asyncio steps per call under trio-asyncio (a task for the
-    request, the flusher task, the reply subscription's task, the future's callbacks), each a
-    trip through the trio-asyncio scheduler, several times the cost on plain asyncio. This
-    path writes the request to nats-py's socket transport directly from Trio and registers this
-    object as the ``_future`` of a wildcard reply subscription, which nats-py resolves inline in
-    its read loop (the path it uses for old-style requests); ``set_result`` then reschedules the
-    Trio task. One asyncio step per request instead of five.
-
-    It relies on nats-py 2.16 internals (``_transport``, ``_pending_data_size``, a
-    subscription's ``_future``); :meth:`NatsTransport._request` uses it only while nothing is
-    queued in nats-py's own buffer (so commands stay in order) and the connection is up, and
-    falls back to ``nc.request`` otherwise.
-    """
-
-    def __init__(self, prefix: str, timeout_s: float) -> None:
-        self.prefix = prefix
-        self._strip = len(prefix)
-        self._next = 0
-        self._waiters: dict[str, trio.lowlevel.Task] = {}
-        # Requests with the connection's own timeout, oldest first: (deadline, token, subject).
-        # A cancel scope per request showed up in profiles of the request path; instead one
-        # watchdog (:meth:`watch`) wakes at the oldest deadline still waited on.
-        # One timeout, a monotonic clock: the deadlines are in order, so a deque is a heap.
-        self._timeout = timeout_s
-        self._deadlines: deque[tuple[float, str, str]] = deque()
-        self._alarm: trio.CancelScope | None = None
-
-    # nats-py calls these on a subscription's future, inside its read loop (the Trio thread).
-    def cancelled(self) -> bool:
-        return False
-
-    def done(self) -> bool:
-        return False
-
-    def set_result(self, msg: Msg) -> None:
-        task = self._waiters.pop(msg.subject[self._strip :], None)
-        if task is not None:
-            trio.lowlevel.reschedule(task, outcome.Value(msg))
-            self._forget_answered()
-
-    def _forget_answered(self) -> None:
-        """Drop answered (or abandoned) requests from the front, so only those in flight stay."""
-        pending, waiters = self._deadlines, self._waiters
-        while pending and pending[0][1] not in waiters:
-            pending.popleft()
-
-    async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Fail every request still unanswered at its deadline with :class:`TransportTimeout`.
-
-        Sleeps until the oldest deadline of a request in flight (a request that enters an
-        empty queue moves the alarm forward), so a timeout fires when it is due, as a cancel
-        scope of its own would. Until this runs, and after it stops, requests fall back to a
-        cancel scope each.
-        """
-        pending, waiters = self._deadlines, self._waiters
-        task_status.started()
-        try:
-            while True:
-                now = trio.current_time()
-                while pending:
-                    deadline, token, subject = pending[0]
-                    if token in waiters:
-                        if deadline > now:
-                            break
-                        trio.lowlevel.reschedule(
-                            waiters.pop(token),
-                            outcome.Error(
-                                TransportTimeout(
-                                    f"request to {subject!r}: no answer in {self._timeout}s"
-                                )
-                            ),
-                        )
-                    pending.popleft()
-                with trio.CancelScope(deadline=pending[0][0] if pending else math.inf) as alarm:
-                    self._alarm = alarm
-                    await trio.sleep_forever()
-        finally:
-            self._alarm = None
-
-    @staticmethod
-    def encodable(subject: str, headers: Mapping[str, str] | None) -> bool:
-        """Only what needs no escaping takes the fast path; nats-py validates the rest."""
-        if not subject or _BAD_SUBJECT.search(subject):
-            return False
-        if headers:
-            for key, value in headers.items():
-                if not _header_key_ok(key) or "\r" in value or "\n" in value:
-                    return False
-        return True
-
-    async def request(
-        self,
-        nc: NatsClient,
-        subject: str,
-        payload: bytes,
-        headers: Mapping[str, str] | None,
-        timeout_s: float,
-    ) -> Msg:
-        self._next += 1
-        token = str(self._next)
-        reply = self.prefix + token
-        if headers:
-            hdr = (
-                b"NATS/1.0\r\n"
-                + "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode()
-                + b"\r\n"
-            )
-            size = len(hdr)
-            cmd = (
-                f"HPUB {subject} {reply} {size} {size + len(payload)}\r\n".encode()
-                + hdr
-                + payload
-                + b"\r\n"
-            )
-        else:
-            cmd = f"PUB {subject} {reply} {len(payload)}\r\n".encode() + payload + b"\r\n"
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            self._waiters.pop(token, None)
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        alarm = self._alarm
-        if alarm is not None and timeout_s == self._timeout:
-            deadline = trio.current_time() + timeout_s
-            self._deadlines.append((deadline, token, subject))
-            if alarm.deadline > deadline:  # the queue was empty: the watchdog sleeps forever
-                alarm.deadline = deadline
-            self._waiters[token] = trio.lowlevel.current_task()
-            writer: Any = nc._transport
-            try:
-                writer.write(cmd)
-            except BaseException:
-                self._waiters.pop(token, None)
-                raise
-            msg: Msg = await trio.lowlevel.wait_task_rescheduled(abort)
-            return msg
-        with trio.move_on_after(timeout_s):
-            self._waiters[token] = trio.lowlevel.current_task()
-            writer = nc._transport
-            try:
-                writer.write(cmd)
-            except BaseException:
-                self._waiters.pop(token, None)
-                raise
-            msg = await trio.lowlevel.wait_task_rescheduled(abort)
-            return msg
-        raise TransportTimeout(f"request to {subject!r}: no answer in {timeout_s}s")
-
 
 #: Statuses that end a pull request without an error: no messages (404), expired (408), and the
 #: conflicts nats-py also treats as temporary (409: leadership change, consumer deleted, limits).
@@ -387,9 +219,9 @@ class _PullInbox:
 
     nats-py's ``fetch`` costs a run of asyncio steps under trio-asyncio (the fetch task, the
     flusher, a queue get with a timeout per message) and, for a batch above 1, waits for the
-    server's closing status after the last message. This inbox is instead the ``_future`` of a
-    plain subscription (as :class:`_ReplyMux` is), so nats-py hands each message over inline
-    in its read loop. A fetch sends ``{"batch", "expires", "no_wait": true}`` (the server holds
+    server's closing status after the last message. This inbox is instead fed by the callback
+    of a plain subscription (nats-py's public ``cb``), which hands each message to the waiting
+    Trio task. A fetch sends ``{"batch", "expires", "no_wait": true}`` (the server holds
     it until a first message, delivers what it has, then ends it with a 404), wakes on the first
     message and takes only what is already here. Deliveries of a request that arrive after its
     fetch returned stay in ``ready`` and the next fetch takes them first: none is dropped here.
@@ -407,14 +239,11 @@ class _PullInbox:
         self.failure: Msg | None = None
         self._waiters: set[trio.lowlevel.Task] = set()
 
-    # nats-py calls these on a subscription's future, inside its read loop (the Trio thread).
-    def cancelled(self) -> bool:
-        return False
+    async def on_msg(self, msg: Msg) -> None:
+        """nats-py's subscription callback (asyncio side, in the Trio thread): never waits."""
+        self.deliver(msg)
 
-    def done(self) -> bool:
-        return False
-
-    def set_result(self, msg: Msg) -> None:
+    def deliver(self, msg: Msg) -> None:
         if msg.reply:  # a delivery; a status has no reply subject
             self.ready.append(msg)
             if self.open:
@@ -455,90 +284,6 @@ class _PullInbox:
     def take(self, batch: int) -> list[Msg]:
         ready = self.ready
         return [ready.popleft() for _ in range(min(batch, len(ready)))]
-
-
-class _Resume:
-    """Awaitable that finishes a coroutine which suspended while being driven by hand.
-
-    ``coro`` yielded ``first`` (an asyncio future, or None for a bare yield) to whoever drove
-    it; awaiting this inside an asyncio task hands that value on to the task, as if the task
-    had been driving ``coro`` from the start.
-    """
-
-    def __init__(self, coro: Any, first: Any) -> None:
-        self._coro = coro
-        self._first = first
-
-    def __await__(self) -> Any:
-        coro, value = self._coro, self._first
-        while True:
-            try:
-                yield value
-            except BaseException as exc:  # cancellation of the task: pass it in
-                try:
-                    value = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-                continue
-            try:
-                value = coro.send(None)
-            except StopIteration as stop:
-                return stop.value
-
-
-class _DirectReader:
-    """Parses what the socket delivers right where asyncio hands it over.
-
-    nats-py's read loop is an asyncio task: each chunk goes socket -> protocol ->
-    ``StreamReader`` -> a future -> a task step of ``_read_loop`` -> the parser, each step a
-    trip through trio-asyncio's queue. Installed as the connection protocol's
-    ``data_received``, this runs the same parser on the chunk at once. The parser never
-    suspends on this transport's paths (requests and pull inboxes resolve futures inline, core
-    subscriptions put into a queue); when it does (an ordered consumer resetting, a slow error
-    callback), the rest of that parse and every chunk after it are handed, in order, to an
-    asyncio task, and the direct path resumes once it has caught up. End of stream and
-    connection loss still reach the ``StreamReader``, so nats-py's own read loop notices them
-    and reconnects exactly as before; the new connection simply has no direct reader.
-    """
-
-    def __init__(self, loop: Any, nc: NatsClient, original: Callable[[bytes], None]) -> None:
-        self._loop = loop
-        self._nc = nc
-        self._parse = nc._ps.parse
-        self._original = original
-        self._backlog: deque[bytes] | None = None
-
-    def data_received(self, data: bytes) -> None:
-        if self._backlog is not None:
-            self._backlog.append(data)
-            return
-        coro = self._parse(data)
-        try:
-            first = coro.send(None)
-        except StopIteration:
-            return
-        except Exception as exc:
-            self._failed(exc)
-            return
-        self._backlog = deque()
-        self._loop.create_task(self._catch_up(_Resume(coro, first)))
-
-    async def _catch_up(self, rest: _Resume) -> None:
-        try:
-            await rest
-            while self._backlog:
-                await self._parse(self._backlog.popleft())
-        except Exception as exc:
-            self._failed(exc)
-        finally:
-            self._backlog = None
-
-    def _failed(self, exc: Exception) -> None:
-        """What nats-py's read loop does with a parse failure: treat it as a broken link."""
-        _log.debug("nats connection: parse failed: %r", exc)
-        if not isinstance(exc, (OSError, nats.errors.ProtocolError)):
-            exc = nats.errors.ProtocolError()
-        self._loop.create_task(self._nc._process_op_err(exc))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -667,7 +412,6 @@ class NatsTransport(JetStreamOverRequests):
         self._closed = False
         self._pulls: dict[tuple[str, str], _PullInbox] = {}
         self._kv_handles: dict[str, Any] = {}
-        self._mux: _ReplyMux | None = None
         self._subscriptions = 0
 
     @property
@@ -731,22 +475,9 @@ class NatsTransport(JetStreamOverRequests):
             raise Closed(f"{what}: transport closed")
         self._round_trips += 1
         timeout = self._timeout if timeout_s is None else timeout_s
-        nc, mux = self._nc, self._mux
-        if (
-            mux is not None
-            and nc._pending_data_size == 0
-            and nc.is_connected
-            and len(payload) <= nc._max_payload
-            and mux.encodable(subject, headers)
-        ):
-            try:
-                msg = await mux.request(nc, subject, payload, headers, timeout)
-            except (OSError, RuntimeError, AttributeError) as exc:  # the socket went away
-                raise TemporarilyUnavailable(f"{what}: {exc!r}") from None
-            if msg.headers and msg.headers.get(_STATUS) == _NO_RESPONDERS_STATUS and not msg.data:
-                raise NoResponders(f"{what}: no responders")
-            return msg
-        return await self._aio(nc.request(subject, payload, timeout, False, headers), what)
+        return await self._aio(
+            self._nc.request(subject, payload, timeout=timeout, headers=headers), what
+        )
 
     async def _js_request(
         self,
@@ -759,64 +490,9 @@ class NatsTransport(JetStreamOverRequests):
         hdrs = dict(headers) if headers is not None else None
         return (await self._request(subject, payload, hdrs, what, timeout_s)).data
 
-    def _write_now(self, subject: str, payload: bytes, reply: str = "") -> bool:
-        """A core publish written straight to the socket, as the request fast path writes
-        (no asyncio step); False when it must go through nats-py (something is queued there,
-        so writing now would reorder commands, or the connection is not up)."""
-        nc = self._nc
-        if (
-            self._closed
-            or self._mux is None
-            or nc._pending_data_size != 0
-            or not nc.is_connected
-            or not _ReplyMux.encodable(subject, None)
-            or (reply and not _ReplyMux.encodable(reply, None))
-        ):
-            return False
-        writer: Any = nc._transport
-        try:
-            head = f"PUB {subject} {reply} {len(payload)}\r\n" if reply else None
-            head = head or f"PUB {subject} {len(payload)}\r\n"
-            writer.write(head.encode() + payload + b"\r\n")
-        except (OSError, RuntimeError, AttributeError):
-            return False
-        return True
-
-    async def _start_fast_path(self) -> None:
-        """Subscribe the reply mux; without the nats-py internals it needs, stay on nc.request."""
-        nc = self._nc
-        try:
-            prefix = f"{nc._inbox_prefix.decode()}.{nc._nuid.next().decode()}."
-            _ = (nc._transport, nc._pending_data_size, nc._max_payload)
-        except AttributeError:  # pragma: no cover - another nats-py version
-            _log.warning("nats-py internals changed; requests take the slower nc.request path")
-            return
-        mux = _ReplyMux(prefix, self._timeout)
-        await self._aio(self._subscribe_future(prefix + "*", mux), "reply subscription")
-        self._mux = mux
-        self._install_direct_reader()
-
-    def _install_direct_reader(self) -> None:
-        """Parse incoming data without nats-py's read-loop task (see :class:`_DirectReader`)."""
-        nc = self._nc
-        link: Any = nc._transport
-        try:
-            reader = link._io_reader
-            protocol = link._io_writer._protocol
-            original = protocol.data_received
-            _ = nc._ps.parse
-        except AttributeError:  # pragma: no cover - another nats-py or asyncio version
-            return
-        if reader is None or len(reader._buffer) != 0:
-            return  # something is already queued for the read loop; keep its order
-        protocol.data_received = _DirectReader(self._loop, nc, original).data_received
-        socket_link: Any = getattr(link._io_writer, "transport", None)
-        if isinstance(getattr(socket_link, "max_size", None), int):
-            socket_link.max_size = SOCKET_READ_BYTES_MAX
-
-    async def _subscribe_future(self, subject: str, future: _ReplyMux | _PullInbox) -> Any:
-        """asyncio side: a subscription nats-py resolves inline, live on the server on return."""
-        return await self._flushed(await self._subscribe_counted(subject, future=future))
+    async def _subscribe_inbox(self, pull: _PullInbox) -> Any:
+        """asyncio side: ``pull``'s subscription, live on the server on return."""
+        return await self._flushed(await self._subscribe_counted(pull.inbox, cb=pull.on_msg))
 
     @asynccontextmanager
     async def kv_watch(
@@ -940,7 +616,7 @@ class NatsTransport(JetStreamOverRequests):
         if pull is None:  # (another task may have bound it meanwhile)
             pull = _PullInbox(self._nc.new_inbox(), f"$JS.API.CONSUMER.MSG.NEXT.{api}")
             sub = await self._aio(
-                self._subscribe_future(pull.inbox, pull),
+                self._subscribe_inbox(pull),
                 f"bind {stream}/{durable}",
                 self._unsubscribe_counted,
             )
@@ -951,9 +627,8 @@ class NatsTransport(JetStreamOverRequests):
         return pull
 
     async def _send(self, subject: str, payload: bytes, reply: str, what: str) -> None:
-        """A core publish with a reply subject: straight to the socket when possible."""
-        if not self._write_now(subject, payload, reply):
-            await self._aio(self._nc.publish(subject, payload, reply=reply), what)
+        """A core publish with a reply subject."""
+        await self._aio(self._nc.publish(subject, payload, reply=reply), what)
 
     # --- core NATS -----------------------------------------------------------------------------
 
@@ -1119,18 +794,10 @@ async def open_nats_py_transport(
         raise ValueError("open_nats_py_transport needs at least one server URL")
     try:
         async with trio_asyncio.open_loop() as loop:
-            _skip_idle_synchronise(loop)
             nc = await _connect(loop, servers, name, connect_timeout_s, random)
             transport = NatsTransport(loop, nc, request_timeout_s)
             try:
-                await transport._start_fast_path()
-                async with trio.open_nursery() as nursery:
-                    if transport._mux is not None:
-                        await nursery.start(transport._mux.watch)
-                    try:
-                        yield transport
-                    finally:
-                        nursery.cancel_scope.cancel()
+                yield transport
             finally:
                 await transport.aclose()
     except BaseExceptionGroup as group:
@@ -1138,57 +805,6 @@ async def open_nats_py_transport(
         if lone is group:
             raise
         raise lone from None
-
-
-def _skip_idle_synchronise(loop: Any) -> None:
-    """Make this loop's socket readers skip trio-asyncio's synchronising pass when it is idle.
-
-    trio-asyncio's reader task runs the socket's read callback, then ``await
-    loop.synchronize()``: it queues a handle behind every callback the read scheduled and
-    waits for the loop to reach it, so a reader never runs ahead of the asyncio work its data
-    caused. On this transport's paths a read usually schedules nothing (:class:`_DirectReader`
-    parses inline; replies and pull deliveries reschedule Trio tasks directly), and then the
-    synchronise is only two more scheduler passes (the loop's, then the reader's) on every
-    round trip. This reader does exactly what trio-asyncio's does, but synchronises only when
-    the read left callbacks queued, so the bound it gives is kept whenever there is anything to
-    bound; the reader still waits for readability (a scheduler pass) between reads, and data is
-    parsed in the order it arrived either way. Only this transport's own loop is changed; if
-    trio-asyncio's internals are not as expected, the loop is left as it is.
-    """
-    original = getattr(loop, "_io_task", None)
-    queue = getattr(loop, "_q_send", None)
-    if original is None or queue is None or not hasattr(queue, "statistics"):
-        return
-    # What ``queue.statistics().current_buffer_used`` counts, read without building the
-    # statistics object on every socket read (it showed up in profiles).
-    queued: deque[Any] | None = getattr(getattr(queue, "_state", None), "data", None)
-    if not isinstance(queued, deque):
-        queued = None
-
-    async def io_task(fd: int, handle: Any, wait_ready: Any) -> None:
-        if wait_ready is not trio.lowlevel.wait_readable:
-            await original(fd, handle, wait_ready)
-            return
-        with handle._scope:
-            try:
-                while True:
-                    if handle._cancelled:
-                        break
-                    try:
-                        await wait_ready(fd)
-                    except OSError:
-                        if handle._cancelled:
-                            break
-                        raise
-                    if handle._cancelled:
-                        break
-                    handle._run()
-                    if queued if queued is not None else queue.statistics().current_buffer_used:
-                        await loop.synchronize()
-            except Exception as exc:
-                handle._raise(exc)
-
-    loop._io_task = io_task
 
 
 async def _close_client(nc: NatsClient) -> None:

@@ -1,22 +1,18 @@
-"""NatsTransport's paths around nats-py's asyncio tasks: the pull inbox and the direct reader.
+"""NatsTransport's pull inbox (a plain subscription whose public ``cb`` feeds Trio).
 
-They rely on nats-py internals, so what they promise is pinned here: a pull fetch returns as
-soon as messages are there (it does not wait for the server's closing status) and loses none of
-a request's deliveries; the direct reader parses chunks in arrival order even when the parser
-suspends.
+What it promises is pinned here: a pull fetch returns as soon as messages are there (it does not
+wait for the server's closing status) and loses none of a request's deliveries.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import trio
-import trio_asyncio
 
 from dagnats_trio.protocol.layout import HISTORY_STREAM, history_subject
 from dagnats_trio.transport import ConsumerConfig, NatsTransport
-from dagnats_trio.transport._nats import _DirectReader, _PullInbox, _PullRequest
+from dagnats_trio.transport._nats import _PullInbox, _PullRequest
 
 #: Bound on each test.
 TEST_BOUND_S = 10.0
@@ -92,17 +88,17 @@ def test_pull_inbox_counts_deliveries_against_the_oldest_request() -> None:
     inbox.open.extend([first, second])
     m1, m2, m3 = (_Msg(f"$JS.ACK.{i}") for i in range(3))
     for m in (m1, m2, m3):
-        inbox.set_result(m)  # type: ignore[arg-type]
+        inbox.deliver(m)  # type: ignore[arg-type]
     assert list(inbox.open) == [second]  # the first got its batch
-    inbox.set_result(_Msg("", {"Status": "100"}))  # type: ignore[arg-type]  # heartbeat
+    inbox.deliver(_Msg("", {"Status": "100"}))  # type: ignore[arg-type]  # heartbeat
     assert list(inbox.open) == [second]
-    inbox.set_result(_Msg("", {"Status": "404"}))  # type: ignore[arg-type]
+    inbox.deliver(_Msg("", {"Status": "404"}))  # type: ignore[arg-type]
     assert list(inbox.open) == [] and inbox.failure is None
     taken: list[Any] = [*inbox.take(2), None, *inbox.take(2), None, *inbox.take(2)]
     assert taken == [m1, m2, None, m3, None]
     inbox.open.append(_PullRequest(1))
     failure = _Msg("", {"Status": "503"})
-    inbox.set_result(failure)  # type: ignore[arg-type]
+    inbox.deliver(failure)  # type: ignore[arg-type]
     assert inbox.failure is failure and not inbox.open
 
 
@@ -114,41 +110,3 @@ def test_pull_inbox_forgets_expired_requests_up_to_one() -> None:
     assert list(inbox.open) == [c]
     inbox.forget_through(b)  # already gone: nothing else is dropped
     assert list(inbox.open) == [c]
-
-
-class _Parser:
-    """Records chunks in the order parsed; suspends (as an asyncio coroutine) on ``b"slow"``."""
-
-    def __init__(self) -> None:
-        self.parsed: list[bytes] = []
-        self.four = trio.Event()
-
-    async def parse(self, data: bytes) -> None:
-        if data == b"slow":
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
-        self.parsed.append(data)
-        if len(self.parsed) == 4:
-            self.four.set()
-
-
-class _FakeClient:
-    def __init__(self) -> None:
-        self._ps = _Parser()
-
-
-async def test_direct_reader_keeps_order_when_the_parser_suspends() -> None:
-    nc: Any = _FakeClient()
-    async with trio_asyncio.open_loop() as loop:
-        reader = _DirectReader(loop, nc, lambda data: None)
-        reader.data_received(b"a")
-        assert nc._ps.parsed == [b"a"]  # parsed on the spot
-        reader.data_received(b"slow")
-        reader.data_received(b"c")
-        reader.data_received(b"d")
-        assert nc._ps.parsed == [b"a"]  # "slow" suspended; the rest waits behind it
-        with trio.fail_after(TEST_BOUND_S):
-            await nc._ps.four.wait()
-        assert nc._ps.parsed == [b"a", b"slow", b"c", b"d"]
-        reader.data_received(b"e")
-        assert nc._ps.parsed[-1] == b"e"  # caught up: direct again
