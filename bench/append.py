@@ -16,7 +16,7 @@ import trio
 
 from dagnats_trio.protocol.layout import journal_subject
 from dagnats_trio.server import open_nats_server
-from dagnats_trio.transport import open_nats_transport, provision
+from dagnats_trio.transport import open_nats_py_transport, provision
 
 BODY_BYTES = 200
 APPENDS_PER_ROUND = 2000
@@ -28,7 +28,7 @@ RAW_ROUND_TIMEOUT_S = 120.0
 
 async def _transport_round(url: str, subject: str, count: int) -> float:
     body = b"x" * BODY_BYTES
-    async with open_nats_transport(url, name="bench") as transport:
+    async with open_nats_py_transport(url, name="bench") as transport:
         last = 0
         for _ in range(WARMUP_APPENDS):
             last = await transport.publish(subject + "w", body, expected_last_subject_seq=last)
@@ -54,7 +54,7 @@ def _raw_round(url: str, subject: str, count: int) -> float:
 
 async def _measure(sync_always: bool) -> tuple[float, float]:
     async with open_nats_server(sync_always=sync_always) as server:
-        async with open_nats_transport(server.url) as transport:
+        async with open_nats_py_transport(server.url) as transport:
             await provision(transport)
         raw: list[float] = []
         ours: list[float] = []

@@ -3,7 +3,8 @@
 The same JetStream publish as the ``append`` section (a 200-byte body with the expected last
 subject sequence header, waiting for the stream's ack), three ways: raw nats-py on asyncio (the
 floor), ``Connection.request`` on the native client (its own cost, JSON ack parsed), and
-``TrioNatsTransport.publish`` on a journal subject (what the journal pays). All hit one server
+``TrioNatsTransport.publish`` on a journal subject (what the journal pays), and the same on
+``NatsTransport`` (nats-py's public API through trio-asyncio). All hit one server
 in one run; rounds alternate and the best round of each counts, because the machine is shared.
 Then the CPU this process spends per scripted agent run, on NatsTransport and on
 TrioNatsTransport (engine, worker and client in this process, one server).
@@ -24,8 +25,7 @@ from dagnats_trio.nats import Connection, open_connection
 from dagnats_trio.protocol.layout import journal_subject
 from dagnats_trio.server import open_nats_server
 from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expected_answer
-from dagnats_trio.transport import open_nats_transport, provision
-from dagnats_trio.transport._trio_nats import open_trio_nats_transport
+from dagnats_trio.transport import open_nats_py_transport, open_trio_nats_transport, provision
 
 from ._stack import open_stack, percentile
 
@@ -65,9 +65,9 @@ async def _native_round(url: str, subject: str, count: int) -> float:
         return (time.perf_counter() - start) / count * 1e6
 
 
-async def _transport_round(url: str, subject: str, count: int) -> float:
+async def _transport_round(url: str, subject: str, count: int, opener: Any) -> float:
     body = b"x" * BODY_BYTES
-    async with open_trio_nats_transport(url, name="bench") as transport:
+    async with opener(url, name="bench") as transport:
         last = 0
         for _ in range(WARMUP_APPENDS):
             last = await transport.publish(subject + "w", body, expected_last_subject_seq=last)
@@ -91,15 +91,18 @@ def _raw_round(url: str, subject: str, count: int) -> float:
     return float(out.stdout.strip())
 
 
-async def _measure(count: int) -> tuple[float, float, float]:
+async def _measure(count: int) -> tuple[float, float, float, float]:
     async with open_nats_server(sync_always=False) as server:
         run = secrets.token_hex(4)
         stream = f"BENCH_CLIENT_{run}"
         config = {"name": stream, "subjects": [f"benchc.{run}.>"], "storage": "file"}
         async with open_connection(server.url) as conn:
             created = json.loads(
-                (await conn.request(f"$JS.API.STREAM.CREATE.{stream}", json.dumps(config).encode()))
-                .payload
+                (
+                    await conn.request(
+                        f"$JS.API.STREAM.CREATE.{stream}", json.dumps(config).encode()
+                    )
+                ).payload
             )
             if "error" in created:
                 raise RuntimeError(f"stream: {created['error']}")
@@ -108,15 +111,23 @@ async def _measure(count: int) -> tuple[float, float, float]:
         raw: list[float] = []
         native: list[float] = []
         transported: list[float] = []
+        nats_py: list[float] = []
         for i in range(ROUNDS):
             raw.append(
                 await trio.to_thread.run_sync(_raw_round, server.url, f"benchc.{run}.raw{i}", count)
             )
             native.append(await _native_round(server.url, f"benchc.{run}.native{i}", count))
             transported.append(
-                await _transport_round(server.url, journal_subject(f"bc{run}{i}", "s"), count)
+                await _transport_round(
+                    server.url, journal_subject(f"bc{run}{i}", "s"), count, open_trio_nats_transport
+                )
             )
-        return min(raw), min(native), min(transported)
+            nats_py.append(
+                await _transport_round(
+                    server.url, journal_subject(f"bp{run}{i}", "s"), count, open_nats_py_transport
+                )
+            )
+        return min(raw), min(native), min(transported), min(nats_py)
 
 
 async def _agent_cpu(open_transport: Any, runs: int) -> tuple[float, float]:
@@ -145,20 +156,24 @@ async def _agent_cpu(open_transport: Any, runs: int) -> tuple[float, float]:
 
 def run(*, quick: bool = False) -> dict[str, float]:
     """Print the section; ``client_ratio`` is the native client over the raw nats-py floor,
-    ``client_transport_ratio`` TrioNatsTransport's fenced append over the same floor."""
+    ``client_transport_ratio`` TrioNatsTransport's fenced append over the same floor,
+    ``client_nats_py_transport_ratio`` NatsTransport's."""
     count = QUICK_APPENDS_PER_ROUND if quick else APPENDS_PER_ROUND
     print(f"== client: {count} sequential fenced appends of {BODY_BYTES} B, best of {ROUNDS} "
           "rounds, sync_interval default")  # fmt: skip
-    raw, native, transported = trio.run(_measure, count)
+    raw, native, transported, nats_py = trio.run(_measure, count)
     ratio = native / raw
     transport_ratio = transported / raw
+    nats_py_ratio = nats_py / raw
     print(f"raw nats-py asyncio {raw:7.1f} us/append | native Trio client {native:7.1f} "
           f"us/append | ratio {ratio:.2f}")  # fmt: skip
     print(f"TrioNatsTransport   {transported:7.1f} us/append | ratio {transport_ratio:.2f}")
+    print(f"NatsTransport       {nats_py:7.1f} us/append | ratio {nats_py_ratio:.2f} "
+          "(nats-py's public API)")  # fmt: skip
     runs = QUICK_AGENT_RUNS if quick else AGENT_RUNS
     cpu: dict[str, float] = {}
     for label, key, opener in (
-        ("NatsTransport (nats-py)", "nats_py", open_nats_transport),
+        ("NatsTransport (nats-py)", "nats_py", open_nats_py_transport),
         ("TrioNatsTransport", "trio", open_trio_nats_transport),
     ):
         cpu_ms, p50 = trio.run(_agent_cpu, opener, runs)
@@ -173,6 +188,8 @@ def run(*, quick: bool = False) -> dict[str, float]:
         "client_raw_us": round(raw, 1),
         "client_native_us": round(native, 1),
         "client_transport_us": round(transported, 1),
+        "client_nats_py_transport_ratio": round(nats_py_ratio, 2),
+        "client_nats_py_transport_us": round(nats_py, 1),
     }
 
 
