@@ -273,6 +273,12 @@ class TrioNatsTransport(JetStreamOverRequests):
         timeout_s: float | None = None,
     ) -> Msg:
         self._check_open(what)
+        if self._conn.connected_url is None:
+            # Queued now, the request would go out after a reconnect, maybe after its caller
+            # gave up on it: a journal append the caller counted as failed could then still be
+            # stored. Fail it at once; callers retry transient errors with a backoff.
+            await trio.lowlevel.checkpoint()
+            raise TemporarilyUnavailable(f"{what}: not connected to NATS")
         self._round_trips += 1
         try:
             return await self._conn.request(
