@@ -587,6 +587,7 @@ class RecordingInputs:
     def __init__(self) -> None:
         self.asked: list[tuple[str, str]] = []
         self.settled: list[tuple[str, str]] = []
+        self.any_settled = trio.Event()
 
     async def has_queued(self, run_id: str, step_id: str) -> bool:
         self.asked.append((run_id, step_id))
@@ -594,6 +595,7 @@ class RecordingInputs:
 
     async def settle_step(self, run_id: str, step_id: str) -> None:
         self.settled.append((run_id, step_id))
+        self.any_settled.set()
 
 
 def _waits_in(iteration: int) -> Callable[[RunSnapshot], bool]:
@@ -636,6 +638,8 @@ async def test_input_waits_use_the_inputs_hooks(nats_transport: NatsTransport) -
             submitted = InputSubmitted(run, "l", "req-1")
             await nats_transport.publish(layout.history_subject(run), encode_event(submitted))
             snap = await service.wait_for_run(run, RUN_TIMEOUT_S)
+            # The engine settles a finished step's inputs after it saves the snapshot.
+            await hooks.any_settled.wait()
     assert snap.status is RunStatus.COMPLETED and snap.output == "answered"
     assert [t.dispatch.iteration for t in worker.seen] == [0, 1, 2]
     assert hooks.asked == [(run, "l"), (run, "l")]
