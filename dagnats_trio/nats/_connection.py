@@ -159,7 +159,7 @@ class Connection:
         self._max_reconnect_rounds = max_reconnect_rounds
         self._connect_timeout_s = connect_timeout_s
         self._rng = rng
-        self._protocol = ClientProtocol()
+        self._wire = ClientProtocol()
         self._out = bytearray()
         self._out_ready = trio.Event()
         self._out_room = trio.Event()
@@ -194,7 +194,7 @@ class Connection:
     @property
     def server_info(self) -> Info | None:
         """The INFO of the server last connected to."""
-        return self._protocol.info
+        return self._wire.info
 
     @property
     def connected_url(self) -> str | None:
@@ -209,7 +209,7 @@ class Connection:
     @property
     def max_payload_bytes(self) -> int:
         """The largest message (headers and payload) the server takes."""
-        return self._protocol.max_payload_bytes
+        return self._wire.max_payload_bytes
 
     @property
     def closed(self) -> bool:
@@ -313,7 +313,7 @@ class Connection:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         sid = str(next(self._sids))
-        data = self._protocol.send(Sub(subject, sid, queue))
+        data = self._wire.send(Sub(subject, sid, queue))
         sub = Subscription(
             subject=subject,
             sid=sid,
@@ -336,7 +336,7 @@ class Connection:
             return
         for sub in list(self._subs.values()):
             if sub.sid != _MUX_SID:
-                self._queue(self._protocol.send(Unsub(sub.sid)))
+                self._queue(self._wire.send(Unsub(sub.sid)))
         with trio.move_on_after(timeout_s):
             await self.flush(timeout_s=timeout_s)
         self._close("the connection was drained and closed")
@@ -356,7 +356,7 @@ class Connection:
     ) -> bytes:
         self._check_open()
         block = Headers.of(headers) if isinstance(headers, dict) else headers
-        return self._protocol.send(Pub(subject, bytes(payload), reply, block))
+        return self._wire.send(Pub(subject, bytes(payload), reply, block))
 
     async def _wait_for_room(self, size: int) -> None:
         if len(self._out) + size <= MAX_PENDING_BYTES or not self._out:
@@ -398,7 +398,7 @@ class Connection:
 
     def _unsubscribe(self, sub: Subscription) -> None:
         if self._subs.pop(sub.sid, None) is not None and not self._closed:
-            self._queue(self._protocol.send(Unsub(sub.sid)))
+            self._queue(self._wire.send(Unsub(sub.sid)))
         sub._close()
 
     # --- internals: one socket ---------------------------------------------------------------
@@ -492,7 +492,7 @@ class Connection:
     def _attach(
         self, server: ServerAddress, protocol: ClientProtocol, stream: trio.abc.Stream
     ) -> None:
-        self._protocol = protocol
+        self._wire = protocol
         self._server = server
         # Direct writes only on a plain TCP socket on POSIX (TLS frames its own records).
         self._fd = None
@@ -534,7 +534,7 @@ class Connection:
         scope.cancel()
 
     async def _reader(self, stream: trio.abc.Stream) -> None:
-        protocol = self._protocol
+        protocol = self._wire
         while True:
             for event in self._events(protocol):
                 self._dispatch(event)
