@@ -11,7 +11,6 @@ from typing import final
 
 import attrs
 
-from ..engine import StepStatus
 from ..journal import check, read_journal_for_audit
 from ..transport import Transport
 from .service import Service
@@ -30,7 +29,7 @@ class ViolationView:
 @final
 @attrs.frozen
 class JournalCheck:
-    """The verdict. ``compared_iterations`` is False while the step runs (the engine may not
+    """The verdict. ``compared_iterations`` is False until the step has finished (the engine may not
     have applied a stored commit yet, so its iteration count is not compared). A record that
     does not decode is a violation of rule ``undecodable`` at its ``seq``; ``ok``, ``summary``
     and ``violations`` always agree."""
@@ -50,7 +49,7 @@ async def check_step(
     """Read the step's journal and audit it (the caller checked that the step exists)."""
     snap = await service.get_run(run_id)
     step = snap.steps[step_id]
-    settled = step.status is not StepStatus.RUNNING
+    settled = step.status.finished
     records, unreadable = await read_journal_for_audit(transport, run_id, step_id)
     report = check(
         records, engine_iterations=step.iterations if settled else None, unreadable=unreadable

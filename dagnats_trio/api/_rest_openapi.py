@@ -428,7 +428,7 @@ ROUTES: tuple[RouteDoc, ...] = (
         description=(
             "Reads the step's whole journal and runs the audit of "
             "`dagnats_trio.journal.check` on it: `ok` with the counts, or the violations, each "
-            "with its `rule`, the record's `seq` and a message. While the step runs, the "
+            "with its `rule`, the record's `seq` and a message. Until the step has finished, the "
             "engine's iteration count is not compared (`compared_iterations` false). A record "
             "that does not decode is a violation of rule `undecodable`."
         ),
