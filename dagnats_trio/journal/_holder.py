@@ -40,6 +40,9 @@ class DeliveryState:
     scope: trio.CancelScope | None = None
     #: Why this holder was fenced (said again by every later write it attempts).
     fenced_because: str = ""
+    #: Why the delivery's lease was lost ("": it was not): a heartbeat failed or found the holder
+    #: fenced. The delivery is then cancelled and neither settled nor acked: it is redelivered.
+    lease_lost_because: str = ""
 
     @property
     def fenced(self) -> bool:
@@ -53,6 +56,13 @@ class DeliveryState:
     def fence(self, because: str = "a successor claimed the journal") -> None:
         self.settlement = Settlement.NO_ACK
         self.fenced_because = because
+
+    def lose_lease(self, because: str) -> None:
+        """The heartbeat's verdict: this delivery no longer holds its task; stop its work."""
+        if not self.lease_lost_because:
+            self.lease_lost_because = because
+        if self.scope is not None:
+            self.scope.cancel()
 
     def cancel(self) -> None:
         self.cancelled = True

@@ -84,13 +84,20 @@ def _to_json(what: str, value: JsonValue) -> bytes:
 
 @final
 class TaskContext:
-    """One delivery of one task. Code runs inside the delivery's cancel scope, which the run's
-    cancellation cancels (the spec's ``tc.Context()``)."""
+    """One delivery of one task. The handler runs in the delivery's own nursery, whose cancel
+    scope the run's cancellation and a lost lease cancel (the spec's ``tc.Context()``); helpers
+    started with :meth:`start_soon` run in it too, so they end with the delivery."""
 
     def __init__(
-        self, services: _WorkerShared, task: TaskMessage, delivery: Delivery, holder: DeliveryState
+        self,
+        services: _WorkerShared,
+        task: TaskMessage,
+        delivery: Delivery,
+        holder: DeliveryState,
+        nursery: trio.Nursery,
     ) -> None:
         self._svc = services
+        self._nursery = nursery
         self._task = task
         self._delivery = delivery
         self._holder = holder
@@ -144,6 +151,12 @@ class TaskContext:
     @property
     def num_delivered(self) -> int:
         return self._delivery.num_delivered
+
+    def start_soon(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
+        """Start a helper task in this delivery's nursery: it is cancelled with the delivery (the
+        run's cancellation, a lost lease) and when the handler returns; an exception it raises
+        fails the delivery like the handler's own. Raises RuntimeError once the delivery is over."""
+        self._nursery.start_soon(fn, *args)
 
     def key(self, *parts: str | int) -> str:
         """An idempotency key for this iteration, ``{run}.{step}.{iteration}[.part...]``: the

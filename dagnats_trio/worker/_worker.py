@@ -20,7 +20,7 @@ from dagnats_trio.journal import (
     TaskIdentity,
     check_restart_limit,
 )
-from dagnats_trio.protocol import DecodeError, check_id, decode_task
+from dagnats_trio.protocol import DecodeError, TaskMessage, check_id, decode_task
 from dagnats_trio.protocol.layout import (
     TASK_STREAM,
     cancel_subject,
@@ -205,12 +205,11 @@ class Worker:
             await delivery.term()
             return
         holder = DeliveryState(TaskIdentity.of(task), worker_id=self._worker_id)
-        tc = TaskContext(self._services, task, delivery, holder)
         live = self._live.setdefault(task.run_id, set())
         live.add(holder)
         self._beating[holder] = delivery
         try:
-            error = await self._run_handler(handler, tc, holder)
+            tc, error = await self._run_handler(handler, task, delivery, holder)
             await self._finish(tc, holder, delivery, error)
         finally:
             del self._beating[holder]
@@ -219,19 +218,31 @@ class Worker:
                 self._live.pop(task.run_id, None)
 
     async def _run_handler(
-        self, handler: Handler, tc: TaskContext, holder: DeliveryState
-    ) -> Exception | None:
+        self, handler: Handler, task: TaskMessage, delivery: Delivery, holder: DeliveryState
+    ) -> tuple[TaskContext, Exception | None]:
+        """Run the handler in the delivery's own nursery (helpers from ``tc.start_soon`` beside
+        it), inside the scope that a run cancel or a lost lease cancels; when the handler
+        returns, its helpers are cancelled. A helper's exception is the delivery's error."""
         error: Exception | None = None
+        tc: TaskContext | None = None
         with trio.CancelScope() as scope:
             holder.scope = scope
-            if holder.cancelled:
+            if holder.cancelled or holder.lease_lost_because:
                 scope.cancel()
             try:
-                await handler(tc)
-            except Exception as exc:
-                error = exc
+                async with trio.open_nursery() as nursery:
+                    tc = TaskContext(self._services, task, delivery, holder, nursery)
+                    try:
+                        await handler(tc)
+                    except Exception as exc:
+                        error = exc
+                    nursery.cancel_scope.cancel()
+            except ExceptionGroup as group:
+                # A helper failed (the handler's own exception was caught above).
+                error = group.exceptions[0] if len(group.exceptions) == 1 else group
         holder.scope = None
-        return error
+        assert tc is not None  # the nursery body runs at least until the context exists
+        return tc, error
 
     async def _finish(
         self, tc: TaskContext, holder: DeliveryState, delivery: Delivery, error: Exception | None
@@ -239,6 +250,14 @@ class Worker:
         """Settle what the handler left unsettled, then ack unless the holder died or was
         fenced (its successor owns the same message)."""
         if holder.killed or holder.fenced:
+            return
+        if holder.lease_lost_because and holder.settlement is None:
+            _log.warning(
+                "%s.%s lost its lease (%s); it will be redelivered",
+                tc.run_id,
+                tc.step_id,
+                holder.lease_lost_because,
+            )
             return
         if holder.settlement is None and not holder.cancelled and not tc.settling:
             try:
@@ -286,15 +305,19 @@ class Worker:
         while True:
             await trio.sleep(interval)
             for holder, delivery in list(self._beating.items()):
-                if holder.stalled or holder.killed or holder.fenced:
+                if holder.stalled or holder.killed:
                     continue
                 if holder not in self._beating:  # settled during an earlier beat of this pass
+                    continue
+                if holder.fenced:
+                    holder.lose_lease(holder.fenced_because)
                     continue
                 with trio.move_on_after(interval):
                     try:
                         await delivery.in_progress()
                     except TransportError as exc:
                         _log.debug("in_progress for %s failed: %s", delivery.subject, exc)
+                        holder.lose_lease(f"its heartbeat failed: {exc}")
 
 
 def _with_mark_done(
