@@ -1,0 +1,104 @@
+"""The OpenAPI schema generator refuses a type it has no JSON Schema for, naming the type and the
+field, instead of emitting an empty schema (``{}``, which admits any value) into the document."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import attrs
+import pytest
+
+from dagnats_trio.api._rest_openapi import ROUTES, openapi_document
+from dagnats_trio.api._rest_routedoc import RouteDoc
+from dagnats_trio.api._rest_schema import Schemas, UnknownSchemaTypeError
+
+
+@attrs.frozen
+class Stamped:
+    """A body with a field the generator does not know."""
+
+    name: str
+    when: datetime.datetime
+
+
+@attrs.frozen
+class Outer:
+    """A known body holding an unknown one a level down, in a list."""
+
+    items: list[Stamped]
+
+
+@pytest.mark.parametrize(
+    ("tp", "named"),
+    [
+        (complex, "complex"),
+        (datetime.datetime, "datetime"),
+        (list, "list"),  # no item type
+        (tuple[int, str], "tuple"),  # mixed items
+        (dict[int, str], "dict"),  # JSON keys are strings
+        (set[str], "set"),
+        (bytes, "bytes"),
+    ],
+)
+def test_an_unknown_type_is_an_error_naming_it(tp: Any, named: str) -> None:
+    with pytest.raises(UnknownSchemaTypeError) as caught:
+        Schemas().of(tp)
+    assert named in str(caught.value)
+    assert caught.value.tp is tp
+
+
+def test_the_error_names_the_field_that_holds_the_type() -> None:
+    schemas = Schemas()
+    with pytest.raises(UnknownSchemaTypeError) as caught:
+        schemas.ref(Outer)
+    assert caught.value.where == "Stamped.when"
+    assert "Stamped.when" in str(caught.value)
+    assert "datetime" in str(caught.value)
+    assert schemas.components == {}  # no half-made schema is left behind
+
+
+def test_a_route_with_an_unknown_body_is_refused() -> None:
+    route = RouteDoc("POST", "/x", "x", "X.", body=Stamped)
+    schemas = Schemas()
+    with pytest.raises(UnknownSchemaTypeError, match=r"Stamped\.when"):
+        schemas.ref(route.body)
+    with pytest.raises(UnknownSchemaTypeError, match="not an attrs class"):
+        schemas.ref(dict)
+
+
+def test_known_types_have_their_schemas() -> None:
+    schemas = Schemas()
+    assert schemas.of(str) == {"type": "string"}
+    assert schemas.of(int | None) == {"anyOf": [{"type": "integer"}, {"type": "null"}]}
+    assert schemas.of(tuple[str, ...]) == {"type": "array", "items": {"type": "string"}}
+    assert schemas.of(dict[str, Any]) == {
+        "type": "object",
+        "additionalProperties": {"description": "any JSON value"},
+    }
+
+
+def _schemas_in(node: Any) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    if isinstance(node, dict):
+        if "schema" in node and isinstance(node["schema"], dict):
+            found.append(node["schema"])
+        for value in node.values():
+            found.extend(_schemas_in(value))
+    elif isinstance(node, list):
+        for value in node:
+            found.extend(_schemas_in(value))
+    return found
+
+
+def test_the_document_has_no_empty_schema() -> None:
+    doc = openapi_document()
+    components = doc["components"]["schemas"]
+    assert len(components) > 20
+    for name, schema in components.items():
+        assert schema, name
+        for field, prop in schema.get("properties", {}).items():
+            assert prop, f"{name}.{field}"
+    for schema in _schemas_in(doc["paths"]):
+        assert schema
+    assert len(ROUTES) == 28
