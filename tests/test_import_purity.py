@@ -52,6 +52,8 @@ PURE_MODULES = sorted(
         *_submodules("dagnats_trio.dag"),
         # the wire client's sans-IO protocol core (not its Trio connection)
         "dagnats_trio.nats",
+        "dagnats_trio.nats._backoff",
+        "dagnats_trio.nats._defaults",
         "dagnats_trio.nats._encoder",
         "dagnats_trio.nats._errors",
         "dagnats_trio.nats._events",
@@ -59,6 +61,7 @@ PURE_MODULES = sorted(
         "dagnats_trio.nats._limits",
         "dagnats_trio.nats._parser",
         "dagnats_trio.nats._protocol",
+        "dagnats_trio.nats._servers",
         "dagnats_trio.engine",
         "dagnats_trio.engine.core",
         "dagnats_trio.engine.effects",

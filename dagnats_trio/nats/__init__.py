@@ -9,6 +9,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
+from ._backoff import backoff_s
+from ._defaults import (
+    CONNECT_TIMEOUT_S,
+    DRAIN_TIMEOUT_S,
+    FLUSH_TIMEOUT_S,
+    MAX_OUTSTANDING_PINGS,
+    MAX_PENDING_BYTES,
+    MAX_RECONNECT_ROUNDS,
+    PING_INTERVAL_S,
+    RECONNECT_BACKOFF_BASE_S,
+    RECONNECT_BACKOFF_MAX_S,
+    REQUEST_TIMEOUT_S,
+)
 from ._encoder import encode
 from ._errors import ProtocolError
 from ._events import (
@@ -56,19 +69,8 @@ from ._shell_errors import (
 
 if TYPE_CHECKING:
     from ._connection import (
-        CONNECT_TIMEOUT_S,
-        DRAIN_TIMEOUT_S,
-        FLUSH_TIMEOUT_S,
-        MAX_OUTSTANDING_PINGS,
-        MAX_PENDING_BYTES,
-        MAX_RECONNECT_ROUNDS,
-        PING_INTERVAL_S,
-        RECONNECT_BACKOFF_BASE_S,
-        RECONNECT_BACKOFF_MAX_S,
-        REQUEST_TIMEOUT_S,
         Connection,
         ConnectionStats,
-        backoff_s,
         open_connection,
     )
     from ._subscription import (
@@ -81,19 +83,8 @@ else:
         __name__,
         {
             "._connection": (
-                "CONNECT_TIMEOUT_S",
-                "DRAIN_TIMEOUT_S",
-                "FLUSH_TIMEOUT_S",
-                "MAX_OUTSTANDING_PINGS",
-                "MAX_PENDING_BYTES",
-                "MAX_RECONNECT_ROUNDS",
-                "PING_INTERVAL_S",
-                "RECONNECT_BACKOFF_BASE_S",
-                "RECONNECT_BACKOFF_MAX_S",
-                "REQUEST_TIMEOUT_S",
                 "Connection",
                 "ConnectionStats",
-                "backoff_s",
                 "open_connection",
             ),
             "._subscription": (

@@ -1,20 +1,17 @@
 """The Trio shell around :class:`ClientProtocol`: one socket at a time, reconnecting.
 
 Shape (trio-websocket's): :func:`open_connection` opens a nursery holding one supervisor task.
-The supervisor connects (INFO, optional TLS, CONNECT + PING, PONG), then runs a reader, a writer
-and a pinger until the socket fails, and then reconnects with a bounded, jittered backoff,
-resubscribing everything. Callers never await the socket: a frame is written at once with one
-non-blocking ``os.write`` when nothing is queued and the socket takes it whole or in part, and
-otherwise (the rest of it) appended to one outgoing buffer that the writer sends, everything
-queued, in one ``send_all``. So a cancelled caller can never leave half a frame, and every call
-is safe to cancel at any await.
+The supervisor connects (:func:`handshake`), then runs a reader, a writer and a pinger until the
+socket fails, and then reconnects with a bounded, jittered backoff, resubscribing everything.
+Callers never await the socket: what they send goes to the :class:`Outbox`, which writes it at
+once or queues it whole for the writer. So a cancelled caller can never leave half a frame, and
+every call is safe to cancel at any await.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import os
 import random as random_module
 import ssl
 from collections import deque
@@ -25,14 +22,30 @@ from typing import final
 import attrs
 import trio
 
-from ._encoder import PING_BYTES, PONG_BYTES
+from ._backoff import backoff_s
+from ._defaults import (
+    CONNECT_TIMEOUT_S,
+    DRAIN_TIMEOUT_S,
+    FLUSH_TIMEOUT_S,
+    MAX_OUTSTANDING_PINGS,
+    MAX_RECONNECT_ROUNDS,
+    PING_INTERVAL_S,
+    READ_CHUNK_BYTES,
+    RECONNECT_BACKOFF_MAX_S,
+    REQUEST_TIMEOUT_S,
+    SOCKET_CLOSE_TIMEOUT_S,
+)
+from ._encoder import PONG_BYTES
 from ._errors import ProtocolError
-from ._events import Connect, Err, Info, Msg, Ping, Pong, Pub, Sub, Unsub
+from ._events import Err, Info, Msg, Ping, Pong, Pub, Sub, Unsub
+from ._handshake import ClientSettings, handshake
 from ._headers import NO_RESPONDERS_STATUS, Headers
+from ._mux import RequestMux
 from ._nuid import new_inbox
+from ._outbox import Outbox
 from ._parser import NeedData
 from ._protocol import ClientProtocol
-from ._servers import ServerAddress, parse_server, parse_servers
+from ._servers import ServerAddress, ServerList, parse_servers
 from ._shell_errors import (
     AuthorizationError,
     ConnectionClosedError,
@@ -40,35 +53,12 @@ from ._shell_errors import (
     NatsTimeoutError,
     NoRespondersError,
     NoServersError,
+    describe,
 )
 from ._subscription import SUBSCRIPTION_BUFFER_MSGS, Subscription
+from ._waiters import PongWaiter
 
 _log = logging.getLogger(__name__)
-
-#: Deadline of one attempt to reach a server (TCP, INFO, TLS, CONNECT, first PONG).
-CONNECT_TIMEOUT_S = 5.0
-#: Default deadline of a request.
-REQUEST_TIMEOUT_S = 5.0
-#: Default deadline of a flush (one PING answered, across reconnects).
-FLUSH_TIMEOUT_S = 10.0
-#: How long close waits for the drain (UNSUB everything, flush what is queued).
-DRAIN_TIMEOUT_S = 5.0
-#: Interval between keep-alive PINGs.
-PING_INTERVAL_S = 30.0
-#: PINGs without any PONG after which the connection is stale and is replaced.
-MAX_OUTSTANDING_PINGS = 2
-#: Reconnect rounds (each tries every server once) before the connection gives up; -1: never.
-MAX_RECONNECT_ROUNDS = 60
-#: First backoff between reconnect rounds; it doubles each round up to the maximum.
-RECONNECT_BACKOFF_BASE_S = 0.05
-#: Largest backoff between reconnect rounds (before jitter, which takes up to half off).
-RECONNECT_BACKOFF_MAX_S = 2.0
-#: Bytes a publish may queue (sent or waiting for a reconnect) before it waits for room.
-MAX_PENDING_BYTES = 8 * 1024 * 1024
-#: How long a publish waits for room in a full outgoing buffer.
-PENDING_TIMEOUT_S = 10.0
-#: Bytes asked of the socket per read.
-READ_CHUNK_BYTES = 64 * 1024
 
 #: The request mux's subscription id (user subscriptions count up from 2).
 _MUX_SID = "1"
@@ -95,38 +85,6 @@ class ConnectionStats:
     connected: bool
 
 
-class _PongWaiter:
-    __slots__ = ("answered", "done")
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.answered = False
-
-
-class _Reply:
-    __slots__ = ("done", "msg")
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.msg: Msg | None = None
-
-
-def backoff_s(round_index: int, rng: random_module.Random) -> float:
-    """Delay before reconnect round ``round_index`` (0-based): exponential, capped, jittered to
-    between half and all of it, so many clients do not return in step."""
-    ceiling = min(RECONNECT_BACKOFF_MAX_S, RECONNECT_BACKOFF_BASE_S * 2.0 ** min(round_index, 32))
-    return ceiling * (0.5 + 0.5 * rng.random())
-
-
-def describe(error: BaseException | None) -> str:
-    """An error and its causes on one line (a TLS failure hides under BrokenResourceError)."""
-    parts: list[str] = []
-    while error is not None and len(parts) < 4:
-        parts.append(repr(error))
-        error = error.__cause__
-    return " <- ".join(parts) or "no error recorded"
-
-
 @final
 class Connection:
     """A NATS connection; use :func:`open_connection`."""
@@ -147,35 +105,26 @@ class Connection:
         discover_servers: bool,
         rng: random_module.Random,
     ) -> None:
-        self._servers = list(servers)
-        self._discover = discover_servers
-        self._name = name
-        self._user = user
-        self._password = password
-        self._token = token
-        self._tls = tls
+        self._servers = ServerList(servers, discover=discover_servers)
+        self._settings = ClientSettings(
+            name=name, user=user, password=password, token=token, tls=tls
+        )
         self._ping_interval_s = ping_interval_s
         self._max_outstanding_pings = max_outstanding_pings
         self._max_reconnect_rounds = max_reconnect_rounds
         self._connect_timeout_s = connect_timeout_s
         self._rng = rng
         self._wire = ClientProtocol()
-        self._out = bytearray()
-        self._out_ready = trio.Event()
-        self._out_room = trio.Event()
-        self._pings_in_out = 0
-        self._fd: int | None = None
-        self._writing = False
-        self._pongs: deque[_PongWaiter] = deque()
+        self._outbox = Outbox()
+        self._pongs: deque[PongWaiter] = deque()
         self._pings_outstanding = 0
         self._subs: dict[str, Subscription] = {}
         self._sids = itertools.count(int(_MUX_SID) + 1)
-        self._tokens = itertools.count(1)
-        self._requests: dict[str, _Reply] = {}
-        self._inbox = new_inbox()
-        # The request mux: one wildcard subscription; the reader routes its messages by token.
+        self._mux = RequestMux()
+        # The request mux's subscription: resubscribed like any other; the reader routes its
+        # messages to the mux instead of this buffer.
         self._subs[_MUX_SID] = Subscription(
-            subject=f"{self._inbox}.*",
+            subject=self._mux.subject,
             sid=_MUX_SID,
             queue=None,
             max_buffered_msgs=1,
@@ -204,7 +153,7 @@ class Connection:
     @property
     def servers(self) -> tuple[str, ...]:
         """URLs (without credentials) tried on reconnect: those given, then those discovered."""
-        return tuple(server.url for server in self._servers)
+        return self._servers.urls
 
     @property
     def max_payload_bytes(self) -> int:
@@ -220,9 +169,9 @@ class Connection:
         """Counters: live subscriptions (the request mux not counted), waiting requests, ..."""
         return ConnectionStats(
             subscriptions=len(self._subs) - (1 if _MUX_SID in self._subs else 0),
-            pending_requests=len(self._requests),
+            pending_requests=self._mux.pending,
             pending_pongs=len(self._pongs),
-            pending_bytes=len(self._out),
+            pending_bytes=self._outbox.pending_bytes,
             reconnects=self._reconnects,
             connected=self._is_connected,
         )
@@ -246,7 +195,7 @@ class Connection:
         the server would refuse (size, subject)."""
         await trio.lowlevel.checkpoint_if_cancelled()
         data = self._encode_pub(subject, payload, reply, headers)
-        await self._wait_for_room(len(data))
+        await self._outbox.wait_for_room(len(data), self._check_open)
         self._queue(data)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
@@ -262,17 +211,15 @@ class Connection:
         :class:`NoRespondersError` if nobody listens; :class:`NatsTimeoutError` after
         ``timeout_s``."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        token = format(next(self._tokens), "x")
-        data = self._encode_pub(subject, payload, f"{self._inbox}.{token}", headers)
-        slot = _Reply()
-        self._requests[token] = slot
+        token, reply, slot = self._mux.open()
         try:
+            data = self._encode_pub(subject, payload, reply, headers)
             with trio.move_on_after(timeout_s):
-                await self._wait_for_room(len(data))
+                await self._outbox.wait_for_room(len(data), self._check_open)
                 self._queue(data)
                 await slot.done.wait()
         finally:
-            del self._requests[token]
+            self._mux.forget(token)
         msg = slot.msg
         if msg is None:
             self._check_open()
@@ -291,7 +238,7 @@ class Connection:
                 if not self._is_connected:
                     await self._connected.wait()
                     continue
-                waiter = _PongWaiter()
+                waiter = PongWaiter()
                 self._queue_ping(waiter)
                 await waiter.done.wait()
                 if waiter.answered:
@@ -358,43 +305,12 @@ class Connection:
         block = Headers.of(headers) if isinstance(headers, dict) else headers
         return self._wire.send(Pub(subject, bytes(payload), reply, block))
 
-    async def _wait_for_room(self, size: int) -> None:
-        if len(self._out) + size <= MAX_PENDING_BYTES or not self._out:
-            return
-        with trio.move_on_after(PENDING_TIMEOUT_S):
-            while len(self._out) + size > MAX_PENDING_BYTES and self._out:
-                self._check_open()
-                await self._out_room.wait()
-            return
-        raise NatsTimeoutError(
-            f"publish: {len(self._out)} bytes queued for {PENDING_TIMEOUT_S} s (disconnected?)"
-        )
+    def _queue(self, data: bytes) -> None:
+        self._outbox.write(data)
 
-    def _queue(self, data: bytes) -> bool:
-        """Send ``data`` now if the socket takes it without waiting, else queue it for the
-        writer; True when (some of) it was queued.
-
-        The direct write is a plain non-blocking ``os.write`` on the socket's file descriptor,
-        made only while nothing is queued and the writer is not sending, so bytes keep their
-        order; what the socket does not take is queued whole for the writer. It never waits,
-        so no caller can be cancelled in the middle of a frame.
-        """
-        if self._fd is not None and not self._out and not self._writing:
-            try:
-                written = os.write(self._fd, data)
-            except OSError:  # full (BlockingIOError) or broken: the writer and reader cope
-                written = 0
-            if written == len(data):
-                return False
-            data = data[written:]
-        self._out += data
-        self._out_ready.set()
-        return True
-
-    def _queue_ping(self, waiter: _PongWaiter) -> None:
+    def _queue_ping(self, waiter: PongWaiter) -> None:
         self._pongs.append(waiter)
-        if self._queue(PING_BYTES):
-            self._pings_in_out += 1
+        self._outbox.write_ping()
 
     def _unsubscribe(self, sub: Subscription) -> None:
         if self._subs.pop(sub.sid, None) is not None and not self._closed:
@@ -403,126 +319,35 @@ class Connection:
 
     # --- internals: one socket ---------------------------------------------------------------
 
-    def _connect_event(self, server: ServerAddress, tls: bool) -> Connect:
-        user = self._user if self._user is not None else server.user
-        password = self._password if self._password is not None else server.password
-        token = self._token if self._token is not None else server.token
-        return Connect(
-            name=self._name,
-            tls_required=tls,
-            user=user,
-            password=password,
-            auth_token=token,
-            headers=True,
-            no_responders=True,
-        )
-
-    async def _handshake(self, server: ServerAddress) -> tuple[trio.abc.Stream, ClientProtocol]:
-        protocol = ClientProtocol()
-        tcp = await trio.open_tcp_stream(server.host, server.port)
-        stream: trio.abc.Stream = tcp
-        try:
-            info = await self._next_event(stream, protocol)
-            if not isinstance(info, Info):
-                raise ProtocolError(f"expected INFO first, got {type(info).__name__.upper()}")
-            want_tls = server.tls or self._tls is not None or info.tls_required
-            if want_tls:
-                if not (info.tls_required or info.tls_available):
-                    raise ConnectionLostError(f"{server.url}: the server does not offer TLS")
-                context = self._tls or ssl.create_default_context()
-                ssl_stream = trio.SSLStream(tcp, context, server_hostname=server.host)
-                await ssl_stream.do_handshake()
-                stream = ssl_stream
-            connect = protocol.send(self._connect_event(server, want_tls))
-            await stream.send_all(connect + protocol.send(Ping()))
-            while True:
-                event = await self._next_event(stream, protocol)
-                if isinstance(event, Pong):
-                    return stream, protocol
-                if isinstance(event, Err):
-                    if "authoriz" in event.message.lower() or "auth" in event.message.lower():
-                        raise AuthorizationError(f"{server.url}: {event.message}")
-                    raise ConnectionLostError(f"{server.url}: -ERR {event.message}")
-                if isinstance(event, Ping):
-                    await stream.send_all(PONG_BYTES)
-        except BaseException:
-            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
-                await stream.aclose()
-            raise
-
-    @staticmethod
-    async def _next_event(
-        stream: trio.abc.Stream, protocol: ClientProtocol
-    ) -> Info | Msg | Ping | Pong | Err | object:
-        while True:
-            event = protocol.next_event()
-            if not isinstance(event, NeedData):
-                return event
-            data = await stream.receive_some(READ_CHUNK_BYTES)
-            if not data:
-                raise ConnectionLostError("the server closed the connection during the handshake")
-            protocol.receive_data(data)
-
-    def _learn_servers(self, info: Info) -> None:
-        """Add the cluster's other client URLs (INFO ``connect_urls``) to the reconnect list;
-        they inherit the scheme and URL credentials of the server that told us."""
-        current = self._server
-        if not self._discover or current is None:
-            return
-        known = {(server.host, server.port) for server in self._servers}
-        for url in info.connect_urls:
-            try:
-                found = parse_server(url)
-            except ValueError:
-                continue  # a server's odd advertisement must not break the connection
-            if (found.host, found.port) in known:
-                continue
-            known.add((found.host, found.port))
-            self._servers.append(
-                ServerAddress(
-                    host=found.host,
-                    port=found.port,
-                    tls=current.tls,
-                    user=current.user,
-                    password=current.password,
-                    token=current.token,
-                )
-            )
-
     def _attach(
         self, server: ServerAddress, protocol: ClientProtocol, stream: trio.abc.Stream
     ) -> None:
         self._wire = protocol
         self._server = server
-        # Direct writes only on a plain TCP socket on POSIX (TLS frames its own records).
-        self._fd = None
-        if isinstance(stream, trio.SocketStream) and os.name == "posix":
-            self._fd = stream.socket.fileno()
         if protocol.info is not None:
-            self._learn_servers(protocol.info)
+            self._servers.learn(protocol.info.connect_urls, server)
         resubscribe = b"".join(
             protocol.send(Sub(sub.subject, sub.sid, sub.queue)) for sub in self._subs.values()
         )
-        self._out = bytearray(resubscribe) + self._out
-        self._out_ready.set()
+        self._outbox.attach(stream, resubscribe)
         self._pings_outstanding = 0
         self._is_connected = True
         self._connected.set()
 
     def _detach(self) -> None:
-        self._fd = None
+        self._outbox.detach()
         self._is_connected = False
         self._connected = trio.Event()
         # PINGs already written went down with the socket: their PONGs will never come. PINGs
         # still queued will be written to the next server, so their waiters stay.
-        keep = self._pings_in_out
+        keep = self._outbox.pings_queued
         while len(self._pongs) > keep:
             waiter = self._pongs.popleft()
             waiter.done.set()
 
     async def _session(self, stream: trio.abc.Stream) -> None:
         async with trio.open_nursery() as nursery:
-            for part in (self._reader, self._writer, self._pinger):
+            for part in (self._reader, self._outbox.run_writer, self._pinger):
                 nursery.start_soon(self._guard, part, stream, nursery.cancel_scope)
 
     async def _guard(self, part: object, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
@@ -555,16 +380,14 @@ class Connection:
     def _dispatch(self, event: object) -> None:
         if isinstance(event, Msg):
             if event.sid == _MUX_SID:
-                slot = self._requests.get(event.subject.rpartition(".")[2])
-                if slot is not None and slot.msg is None:
-                    slot.msg = event
-                    slot.done.set()
+                self._mux.deliver(event)
                 return
             sub = self._subs.get(event.sid)
             if sub is not None:
                 sub._deliver(event)
         elif isinstance(event, Info):
-            self._learn_servers(event)
+            if self._server is not None:
+                self._servers.learn(event.connect_urls, self._server)
         elif isinstance(event, Ping):
             self._queue(PONG_BYTES)
         elif isinstance(event, Pong):
@@ -579,21 +402,6 @@ class Connection:
                 return
             raise ConnectionLostError(f"-ERR {event.message}")
 
-    async def _writer(self, stream: trio.abc.Stream) -> None:
-        while True:
-            await self._out_ready.wait()
-            self._out_ready = trio.Event()
-            data, self._out = self._out, bytearray()
-            self._pings_in_out = 0
-            self._out_room.set()
-            self._out_room = trio.Event()
-            if data:
-                self._writing = True
-                try:
-                    await stream.send_all(data)
-                finally:
-                    self._writing = False
-
     async def _pinger(self, stream: trio.abc.Stream) -> None:
         while True:
             await trio.sleep(self._ping_interval_s)
@@ -602,7 +410,7 @@ class Connection:
                     f"stale connection: {self._pings_outstanding} PINGs without a PONG"
                 )
             self._pings_outstanding += 1
-            self._queue_ping(_PongWaiter())
+            self._queue_ping(PongWaiter())
 
     # --- internals: the supervisor -----------------------------------------------------------
 
@@ -610,7 +418,7 @@ class Connection:
         for server in self._servers:
             try:
                 with trio.fail_after(self._connect_timeout_s):
-                    stream, protocol = await self._handshake(server)
+                    stream, protocol = await handshake(server, self._settings)
             except (*_LOSS, AuthorizationError, trio.TooSlowError) as exc:
                 self._last_error = exc
                 continue
@@ -625,7 +433,7 @@ class Connection:
             error = self._last_error
             if isinstance(error, AuthorizationError):
                 raise error
-            urls = ", ".join(s.url for s in self._servers)
+            urls = ", ".join(self._servers.urls)
             raise NoServersError(f"no server answered ({urls}): {describe(error)}") from error
         server, stream, protocol = first
         self._attach(server, protocol, stream)
@@ -640,11 +448,11 @@ class Connection:
                     await self._session(stream)
                 finally:
                     self._detach()
-                    with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                    with trio.CancelScope(shield=True), trio.move_on_after(SOCKET_CLOSE_TIMEOUT_S):
                         await stream.aclose()
                 found = None
                 down_since = trio.current_time()
-                urls = ", ".join(server.url for server in self._servers)
+                urls = ", ".join(self._servers.urls)
                 # Once per outage, not per attempt: an operator sees the outage and its end.
                 _log.warning(
                     "NATS is unreachable (%s): reconnecting, with rounds up to %.0f s apart, "
@@ -686,14 +494,13 @@ class Connection:
         self._close_reason = reason
         self._is_connected = False
         self._connected.set()
-        self._out_room.set()
+        self._outbox.close()
         for sub in list(self._subs.values()):
             sub._close()
         self._subs.clear()
         while self._pongs:
             self._pongs.popleft().done.set()
-        for slot in self._requests.values():
-            slot.done.set()
+        self._mux.wake_all()
 
 
 @asynccontextmanager

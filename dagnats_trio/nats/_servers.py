@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import final
 from urllib.parse import unquote, urlsplit
 
@@ -68,3 +68,45 @@ def parse_servers(servers: str | Sequence[str]) -> tuple[ServerAddress, ...]:
     if not found:
         raise ValueError("no server URL given")
     return found
+
+
+@final
+class ServerList:
+    """The servers tried on (re)connect, in order: those given, then those the cluster
+    announces in INFO ``connect_urls`` (when ``discover`` is on)."""
+
+    def __init__(self, servers: Sequence[ServerAddress], *, discover: bool) -> None:
+        self._servers = list(servers)
+        self._discover = discover
+
+    def __iter__(self) -> Iterator[ServerAddress]:
+        # A copy: a round of connects must not see the list grow under it.
+        return iter(tuple(self._servers))
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """The URLs, without credentials."""
+        return tuple(server.url for server in self._servers)
+
+    def learn(self, connect_urls: Sequence[str], told_by: ServerAddress) -> None:
+        """Add the cluster's other client URLs; they inherit the scheme and URL credentials of
+        ``told_by``, the server that announced them. An odd URL is skipped, not raised: a
+        server's advertisement must not break the connection."""
+        if not self._discover:
+            return
+        known = {(server.host, server.port) for server in self._servers}
+        for url in connect_urls:
+            try:
+                found = parse_server(url)
+            except ValueError:
+                continue
+            if (found.host, found.port) in known:
+                continue
+            known.add((found.host, found.port))
+            self._servers.append(
+                attrs.evolve(
+                    told_by,
+                    host=found.host,
+                    port=found.port,
+                )
+            )

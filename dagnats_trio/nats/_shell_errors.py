@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import final
 
+#: Links of an error's ``__cause__`` chain that :func:`describe` shows.
+_DESCRIBED_CAUSES = 4
+
 
 class NatsError(Exception):
     """Base class of every error the connection raises."""
@@ -37,3 +40,12 @@ class NatsTimeoutError(NatsError, TimeoutError):
 @final
 class ConnectionLostError(NatsError):
     """The socket failed, the server closed it or stopped answering pings; the shell reconnects."""
+
+
+def describe(error: BaseException | None) -> str:
+    """An error and its causes on one line (a TLS failure hides under BrokenResourceError)."""
+    parts: list[str] = []
+    while error is not None and len(parts) < _DESCRIBED_CAUSES:
+        parts.append(repr(error))
+        error = error.__cause__
+    return " <- ".join(parts) or "no error recorded"
