@@ -34,6 +34,8 @@ from ._replay import (
 from .check import UNDECODABLE_RULE, CheckReport, Unreadable, Violation, check
 
 if TYPE_CHECKING:
+    from ._calls import GroupCall, ModelFn, ToolCall, ToolFn
+    from ._committed import CommittedIteration, OnCommitted
     from ._events import publish_lifecycle
     from ._golden import (
         Finding,
@@ -43,23 +45,7 @@ if TYPE_CHECKING:
         commit_changes,
         golden_deliveries,
     )
-    from ._handle import (
-        DEFAULT_RESTART_LIMIT,
-        MAX_RESTART_LIMIT,
-        MIN_RESTART_LIMIT,
-        CommittedIteration,
-        GroupCall,
-        Journal,
-        ModelFn,
-        OnCommitted,
-        ToolCall,
-        ToolFn,
-        check_restart_limit,
-        load_commit_state,
-        open_journal,
-        read_journal,
-        read_journal_for_audit,
-    )
+    from ._handle import Journal
     from ._holder import (
         DeliveryState,
         Settlement,
@@ -68,6 +54,14 @@ if TYPE_CHECKING:
         ScriptedModel,
         ScriptExhausted,
     )
+    from ._open import (
+        DEFAULT_RESTART_LIMIT,
+        MAX_RESTART_LIMIT,
+        MIN_RESTART_LIMIT,
+        check_restart_limit,
+        open_journal,
+    )
+    from ._reads import load_commit_state, read_journal, read_journal_for_audit
     from ._settle import SettleRequest, settle_delivery
 else:
     # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
@@ -75,23 +69,17 @@ else:
         __name__,
         {
             "._events": ("publish_lifecycle",),
-            "._handle": (
+            "._calls": ("GroupCall", "ModelFn", "ToolCall", "ToolFn"),
+            "._committed": ("CommittedIteration", "OnCommitted"),
+            "._handle": ("Journal",),
+            "._open": (
                 "DEFAULT_RESTART_LIMIT",
                 "MAX_RESTART_LIMIT",
                 "MIN_RESTART_LIMIT",
-                "CommittedIteration",
-                "GroupCall",
-                "Journal",
-                "ModelFn",
-                "OnCommitted",
-                "ToolCall",
-                "ToolFn",
                 "check_restart_limit",
-                "load_commit_state",
                 "open_journal",
-                "read_journal",
-                "read_journal_for_audit",
             ),
+            "._reads": ("load_commit_state", "read_journal", "read_journal_for_audit"),
             "._golden": (
                 "Finding",
                 "GoldenDelivery",

@@ -1,175 +1,64 @@
-"""The journal handle: the I/O shell around ``_replay``.
+"""The journal handle: what a handler calls after its claim (``await tc.journal()``).
 
-Every write is a fenced append (expected last subject sequence = the last sequence this writer
-saw). The fast path of :func:`open_journal` is one ``get_last_msg`` and one claim append; the
-iteration's records are read only when the tail is not the previous iteration's commit.
+Model and tool calls, a parallel tool group, appends and the commit, each decided by the pure
+replay rules of ``_replay`` and written through the claim's :class:`FencedWriter`. Opening (the
+claim protocol) is ``_open``; running tool functions is ``_tool_run``; reads are ``_reads``.
 """
 
 from __future__ import annotations
 
-import contextvars
-import functools
-import inspect
-import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, TypeVar, final
+from collections.abc import Sequence
+from typing import Any, final
 
 import attrs
 import trio
 
-from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
-from dagnats_trio._seams import Seam, ToolStart, tool_start_observer
+from dagnats_trio._seams import Seam
 from dagnats_trio.protocol import (
-    ClaimRecord,
     CommitAction,
     CommitRecord,
-    DecodeError,
     InputPlacedRecord,
     JournalRecord,
     JsonValue,
     ModelRecord,
     Replay,
-    TaskMessage,
     ToolIntentRecord,
-    ToolOutputRecord,
-    ToolResultRecord,
     Wait,
-    decode_record,
-    encode_record,
-    record_headers,
 )
-from dagnats_trio.protocol.layout import JOURNAL_STREAM, journal_subject
-from dagnats_trio.transport import (
-    NotFound,
-    StoredMsg,
-    TemporarilyUnavailable,
-    TransientRetry,
-    Transport,
-    TransportTimeout,
-    WrongLastSequence,
-    retry_transient,
-)
+from dagnats_trio.transport import Transport
 
-from ._errors import (
-    CallLimitExceeded,
-    Committed,
-    Fenced,
-    HolderKilled,
-    JournalCorrupt,
-    JournalSettled,
-    JournalUnreadable,
-    ReplayMismatch,
-    RestartLimit,
-    Stale,
-    ToolOutputNotJson,
+from ._calls import (
+    GroupCall,
+    ModelFn,
+    ToolCall,
+    ToolFn,
+    call_maybe_async,
+    check_group_call,
+    check_tool_args,
+    raise_if_not_json,
+    require_json,
 )
+from ._committed import OnCommitted, notify_committed
+from ._errors import CallLimitExceeded, ReplayMismatch
 from ._events import publish_lifecycle
+from ._fencing import FencedWriter
 from ._holder import DeliveryState, Settlement
+from ._reads import load_commit_state
 from ._replay import (
     MAX_CALLS_PER_ITERATION,
-    NOT_JSON_ERROR_PREFIX,
-    RESTART_LIMIT_REASON,
-    UNREADABLE_REASON,
-    ClaimPlan,
-    Entry,
     GroupMember,
     ModelAction,
-    PlanKind,
     ReplayView,
-    TailKind,
     TaskIdentity,
     ToolAction,
     ToolResult,
     call_key,
-    canonical_json,
     decide_group,
     decide_model,
     decide_tool,
-    empty_view,
     event_for_commit,
-    judge_tail,
-    placed_before,
-    plan_claim,
 )
-from .check import Unreadable
-
-_log = logging.getLogger(__name__)
-
-DEFAULT_RESTART_LIMIT: Final = 5
-MIN_RESTART_LIMIT: Final = 1
-MAX_RESTART_LIMIT: Final = 1000
-#: Records asked for per ``read_subject`` call when reading an iteration.
-READ_PAGE_RECORDS: Final = 256
-#: Bound on the ``on_committed`` callback; it is told, it does not decide.
-ON_COMMITTED_TIMEOUT_S: Final = 10.0
-
-
-def check_restart_limit(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"restart_limit must be an integer, got {value!r}")
-    if not MIN_RESTART_LIMIT <= value <= MAX_RESTART_LIMIT:
-        raise ValueError(
-            f"restart_limit must be from {MIN_RESTART_LIMIT} to {MAX_RESTART_LIMIT}, got {value}"
-        )
-    return value
-
-
-@final
-@attrs.frozen
-class ToolCall:
-    """A tool call as the handler states it; the journal fills ``key`` before calling fn."""
-
-    name: str
-    input: JsonValue = None
-    key: str = ""
-    #: The model's id of this call, when it gives one: recorded, and matched on replay.
-    call_id: str | None = None
-
-
-#: A tool: ``fn(call)`` returning the output, or an awaitable of it (plain functions welcome).
-ToolFn = Callable[[ToolCall], Awaitable[JsonValue] | JsonValue]
-#: A model request: ``fn()`` returning the response, or an awaitable of it.
-ModelFn = Callable[[], Awaitable[JsonValue] | JsonValue]
-
-
-async def _call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)``, awaited when it returns an awaitable: ``j.model`` and ``j.tool`` accept
-    plain functions as well as coroutine functions (and lambdas wrapping either)."""
-    value = fn(*args)
-    if inspect.isawaitable(value):
-        return await value
-    await trio.lowlevel.checkpoint()
-    return value
-
-
-@final
-@attrs.frozen
-class CommittedIteration:
-    """Told to ``on_committed`` after a commit stores (not for failures): the request ids of the
-    inputs the committed segment placed, so the inputs service can mark them done. It may be told
-    twice for one commit (a crash before the lifecycle event), never zero times before the event.
-    """
-
-    run_id: str
-    step_id: str
-    iteration: int
-    attempt: int
-    action: CommitAction
-    journal_seq: int
-    request_ids: tuple[str, ...]
-
-
-OnCommitted = Callable[[CommittedIteration], Awaitable[None]]
-
-
-#: The journal and call position of the tool function running in this task (group members run
-#: in tasks of their own, so ``tool_output`` finds its call without a shared attribute).
-_RUNNING: contextvars.ContextVar[tuple[object, int] | None] = contextvars.ContextVar(
-    "dagnats_running_tool", default=None
-)
-
-#: One ``(call, replay, fn)`` of a parallel group.
-GroupCall = tuple[ToolCall, Replay, ToolFn]
+from ._tool_run import ToolRunner
 
 
 class _Guard:
@@ -190,104 +79,6 @@ class _Guard:
 
 
 _UNSET: Any = object()
-T = TypeVar("T")
-
-
-async def _retry_transient(what: str, fn: Callable[[], Awaitable[T]]) -> T:
-    """Retry ``fn`` on no-leader / timeout with the transient backoff (reads only: idempotent)."""
-    return await retry_transient(fn, lambda exc: _log.debug("%s: %s", what, exc))
-
-
-def _moved_by(tail: StoredMsg | None, own_claim: str) -> str:
-    """What a holder that lost the tail is told: a successor's claim, or what else is there."""
-    if tail is None:
-        return "its records are gone (purged?), not claimed by a successor"
-    try:
-        rec = decode_record(tail.data)
-    except DecodeError as exc:
-        return (
-            f"the record at sequence {tail.seq} is not a claim but unreadable ({exc}); no "
-            "successor claimed it"
-        )
-    if isinstance(rec, ClaimRecord):
-        return f"a successor claimed it (claim {rec.claim_id} at sequence {tail.seq})"
-    if rec.claim_id != own_claim:
-        return f"a successor claimed it (claim {rec.claim_id} wrote sequence {tail.seq})"
-    return (
-        f"the {rec.TYPE!r} record at sequence {tail.seq} carries this holder's own claim but is "
-        "not one it wrote: not a successor's claim"
-    )
-
-
-def _decode(msg: StoredMsg) -> Entry:
-    try:
-        return msg.seq, decode_record(msg.data)
-    except DecodeError as exc:
-        raise JournalCorrupt(msg.seq, str(exc)) from None
-
-
-async def read_entries(
-    transport: Transport, subject: str, from_seq: int, to_seq: int | None = None
-) -> list[Entry]:
-    """Records of ``subject`` from ``from_seq`` up to ``to_seq`` (the tail when None)."""
-    if to_seq is None:
-        tail = await _retry_transient(
-            "tail", lambda: transport.get_last_msg(JOURNAL_STREAM, subject)
-        )
-        if tail is None:
-            return []
-        to_seq = tail.seq
-    return [_decode(msg) for msg in await _read_msgs(transport, subject, from_seq, to_seq)]
-
-
-async def _read_msgs(
-    transport: Transport, subject: str, from_seq: int, to_seq: int
-) -> list[StoredMsg]:
-    out: list[StoredMsg] = []
-    seq = max(from_seq, 1)
-    while seq <= to_seq:
-        page: list[StoredMsg] = await _retry_transient(
-            "read",
-            functools.partial(
-                transport.read_subject, JOURNAL_STREAM, subject, seq, READ_PAGE_RECORDS
-            ),
-        )
-        for msg in page:
-            if msg.seq > to_seq:
-                return out
-            out.append(msg)
-        if len(page) < READ_PAGE_RECORDS:
-            break
-        seq = page[-1].seq + 1
-    return out
-
-
-async def read_journal_for_audit(
-    transport: Transport, run_id: str, step_id: str
-) -> tuple[list[Entry], list[Unreadable]]:
-    """Every record of one step's journal that decodes, and every one that does not: for the
-    audit, where a bad record is a finding to report with its sequence, not the end of the read
-    (:func:`read_journal` raises :class:`JournalCorrupt` at the first)."""
-    subject = journal_subject(run_id, step_id)
-    tail = await _retry_transient("tail", lambda: transport.get_last_msg(JOURNAL_STREAM, subject))
-    if tail is None:
-        return [], []
-    records: list[Entry] = []
-    unreadable: list[Unreadable] = []
-    for msg in await _read_msgs(transport, subject, 1, tail.seq):
-        try:
-            records.append((msg.seq, decode_record(msg.data)))
-        except DecodeError as exc:
-            unreadable.append(Unreadable(msg.seq, str(exc)))
-    return records, unreadable
-
-
-async def read_journal(
-    transport: Transport, run_id: str, step_id: str
-) -> list[tuple[int, JournalRecord]]:
-    """Every record of one step's journal, in order: the one reader every tool shares (never a
-    consumer: one direct get per record)."""
-    return await read_entries(transport, journal_subject(run_id, step_id), 1)
 
 
 @final
@@ -300,25 +91,22 @@ class Journal:
         transport: Transport,
         task: TaskIdentity,
         holder: DeliveryState,
-        claim_id: str,
-        last_seq: int,
+        writer: FencedWriter,
         view: ReplayView,
         on_committed: OnCommitted | None,
     ) -> None:
         self._transport = transport
         self._task = task
         self._holder = holder
-        self._claim_id = claim_id
-        self._last_seq = last_seq
+        self._writer = writer
+        self._claim_id = writer.claim_id
         self._view = view
         self._on_committed = on_committed
-        self._subject = journal_subject(task.run_id, task.step_id)
+        self._tools = ToolRunner(task=task, holder=holder, writer=writer)
         self._guard = _Guard("another task is using this journal handle")
-        self._lock = trio.Lock()
         self._next_call = view.call_offset
         self._consumed: frozenset[int] = frozenset()
         self._placed: list[InputPlacedRecord] = list(view.placed)
-        self._chunks: dict[int, list[JsonValue]] = {}
         self._pending_state: JsonValue = _UNSET
         self._base_state: JsonValue = _UNSET
         if view.base is not None and isinstance(view.base[1], CommitRecord):
@@ -352,7 +140,7 @@ class Journal:
     @property
     def last_seq(self) -> int:
         """The last sequence this writer saw (its claim, then each of its appends)."""
-        return self._last_seq
+        return self._writer.last_seq
 
     @property
     def next_call(self) -> int:
@@ -380,7 +168,7 @@ class Journal:
 
     def set_state(self, state: JsonValue) -> None:
         """The state the next commit carries (no size cap: the journal is the state of record)."""
-        _require_json("checkpoint state", state)
+        require_json("checkpoint state", state)
         self._pending_state = state
 
     # --- appends ------------------------------------------------------------------------------
@@ -405,86 +193,12 @@ class Journal:
                 f"claim_id ({t.iteration}, {t.attempt}, {self._claim_id!r})"
             )
         self._check_open()
-        seq = await self._append(record)
+        seq = await self._writer.append(record)
         if isinstance(record, InputPlacedRecord) and all(
             p.request_id != record.request_id for p in self._placed
         ):
             self._placed.append(record)
         return seq
-
-    async def _append(self, record: JournalRecord) -> int:
-        self._holder.check_writable()
-        data = encode_record(record)
-        headers = record_headers(record)
-        await self._acquire_lock()
-        try:
-            backoff = TransientRetry()
-            while True:
-                self._holder.check_writable()
-                try:
-                    seq = await self._transport.publish(
-                        self._subject,
-                        data,
-                        headers=headers,
-                        expected_last_subject_seq=self._last_seq,
-                    )
-                except WrongLastSequence:
-                    return await self._after_lost_tail(data)
-                except (TemporarilyUnavailable, TransportTimeout):
-                    if not await backoff.pause():
-                        raise
-                    tail = await self._tail_msg()
-                    if tail is not None and tail.seq > self._last_seq:
-                        # Stored before the error, or someone else wrote: never write twice.
-                        return await self._after_lost_tail(data, tail)
-                    continue
-                self._last_seq = seq
-                return seq
-        finally:
-            self._lock.release()
-
-    async def _acquire_lock(self) -> None:
-        """``await self._lock.acquire()`` without its scheduler pass when the lock is free.
-
-        ``trio.Lock.acquire`` raises if cancelled, then yields to the scheduler even when the
-        lock was free. The cancellation check is kept (a cancelled writer still writes nothing),
-        and the yield is left out: the append that follows waits on the server anyway. Taking
-        the lock only when no task is queued for it keeps ``trio.Lock``'s first-come order.
-        """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            self._lock.acquire_nowait()
-        except trio.WouldBlock:
-            await self._lock.acquire()
-
-    async def _after_lost_tail(self, data: bytes, tail: StoredMsg | None = None) -> int:
-        """A lost publish ack whose record stored is not fencing: the tail is our own record."""
-        if tail is None:
-            tail = await self._tail_msg()
-        if tail is not None and tail.seq > self._last_seq and tail.data == data:
-            self._last_seq = tail.seq
-            return tail.seq
-        why = self._moved(tail)
-        self._holder.fence(why)
-        raise Fenced(f"{why}, so this holder stops writing")
-
-    def _moved(self, tail: StoredMsg | None) -> str:
-        moved_by = _moved_by(tail, self._claim_id)
-        return f"journal {self._subject} moved past sequence {self._last_seq}: {moved_by}"
-
-    async def _tail_msg(self) -> StoredMsg | None:
-        result: StoredMsg | None = await _retry_transient(
-            "tail", lambda: self._transport.get_last_msg(JOURNAL_STREAM, self._subject)
-        )
-        return result
-
-    async def _check_tail(self) -> None:
-        """Read the tail before spending a model request: a fenced holder spends nothing."""
-        tail = await self._tail_msg()
-        if tail is None or tail.seq != self._last_seq:
-            why = self._moved(tail)
-            self._holder.fence(why)
-            raise Fenced(why)
 
     def _check_open(self) -> None:
         self._holder.check_writable()
@@ -518,11 +232,13 @@ class Journal:
                 await trio.lowlevel.checkpoint()
                 self._next_call = pos + 1
                 return decision.response
-            await self._check_tail()
-            response = await _call_maybe_async(fn)
-            _require_json("model response", response)
+            await self._writer.check_tail()
+            response = await call_maybe_async(fn)
+            require_json("model response", response)
             t = self._task
-            await self._append(ModelRecord(t.iteration, t.attempt, self._claim_id, pos, response))
+            await self._writer.append(
+                ModelRecord(t.iteration, t.attempt, self._claim_id, pos, response)
+            )
             self._next_call = pos + 1
             return response
 
@@ -532,13 +248,10 @@ class Journal:
         The tool's own exception is its result's ``error``. Output that is not JSON is recorded
         as an error result and raised as :class:`ToolOutputNotJson` (on replay too).
         """
-        if not isinstance(replay, Replay):
-            raise TypeError(f"replay must be Replay.SAFE or Replay.UNSAFE, got {replay!r}")
-        if not isinstance(call, ToolCall) or not isinstance(call.name, str) or not call.name:
-            raise TypeError(f"call must be a ToolCall with a non-empty name, got {call!r}")
+        check_tool_args(call, replay)
         with self._guard:
             self._check_open()
-            input_json = _require_json("tool input", call.input)
+            input_json = require_json("tool input", call.input)
             pos = self._position()
             decision, consumed = decide_tool(
                 self._view, self._consumed, pos, call.name, input_json, replay
@@ -564,19 +277,19 @@ class Journal:
             )
             if decision.action is ToolAction.REUSE:
                 assert decision.result is not None
-                return _raise_if_not_json(decision.result)
+                return raise_if_not_json(decision.result)
             if decision.action is ToolAction.RECORD:
                 assert decision.result is not None
                 if decision.write_intent:
-                    await self._append(intent)
-                await self._record_result(pos, decision.result)
-                return _raise_if_not_json(decision.result)
+                    await self._writer.append(intent)
+                await self._tools.record_result(pos, decision.result)
+                return raise_if_not_json(decision.result)
             if decision.action is ToolAction.RUN:
-                await self._append(intent)
+                await self._writer.append(intent)
                 await self._holder.seam(Seam.AFTER_TOOL_INTENT)
-            result = await self._run_tool(pos, attrs.evolve(call, key=key), fn, replay)
-            await self._record_result(pos, result)
-            return _raise_if_not_json(result)
+            result = await self._tools.run(pos, attrs.evolve(call, key=key), fn, replay)
+            await self._tools.record_result(pos, result)
+            return raise_if_not_json(result)
 
     async def tools(
         self, calls: Sequence[GroupCall], *, cancel_on_error: bool = False
@@ -595,7 +308,7 @@ class Journal:
         not raise for it). The handle's guard is held for the whole group; members write
         through it.
         """
-        members = [_check_call(c) for c in calls]
+        members = [check_group_call(c) for c in calls]
         with self._guard:
             self._check_open()
             n = len(members)
@@ -606,7 +319,7 @@ class Journal:
                     f"{MAX_CALLS_PER_ITERATION} calls per iteration"
                 )
             rules = [
-                GroupMember(c.name, _require_json("tool input", c.input), r, c.call_id)
+                GroupMember(c.name, require_json("tool input", c.input), r, c.call_id)
                 for c, r, _ in members
             ]
             decisions, consumed = decide_group(self._view, self._consumed, first, rules)
@@ -620,7 +333,7 @@ class Journal:
             for k, d in enumerate(decisions):
                 if d.action is ToolAction.RUN or (d.action is ToolAction.RECORD and d.write_intent):
                     call, replay, _ = members[k]
-                    await self._append(
+                    await self._writer.append(
                         ToolIntentRecord(
                             t.iteration,
                             t.attempt,
@@ -643,109 +356,17 @@ class Journal:
                     results[k] = d.result
                 elif d.action is ToolAction.RECORD:
                     assert d.result is not None
-                    await self._record_result(first + k, d.result)
+                    await self._tools.record_result(first + k, d.result)
                     results[k] = d.result
             # 3. The rest run at once.
             to_run = [k for k, d in enumerate(decisions) if results[k] is None]
             if not to_run:
                 await trio.lowlevel.checkpoint()
             else:
-                await self._run_group(first, members, keys, to_run, results, cancel_on_error)
+                await self._tools.run_group(first, members, keys, to_run, results, cancel_on_error)
             done = [r for r in results if r is not None]
             assert len(done) == n
             return done
-
-    async def _run_group(
-        self,
-        first: int,
-        members: list[GroupCall],
-        keys: list[str],
-        to_run: list[int],
-        results: list[ToolResult | None],
-        cancel_on_error: bool,
-    ) -> None:
-        scopes = {k: trio.CancelScope() for k in to_run}
-        failed: list[int] = []
-
-        async def member(k: int) -> None:
-            call, replay, fn = members[k]
-            pos = first + k
-            result: ToolResult | None = None
-            with scopes[k]:
-                result = await self._run_tool(pos, attrs.evolve(call, key=keys[k]), fn, replay)
-            if result is None:  # cancelled because another member failed
-                cause = failed[0]
-                result = ToolResult(
-                    error=f"cancelled: call {cause} of the group failed",
-                    interrupted=True,
-                    partial=tuple(self._chunks.get(pos, ())),
-                    cancelled_by=cause,
-                )
-            await self._record_result(pos, result)
-            results[k] = result
-            first_failure = result.error is not None and result.cancelled_by is None and not failed
-            if cancel_on_error and first_failure:
-                failed.append(pos)
-                for other, scope in scopes.items():
-                    if other != k and results[other] is None:
-                        scope.cancel()
-
-        try:
-            async with trio.open_nursery() as nursery:
-                for k in to_run:
-                    nursery.start_soon(member, k)
-        except BaseExceptionGroup as group:
-            raise _leaf(group) from None
-
-    async def _run_tool(self, pos: int, call: ToolCall, fn: ToolFn, replay: Replay) -> ToolResult:
-        self._holder.check_writable()
-        observer = tool_start_observer()
-        if observer is not None:
-            t = self._task
-            observer(
-                ToolStart(
-                    t.run_id,
-                    t.step_id,
-                    t.iteration,
-                    t.attempt,
-                    pos,
-                    call.name,
-                    replay is Replay.UNSAFE,
-                    self._holder.worker_id,
-                )
-            )
-        token = _RUNNING.set((self, pos))
-        try:
-            output = await _call_maybe_async(fn, call)
-        except (JournalSettled, HolderKilled):
-            raise
-        except Exception as exc:
-            result = ToolResult(error=f"{type(exc).__name__}: {exc}")
-        else:
-            result = _tool_result(output)
-        finally:
-            _RUNNING.reset(token)
-        # The tool has run and its effect has happened, but its result is not recorded: the
-        # crash a successor can only see as an intent without a result.
-        await self._holder.seam(Seam.INSIDE_TOOL)
-        return result
-
-    async def _record_result(self, pos: int, result: ToolResult) -> None:
-        t = self._task
-        await self._append(
-            ToolResultRecord(
-                t.iteration,
-                t.attempt,
-                self._claim_id,
-                pos,
-                output=result.output,
-                error=result.error,
-                interrupted=result.interrupted,
-                partial=list(result.partial),
-                cancelled_by=result.cancelled_by,
-            )
-        )
-        await self._holder.seam(Seam.AFTER_TOOL_RESULT)
 
     async def tool_output(self, chunk: JsonValue) -> None:
         """Record partial output of the tool function now running (a ``tool.output`` record);
@@ -753,17 +374,10 @@ class Journal:
 
         Not guarded, on purpose: it is only valid while a tool function runs, and that function
         runs inside :meth:`tool`, which holds the guard. The chunks carry the running call's
-        position, not one of their own, so their order is not part of replay; the handle's
+        position, not one of their own, so their order is not part of replay; the writer's
         lock still writes them one at a time, in the order they come.
         """
-        running = _RUNNING.get()
-        if running is None or running[0] is not self:
-            raise RuntimeError("tool_output is only valid while a tool function runs")
-        pos = running[1]
-        _require_json("tool output chunk", chunk)
-        t = self._task
-        await self._append(ToolOutputRecord(t.iteration, t.attempt, self._claim_id, pos, chunk))
-        self._chunks.setdefault(pos, []).append(chunk)
+        await self._tools.output(chunk)
 
     # --- commit -------------------------------------------------------------------------------
 
@@ -782,7 +396,7 @@ class Journal:
         event with the commit's sequence as ``journal_seq``. Returns that sequence."""
         with self._guard:
             self._check_open()
-            _require_json("step output", output)
+            require_json("step output", output)
             return await self._settle(
                 action,
                 output=output,
@@ -820,280 +434,13 @@ class Journal:
             reason=reason,
             pause_ms=pause_ms,
         )
-        seq = await self._append(commit)
+        seq = await self._writer.append(commit)
         self._closed = True
         await self._holder.seam(Seam.AFTER_COMMIT)
         if action is not CommitAction.FAIL:
             ids = tuple(p.request_id for p in self._placed)
-            await _notify(self._on_committed, t, commit, seq, ids)
+            await notify_committed(self._on_committed, t, commit, seq, ids)
         await publish_lifecycle(self._transport, event_for_commit(commit, t, seq))
         self._holder.settlement = Settlement.ACK
         await self._holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
         return seq
-
-
-def _check_call(item: GroupCall) -> GroupCall:
-    """One ``(call, replay, fn)`` of a group, checked as :meth:`Journal.tool` checks its
-    arguments."""
-    if not isinstance(item, tuple) or len(item) != 3:
-        raise TypeError(f"a group member must be a (call, replay, fn) tuple, got {item!r}")
-    call, replay, fn = item
-    if not isinstance(replay, Replay):
-        raise TypeError(f"replay must be Replay.SAFE or Replay.UNSAFE, got {replay!r}")
-    if not isinstance(call, ToolCall) or not isinstance(call.name, str) or not call.name:
-        raise TypeError(f"call must be a ToolCall with a non-empty name, got {call!r}")
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {fn!r}")
-    return item
-
-
-def _leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The one exception a group of members stands for: a kill or a settlement first (the
-    holder stops as if it had run one call), then any other error, then a cancellation."""
-    leaves: list[BaseException] = []
-
-    def walk(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for inner in exc.exceptions:
-                walk(inner)
-        else:
-            leaves.append(exc)
-
-    walk(group)
-    for kinds in ((HolderKilled,), (JournalSettled,)):
-        for leaf in leaves:
-            if isinstance(leaf, kinds):
-                return leaf
-    for leaf in leaves:
-        if not isinstance(leaf, trio.Cancelled):
-            return leaf
-    return leaves[0]
-
-
-def _require_json(what: str, value: JsonValue) -> str:
-    try:
-        return canonical_json(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what} is not a JSON value: {exc}") from None
-
-
-def _tool_result(output: JsonValue) -> ToolResult:
-    """A tool function's output as its result: an error result when it is not JSON."""
-    try:
-        canonical_json(output)
-    except (TypeError, ValueError) as exc:
-        return ToolResult(error=f"{NOT_JSON_ERROR_PREFIX}{exc}")
-    return ToolResult(output=output)
-
-
-def _raise_if_not_json(result: ToolResult) -> ToolResult:
-    if result.error is not None and result.error.startswith(NOT_JSON_ERROR_PREFIX):
-        raise ToolOutputNotJson(result.error)
-    return result
-
-
-async def _notify(
-    on_committed: OnCommitted | None,
-    t: TaskIdentity,
-    commit: CommitRecord,
-    seq: int,
-    ids: tuple[str, ...],
-) -> None:
-    if on_committed is None:
-        return
-    info = CommittedIteration(t.run_id, t.step_id, t.iteration, t.attempt, commit.action, seq, ids)
-    try:
-        with trio.fail_after(ON_COMMITTED_TIMEOUT_S):
-            await on_committed(info)
-    except Exception:
-        _log.exception(
-            "on_committed failed for %s.%s iteration %d", info.run_id, info.step_id, info.iteration
-        )
-
-
-async def load_commit_state(transport: Transport, task: TaskIdentity) -> JsonValue:
-    """The state carried by the commit at the task's ``journal_seq`` (None when it has none)."""
-    if task.journal_seq is None:
-        return None
-    try:
-        msg: StoredMsg = await _retry_transient(
-            "state", lambda: transport.get_msg(JOURNAL_STREAM, task.journal_seq or 0)
-        )
-    except NotFound:
-        raise JournalCorrupt(
-            task.journal_seq, "the commit this task names is missing (purged or expired?)"
-        ) from None
-    seq, rec = _decode(msg)
-    if not isinstance(rec, CommitRecord):
-        raise JournalCorrupt(seq, f"expected a commit record, found {rec.TYPE!r}")
-    return rec.state
-
-
-async def open_journal(
-    transport: Transport,
-    task: TaskMessage,
-    *,
-    holder: DeliveryState | None = None,
-    restart_limit: int = DEFAULT_RESTART_LIMIT,
-    env: RuntimeEnv = DEFAULT_ENV,
-    on_committed: OnCommitted | None = None,
-) -> Journal:
-    """Claim the journal of ``task``: what ``await tc.journal()`` does.
-
-    Raises :class:`Stale` (late redelivery), :class:`Committed` (this dispatch committed: its
-    event was published again), :class:`RestartLimit` (failure committed and published) or
-    :class:`Fenced` (a successor claimed first) or :class:`JournalUnreadable` (a record cannot be
-    decoded: this attempt's failure was committed and published); ``holder.settlement`` says
-    what to do then.
-    """
-    check_restart_limit(restart_limit)
-    ident = TaskIdentity.of(task)
-    if holder is None:
-        holder = DeliveryState(ident)
-    holder.check_writable()
-    subject = journal_subject(ident.run_id, ident.step_id)
-    tail_msg: StoredMsg | None = await _retry_transient(
-        "tail", lambda: transport.get_last_msg(JOURNAL_STREAM, subject)
-    )
-    try:
-        tail, plan = await _plan(transport, ident, holder, tail_msg, restart_limit, on_committed)
-    except JournalCorrupt as exc:
-        assert tail_msg is not None  # an unreadable record means there is a tail
-        await _fail_unreadable(transport, ident, holder, tail_msg.seq, exc, env, on_committed)
-        raise JournalUnreadable(str(exc)) from exc
-    assert plan.view is not None
-    await holder.seam(Seam.BEFORE_CLAIM)
-    journal = Journal(
-        transport=transport,
-        task=ident,
-        holder=holder,
-        claim_id=env.new_id(),
-        last_seq=tail[0] if tail is not None else 0,
-        view=plan.view,
-        on_committed=on_committed,
-    )
-    await journal._append(
-        ClaimRecord(ident.iteration, ident.attempt, journal.claim_id, ident.nonce)
-    )
-    await holder.seam(Seam.AFTER_CLAIM)
-    if plan.restart_limit:
-        await journal._settle(
-            CommitAction.FAIL,
-            error=(
-                f"claimed {restart_limit} times in a row without progress "
-                f"(restart_limit {restart_limit})"
-            ),
-            retriable=True,
-            reason=RESTART_LIMIT_REASON,
-        )
-        raise RestartLimit(f"restart limit {restart_limit} reached at iteration {ident.iteration}")
-    return journal
-
-
-async def _plan(
-    transport: Transport,
-    ident: TaskIdentity,
-    holder: DeliveryState,
-    tail_msg: StoredMsg | None,
-    restart_limit: int,
-    on_committed: OnCommitted | None,
-) -> tuple[Entry | None, ClaimPlan]:
-    """Read what the claim needs and plan it. Raises :class:`JournalCorrupt` on a record that
-    cannot be decoded, and the settled errors of :func:`open_journal`."""
-    subject = journal_subject(ident.run_id, ident.step_id)
-    tail = _decode(tail_msg) if tail_msg is not None else None
-    verdict = judge_tail(tail, ident)
-    plan: ClaimPlan
-    if verdict.kind is TailKind.STALE:
-        holder.settlement = Settlement.ACK
-        raise Stale(verdict.reason)
-    if verdict.kind is TailKind.COMMITTED:
-        assert tail is not None
-        await _republish(transport, ident, holder, tail, on_committed)
-    if verdict.kind is TailKind.EMPTY:
-        plan = ClaimPlan(PlanKind.PROCEED, view=empty_view(ident))
-    elif verdict.kind is TailKind.BASE:
-        plan = ClaimPlan(PlanKind.PROCEED, view=empty_view(ident, base=tail))
-    else:
-        assert tail is not None
-        entries = await read_entries(transport, subject, verdict.read_from, tail[0])
-        plan = plan_claim(entries, ident, restart_limit, full=verdict.read_from <= 1)
-        if plan.kind is PlanKind.NEED_FULL_READ:
-            entries = await read_entries(transport, subject, 1, tail[0])
-            plan = plan_claim(entries, ident, restart_limit, full=True)
-        if plan.kind is PlanKind.STALE:
-            holder.settlement = Settlement.ACK
-            raise Stale(plan.reason)
-        if plan.kind is PlanKind.COMMITTED:
-            await _republish(transport, ident, holder, tail, on_committed)
-        if plan.kind is PlanKind.ADOPT:
-            assert plan.commit is not None
-            await _republish(transport, ident, holder, plan.commit, on_committed)
-    return tail, plan
-
-
-async def _fail_unreadable(
-    transport: Transport,
-    ident: TaskIdentity,
-    holder: DeliveryState,
-    tail_seq: int,
-    exc: JournalCorrupt,
-    env: RuntimeEnv,
-    on_committed: OnCommitted | None,
-) -> None:
-    """Fail this attempt after an unreadable record: a claim and a retriable failure appended
-    after the tail (fenced on it, like any claim), and its ``step.failed`` event published.
-
-    Nothing is replayed and nothing runs: a journal no holder can read cannot say which unsafe
-    tools were started, so none may start again. The commit carries no state (the state of
-    record may be what is unreadable); a later attempt starts from its base commit again, reads
-    the same record and fails the same way, so the step's retry policy ends it.
-    """
-    _log.error(
-        "%s.%s iteration %d attempt %d failed: %s",
-        ident.run_id,
-        ident.step_id,
-        ident.iteration,
-        ident.attempt,
-        exc,
-    )
-    journal = Journal(
-        transport=transport,
-        task=ident,
-        holder=holder,
-        claim_id=env.new_id(),
-        last_seq=tail_seq,
-        view=empty_view(ident),
-        on_committed=on_committed,
-    )
-    journal.set_state(None)
-    await journal._append(
-        ClaimRecord(ident.iteration, ident.attempt, journal.claim_id, ident.nonce)
-    )
-    await journal._settle(
-        CommitAction.FAIL, error=str(exc), retriable=True, reason=UNREADABLE_REASON
-    )
-
-
-async def _republish(
-    transport: Transport,
-    ident: TaskIdentity,
-    holder: DeliveryState,
-    tail: Entry,
-    on_committed: OnCommitted | None,
-) -> None:
-    """This dispatch committed and crashed before (or while) publishing, or an earlier attempt
-    ended the iteration after the engine moved on (``ADOPT``): publish the commit's event under
-    this dispatch's identity."""
-    seq, commit = tail
-    assert isinstance(commit, CommitRecord)
-    if on_committed is not None and commit.action is not CommitAction.FAIL:
-        entries = await read_entries(
-            transport, journal_subject(ident.run_id, ident.step_id), ident.journal_seq or 1, seq
-        )
-        ids = placed_before(entries, seq, ident.iteration)
-        await _notify(on_committed, ident, commit, seq, ids)
-    await publish_lifecycle(transport, event_for_commit(commit, ident, seq))
-    holder.settlement = Settlement.ACK
-    await holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
-    raise Committed(f"iteration {ident.iteration} was committed at sequence {seq}; event resent")

@@ -1,8 +1,8 @@
 """The journal's rules as pure functions over records: no I/O, no clock, no randomness.
 
-The handle in ``_handle`` does the reads and writes; every decision it makes comes from here, so
-the rules of the spec ("The journal", "Tools", "Model calls", retry versus redelivery, "Restart
-limit") can be tested one by one with Hypothesis.
+The shell (``_open``, ``_handle``, ``_fencing``) does the reads and writes; every decision it
+makes comes from here, so the rules of the spec ("The journal", "Tools", "Model calls", retry
+versus redelivery, "Restart limit") can be tested one by one with Hypothesis.
 
 Terms used throughout:
 

@@ -1,0 +1,116 @@
+"""What a handler hands the journal: tool calls, model requests, and the checks on them.
+
+Kept apart from the handle so the shapes (``ToolCall``, ``ToolFn``, ``ModelFn``) and the rules on
+their values (JSON only, a group member's tuple) can be read, and imported, on their own.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, final
+
+import attrs
+import trio
+
+from dagnats_trio.protocol import JsonValue, Replay
+
+from ._errors import HolderKilled, JournalSettled, ToolOutputNotJson
+from ._replay import NOT_JSON_ERROR_PREFIX, ToolResult, canonical_json
+
+
+@final
+@attrs.frozen
+class ToolCall:
+    """A tool call as the handler states it; the journal fills ``key`` before calling fn."""
+
+    name: str
+    input: JsonValue = None
+    key: str = ""
+    #: The model's id of this call, when it gives one: recorded, and matched on replay.
+    call_id: str | None = None
+
+
+#: A tool: ``fn(call)`` returning the output, or an awaitable of it (plain functions welcome).
+ToolFn = Callable[[ToolCall], Awaitable[JsonValue] | JsonValue]
+#: A model request: ``fn()`` returning the response, or an awaitable of it.
+ModelFn = Callable[[], Awaitable[JsonValue] | JsonValue]
+#: One ``(call, replay, fn)`` of a parallel group.
+GroupCall = tuple[ToolCall, Replay, ToolFn]
+
+
+async def call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, awaited when it returns an awaitable: ``j.model`` and ``j.tool`` accept
+    plain functions as well as coroutine functions (and lambdas wrapping either)."""
+    value = fn(*args)
+    if inspect.isawaitable(value):
+        return await value
+    await trio.lowlevel.checkpoint()
+    return value
+
+
+def check_tool_args(call: object, replay: object) -> None:
+    """The arguments of a tool call, checked before anything is decided or written."""
+    if not isinstance(replay, Replay):
+        raise TypeError(f"replay must be Replay.SAFE or Replay.UNSAFE, got {replay!r}")
+    if not isinstance(call, ToolCall) or not isinstance(call.name, str) or not call.name:
+        raise TypeError(f"call must be a ToolCall with a non-empty name, got {call!r}")
+
+
+def check_group_call(item: GroupCall) -> GroupCall:
+    """One ``(call, replay, fn)`` of a group, checked as ``Journal.tool`` checks its
+    arguments."""
+    if not isinstance(item, tuple) or len(item) != 3:
+        raise TypeError(f"a group member must be a (call, replay, fn) tuple, got {item!r}")
+    call, replay, fn = item
+    check_tool_args(call, replay)
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {fn!r}")
+    return item
+
+
+def group_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception a group of members stands for: a kill or a settlement first (the
+    holder stops as if it had run one call), then any other error, then a cancellation."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    for kinds in ((HolderKilled,), (JournalSettled,)):
+        for leaf in leaves:
+            if isinstance(leaf, kinds):
+                return leaf
+    for leaf in leaves:
+        if not isinstance(leaf, trio.Cancelled):
+            return leaf
+    return leaves[0]
+
+
+def require_json(what: str, value: JsonValue) -> str:
+    """``value``'s canonical JSON; a :class:`TypeError` naming ``what`` when it is not JSON."""
+    try:
+        return canonical_json(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} is not a JSON value: {exc}") from None
+
+
+def tool_result(output: JsonValue) -> ToolResult:
+    """A tool function's output as its result: an error result when it is not JSON."""
+    try:
+        canonical_json(output)
+    except (TypeError, ValueError) as exc:
+        return ToolResult(error=f"{NOT_JSON_ERROR_PREFIX}{exc}")
+    return ToolResult(output=output)
+
+
+def raise_if_not_json(result: ToolResult) -> ToolResult:
+    """``result``, unless it records output that was not JSON: then :class:`ToolOutputNotJson`."""
+    if result.error is not None and result.error.startswith(NOT_JSON_ERROR_PREFIX):
+        raise ToolOutputNotJson(result.error)
+    return result

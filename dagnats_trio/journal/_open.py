@@ -1,0 +1,249 @@
+"""Opening a journal: the claim protocol of ``await tc.journal()``.
+
+Read the tail, judge it (``_replay.judge_tail``), read the iteration's records only when the tail
+is not the previous iteration's commit, plan the claim (``_replay.plan_claim``), then append the
+claim fenced on the tail. The fast path is one ``get_last_msg`` and one claim append. The
+settled outcomes (stale, committed, restart limit, unreadable) are decided here, before a
+:class:`Journal` is handed to the handler.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
+from dagnats_trio._seams import Seam
+from dagnats_trio.protocol import ClaimRecord, CommitAction, CommitRecord, TaskMessage
+from dagnats_trio.protocol.layout import journal_subject
+from dagnats_trio.transport import StoredMsg, Transport
+
+from ._committed import OnCommitted, notify_committed
+from ._errors import Committed, JournalCorrupt, JournalUnreadable, RestartLimit, Stale
+from ._events import publish_lifecycle
+from ._fencing import FencedWriter
+from ._handle import Journal
+from ._holder import DeliveryState, Settlement
+from ._reads import decode_entry, read_entries, read_tail
+from ._replay import (
+    RESTART_LIMIT_REASON,
+    UNREADABLE_REASON,
+    ClaimPlan,
+    Entry,
+    PlanKind,
+    ReplayView,
+    TailKind,
+    TaskIdentity,
+    empty_view,
+    event_for_commit,
+    judge_tail,
+    placed_before,
+    plan_claim,
+)
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_RESTART_LIMIT: Final = 5
+MIN_RESTART_LIMIT: Final = 1
+MAX_RESTART_LIMIT: Final = 1000
+
+
+def check_restart_limit(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"restart_limit must be an integer, got {value!r}")
+    if not MIN_RESTART_LIMIT <= value <= MAX_RESTART_LIMIT:
+        raise ValueError(
+            f"restart_limit must be from {MIN_RESTART_LIMIT} to {MAX_RESTART_LIMIT}, got {value}"
+        )
+    return value
+
+
+async def open_journal(
+    transport: Transport,
+    task: TaskMessage,
+    *,
+    holder: DeliveryState | None = None,
+    restart_limit: int = DEFAULT_RESTART_LIMIT,
+    env: RuntimeEnv = DEFAULT_ENV,
+    on_committed: OnCommitted | None = None,
+) -> Journal:
+    """Claim the journal of ``task``: what ``await tc.journal()`` does.
+
+    Raises :class:`Stale` (late redelivery), :class:`Committed` (this dispatch committed: its
+    event was published again), :class:`RestartLimit` (failure committed and published) or
+    :class:`Fenced` (a successor claimed first) or :class:`JournalUnreadable` (a record cannot be
+    decoded: this attempt's failure was committed and published); ``holder.settlement`` says
+    what to do then.
+    """
+    check_restart_limit(restart_limit)
+    ident = TaskIdentity.of(task)
+    if holder is None:
+        holder = DeliveryState(ident)
+    holder.check_writable()
+    subject = journal_subject(ident.run_id, ident.step_id)
+    tail_msg = await read_tail(transport, subject)
+    try:
+        tail, plan = await _plan(transport, ident, holder, tail_msg, restart_limit, on_committed)
+    except JournalCorrupt as exc:
+        assert tail_msg is not None  # an unreadable record means there is a tail
+        await _fail_unreadable(transport, ident, holder, tail_msg.seq, exc, env, on_committed)
+        raise JournalUnreadable(str(exc)) from exc
+    assert plan.view is not None
+    await holder.seam(Seam.BEFORE_CLAIM)
+    journal = await _claim(
+        transport,
+        ident,
+        holder,
+        last_seq=tail[0] if tail is not None else 0,
+        view=plan.view,
+        env=env,
+        on_committed=on_committed,
+    )
+    await holder.seam(Seam.AFTER_CLAIM)
+    if plan.restart_limit:
+        await journal.settle(
+            CommitAction.FAIL,
+            error=(
+                f"claimed {restart_limit} times in a row without progress "
+                f"(restart_limit {restart_limit})"
+            ),
+            retriable=True,
+            reason=RESTART_LIMIT_REASON,
+        )
+        raise RestartLimit(f"restart limit {restart_limit} reached at iteration {ident.iteration}")
+    return journal
+
+
+async def _claim(
+    transport: Transport,
+    ident: TaskIdentity,
+    holder: DeliveryState,
+    *,
+    last_seq: int,
+    view: ReplayView,
+    env: RuntimeEnv,
+    on_committed: OnCommitted | None,
+) -> Journal:
+    """Append a claim fenced on ``last_seq`` and hand back the handle that writes after it."""
+    writer = FencedWriter(
+        transport=transport,
+        subject=journal_subject(ident.run_id, ident.step_id),
+        holder=holder,
+        claim_id=env.new_id(),
+        last_seq=last_seq,
+    )
+    await writer.append(ClaimRecord(ident.iteration, ident.attempt, writer.claim_id, ident.nonce))
+    return Journal(
+        transport=transport,
+        task=ident,
+        holder=holder,
+        writer=writer,
+        view=view,
+        on_committed=on_committed,
+    )
+
+
+async def _plan(
+    transport: Transport,
+    ident: TaskIdentity,
+    holder: DeliveryState,
+    tail_msg: StoredMsg | None,
+    restart_limit: int,
+    on_committed: OnCommitted | None,
+) -> tuple[Entry | None, ClaimPlan]:
+    """Read what the claim needs and plan it. Raises :class:`JournalCorrupt` on a record that
+    cannot be decoded, and the settled errors of :func:`open_journal`."""
+    subject = journal_subject(ident.run_id, ident.step_id)
+    tail = decode_entry(tail_msg) if tail_msg is not None else None
+    verdict = judge_tail(tail, ident)
+    plan: ClaimPlan
+    if verdict.kind is TailKind.STALE:
+        holder.settlement = Settlement.ACK
+        raise Stale(verdict.reason)
+    if verdict.kind is TailKind.COMMITTED:
+        assert tail is not None
+        await _republish(transport, ident, holder, tail, on_committed)
+    if verdict.kind is TailKind.EMPTY:
+        plan = ClaimPlan(PlanKind.PROCEED, view=empty_view(ident))
+    elif verdict.kind is TailKind.BASE:
+        plan = ClaimPlan(PlanKind.PROCEED, view=empty_view(ident, base=tail))
+    else:
+        assert tail is not None
+        entries = await read_entries(transport, subject, verdict.read_from, tail[0])
+        plan = plan_claim(entries, ident, restart_limit, full=verdict.read_from <= 1)
+        if plan.kind is PlanKind.NEED_FULL_READ:
+            entries = await read_entries(transport, subject, 1, tail[0])
+            plan = plan_claim(entries, ident, restart_limit, full=True)
+        if plan.kind is PlanKind.STALE:
+            holder.settlement = Settlement.ACK
+            raise Stale(plan.reason)
+        if plan.kind is PlanKind.COMMITTED:
+            await _republish(transport, ident, holder, tail, on_committed)
+        if plan.kind is PlanKind.ADOPT:
+            assert plan.commit is not None
+            await _republish(transport, ident, holder, plan.commit, on_committed)
+    return tail, plan
+
+
+async def _fail_unreadable(
+    transport: Transport,
+    ident: TaskIdentity,
+    holder: DeliveryState,
+    tail_seq: int,
+    exc: JournalCorrupt,
+    env: RuntimeEnv,
+    on_committed: OnCommitted | None,
+) -> None:
+    """Fail this attempt after an unreadable record: a claim and a retriable failure appended
+    after the tail (fenced on it, like any claim), and its ``step.failed`` event published.
+
+    Nothing is replayed and nothing runs: a journal no holder can read cannot say which unsafe
+    tools were started, so none may start again. The commit carries no state (the state of
+    record may be what is unreadable); a later attempt starts from its base commit again, reads
+    the same record and fails the same way, so the step's retry policy ends it.
+    """
+    _log.error(
+        "%s.%s iteration %d attempt %d failed: %s",
+        ident.run_id,
+        ident.step_id,
+        ident.iteration,
+        ident.attempt,
+        exc,
+    )
+    journal = await _claim(
+        transport,
+        ident,
+        holder,
+        last_seq=tail_seq,
+        view=empty_view(ident),
+        env=env,
+        on_committed=on_committed,
+    )
+    journal.set_state(None)
+    await journal.settle(
+        CommitAction.FAIL, error=str(exc), retriable=True, reason=UNREADABLE_REASON
+    )
+
+
+async def _republish(
+    transport: Transport,
+    ident: TaskIdentity,
+    holder: DeliveryState,
+    tail: Entry,
+    on_committed: OnCommitted | None,
+) -> None:
+    """This dispatch committed and crashed before (or while) publishing, or an earlier attempt
+    ended the iteration after the engine moved on (``ADOPT``): publish the commit's event under
+    this dispatch's identity."""
+    seq, commit = tail
+    assert isinstance(commit, CommitRecord)
+    if on_committed is not None and commit.action is not CommitAction.FAIL:
+        entries = await read_entries(
+            transport, journal_subject(ident.run_id, ident.step_id), ident.journal_seq or 1, seq
+        )
+        ids = placed_before(entries, seq, ident.iteration)
+        await notify_committed(on_committed, ident, commit, seq, ids)
+    await publish_lifecycle(transport, event_for_commit(commit, ident, seq))
+    holder.settlement = Settlement.ACK
+    await holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
+    raise Committed(f"iteration {ident.iteration} was committed at sequence {seq}; event resent")

@@ -1,0 +1,134 @@
+"""Reading a step's journal: the tail, pages of records, the commit a task starts from.
+
+Reads only (never a consumer: direct gets by subject and sequence), so every one is retried on
+a transient failure. The handle, the claim protocol and the audit all read through here.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeVar
+
+from dagnats_trio.protocol import (
+    CommitRecord,
+    DecodeError,
+    JournalRecord,
+    JsonValue,
+    decode_record,
+)
+from dagnats_trio.protocol.layout import JOURNAL_STREAM, journal_subject
+from dagnats_trio.transport import NotFound, StoredMsg, Transport, retry_transient
+
+from ._errors import JournalCorrupt
+from ._replay import Entry, TaskIdentity
+from .check import Unreadable
+
+_log = logging.getLogger(__name__)
+
+#: Records asked for per ``read_subject`` call when reading an iteration.
+READ_PAGE_RECORDS: Final = 256
+
+T = TypeVar("T")
+
+
+async def retry_read(what: str, fn: Callable[[], Awaitable[T]]) -> T:
+    """Retry ``fn`` on no-leader / timeout with the transient backoff (reads only: idempotent)."""
+    return await retry_transient(fn, lambda exc: _log.debug("%s: %s", what, exc))
+
+
+async def read_tail(transport: Transport, subject: str) -> StoredMsg | None:
+    """The last record of ``subject`` (None when it has none)."""
+    tail: StoredMsg | None = await retry_read(
+        "tail", lambda: transport.get_last_msg(JOURNAL_STREAM, subject)
+    )
+    return tail
+
+
+def decode_entry(msg: StoredMsg) -> Entry:
+    """``(seq, record)`` of a stored message; :class:`JournalCorrupt` when it does not decode."""
+    try:
+        return msg.seq, decode_record(msg.data)
+    except DecodeError as exc:
+        raise JournalCorrupt(msg.seq, str(exc)) from None
+
+
+async def read_entries(
+    transport: Transport, subject: str, from_seq: int, to_seq: int | None = None
+) -> list[Entry]:
+    """Records of ``subject`` from ``from_seq`` up to ``to_seq`` (the tail when None)."""
+    if to_seq is None:
+        tail = await read_tail(transport, subject)
+        if tail is None:
+            return []
+        to_seq = tail.seq
+    return [decode_entry(msg) for msg in await _read_msgs(transport, subject, from_seq, to_seq)]
+
+
+async def _read_msgs(
+    transport: Transport, subject: str, from_seq: int, to_seq: int
+) -> list[StoredMsg]:
+    out: list[StoredMsg] = []
+    seq = max(from_seq, 1)
+    while seq <= to_seq:
+        page: list[StoredMsg] = await retry_read(
+            "read",
+            functools.partial(
+                transport.read_subject, JOURNAL_STREAM, subject, seq, READ_PAGE_RECORDS
+            ),
+        )
+        for msg in page:
+            if msg.seq > to_seq:
+                return out
+            out.append(msg)
+        if len(page) < READ_PAGE_RECORDS:
+            break
+        seq = page[-1].seq + 1
+    return out
+
+
+async def read_journal_for_audit(
+    transport: Transport, run_id: str, step_id: str
+) -> tuple[list[Entry], list[Unreadable]]:
+    """Every record of one step's journal that decodes, and every one that does not: for the
+    audit, where a bad record is a finding to report with its sequence, not the end of the read
+    (:func:`read_journal` raises :class:`JournalCorrupt` at the first)."""
+    subject = journal_subject(run_id, step_id)
+    tail = await read_tail(transport, subject)
+    if tail is None:
+        return [], []
+    records: list[Entry] = []
+    unreadable: list[Unreadable] = []
+    for msg in await _read_msgs(transport, subject, 1, tail.seq):
+        try:
+            records.append((msg.seq, decode_record(msg.data)))
+        except DecodeError as exc:
+            unreadable.append(Unreadable(msg.seq, str(exc)))
+    return records, unreadable
+
+
+async def read_journal(
+    transport: Transport, run_id: str, step_id: str
+) -> list[tuple[int, JournalRecord]]:
+    """Every record of one step's journal, in order: the one reader every tool shares (never a
+    consumer: one direct get per record)."""
+    return await read_entries(transport, journal_subject(run_id, step_id), 1)
+
+
+async def load_commit_state(transport: Transport, task: TaskIdentity) -> JsonValue:
+    """The state carried by the commit at the task's ``journal_seq`` (None when it has none)."""
+    if task.journal_seq is None:
+        return None
+    try:
+        msg: StoredMsg = await retry_read(
+            "state", lambda: transport.get_msg(JOURNAL_STREAM, task.journal_seq or 0)
+        )
+    except NotFound:
+        raise JournalCorrupt(
+            task.journal_seq, "the commit this task names is missing (purged or expired?)"
+        ) from None
+    seq, rec = decode_entry(msg)
+    if not isinstance(rec, CommitRecord):
+        raise JournalCorrupt(seq, f"expected a commit record, found {rec.TYPE!r}")
+    return rec.state

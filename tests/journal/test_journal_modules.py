@@ -1,0 +1,56 @@
+"""The journal package's shape (issue 11 item 5): one fenced writer, small modules.
+
+Fencing is the most dangerous code of the runtime; a second copy of it could drift from the
+first. Every fenced append (a publish with an expected last subject sequence) outside the
+transport layers is made in ``journal/_fencing.py``, and the handle no longer holds the claim
+protocol, the reads or the tool runner beside its calls.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import dagnats_trio
+
+PACKAGE = Path(dagnats_trio.__file__).parent
+#: The layers that implement the publish itself (they define the keyword, they do not fence).
+TRANSPORT_DIRS = ("transport", "nats")
+#: Lines a journal module may have; the replay rules (pure, one idea) are the named exception.
+MAX_JOURNAL_MODULE_LINES = 450
+ONE_IDEA_MODULES = ("_replay.py",)
+
+
+def _fenced_publishers() -> list[str]:
+    found: list[str] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] in TRANSPORT_DIRS:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and any(
+                kw.arg == "expected_last_subject_seq" for kw in node.keywords
+            ):
+                found.append(f"{rel.as_posix()}:{node.lineno}")
+    return found
+
+
+def test_one_fenced_writer() -> None:
+    found = _fenced_publishers()
+    assert found, "no fenced append found at all: the scan is broken"
+    assert {f.split(":")[0] for f in found} == {"journal/_fencing.py"}, found
+
+
+def test_journal_modules_are_small() -> None:
+    sizes = {
+        p.name: len(p.read_text(encoding="utf-8").splitlines())
+        for p in (PACKAGE / "journal").glob("*.py")
+    }
+    assert "_handle.py" in sizes and "_fencing.py" in sizes
+    too_big = {
+        name: n
+        for name, n in sizes.items()
+        if n > MAX_JOURNAL_MODULE_LINES and name not in ONE_IDEA_MODULES
+    }
+    assert not too_big, too_big
