@@ -5,21 +5,19 @@ the Python SDK (see docs/bridge.md).
 ``create_app(service, inputs, transport, bridge=bridge)``.
 """
 
-from ._bridge import (
-    APPENDABLE,
+from ._bridge import MAX_UNTIL_MS, Bridge
+from ._errors import BridgeError
+from ._http import BRIDGE_OPERATIONS, Endpoint, bridge_endpoints
+from ._lease import Lease
+from ._leases import (
     DEFAULT_MAX_LEASES,
-    JOURNAL_READ_MAX_RECORDS,
     LEASE_KEEP_ACK_WAITS,
     LEASE_LOCK_WAIT_S,
     MAX_POLL_WAIT_S,
-    MAX_UNTIL_MS,
     POLL_FETCH_SLICE_S,
     POLL_MIN_FETCH_S,
-    Bridge,
-    Lease,
 )
-from ._errors import BridgeError
-from ._http import BRIDGE_OPERATIONS, Endpoint, bridge_endpoints
+from ._records import APPENDABLE, JOURNAL_READ_MAX_RECORDS
 from ._views import (
     Appended,
     BridgeJournalEntry,

@@ -1,0 +1,119 @@
+"""The journal as a bridge client sees it: the records it may append (decoded and checked
+before anything is claimed) and the records of its iteration it reads back."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import attrs
+
+from ..protocol import (
+    DecodeError,
+    JournalRecord,
+    JsonPolicyError,
+    JsonValue,
+    ModelRecord,
+    TaskMessage,
+    ToolIntentRecord,
+    ToolOutputRecord,
+    ToolResultRecord,
+    converter,
+    decode_record,
+    encode_json,
+    from_obj,
+)
+from ..protocol.layout import JOURNAL_STREAM, journal_subject
+from ..transport import Transport
+from ._errors import BridgeError, bad_request
+from ._views import BridgeJournalEntry
+
+#: Most records ``journal/read`` returns at once.
+JOURNAL_READ_MAX_RECORDS: Final = 4096
+#: Records asked for per read of the journal subject.
+JOURNAL_READ_PAGE_RECORDS: Final = 256
+
+#: The records a client appends itself; claims and commits are the bridge's.
+APPENDABLE: Final[dict[str, Any]] = {
+    cls.TYPE: cls for cls in (ModelRecord, ToolIntentRecord, ToolOutputRecord, ToolResultRecord)
+}
+#: Filled by the bridge; a body naming them is refused so nobody thinks they are honoured.
+FILLED_FIELDS: Final = ("iteration", "attempt", "claim_id")
+
+
+def compact_json(value: JsonValue, what: str) -> bytes:
+    """``value`` encoded under the JSON policy; a 400 naming ``what`` if it breaks it."""
+    try:
+        return encode_json(value, where=what)
+    except JsonPolicyError as exc:
+        raise bad_request(str(exc), "invalid_json") from None
+
+
+def decode_append(raw: dict[str, JsonValue]) -> JournalRecord:
+    """The client's record, with placeholders where the bridge fills in its claim."""
+    kind = raw.get("type")
+    if kind in ("claim", "commit", "input.placed"):
+        how = {
+            "claim": "journal/read or journal/append claims",
+            "commit": "complete, fail, continue and pause commit",
+            "input.placed": "inputs/place claims each input and records it",
+        }[str(kind)]
+        raise bad_request(f"a client does not append {kind!r} records: {how}", "invalid_record")
+    cls = APPENDABLE.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        allowed = ", ".join(sorted(APPENDABLE))
+        raise bad_request(f"type must be one of {allowed}, got {kind!r}", "invalid_record")
+    named = [k for k in FILLED_FIELDS if k in raw]
+    if named:
+        raise bad_request(
+            f"{', '.join(named)} must not be sent: the bridge fills them from the lease",
+            "invalid_record",
+        )
+    fields = {f.name for f in attrs.fields(cls)}
+    unknown = sorted(k for k in raw if k != "type" and k not in fields)
+    if unknown:
+        allowed = ", ".join(sorted(fields - set(FILLED_FIELDS)))
+        raise bad_request(
+            f"unknown field(s) {', '.join(unknown)} for {kind!r}; allowed: {allowed}",
+            "invalid_record",
+        )
+    if cls is ToolIntentRecord and "key" not in raw:
+        raw = {**raw, "key": ""}
+    placeholder = {**raw, "iteration": 0, "attempt": 0, "claim_id": ""}
+    try:
+        record: JournalRecord = from_obj(placeholder, JournalRecord, f"{kind} record")
+    except DecodeError as exc:
+        raise bad_request(str(exc), "invalid_record") from None
+    call = getattr(record, "call", 0)
+    if call < 0:
+        raise bad_request(f"call must be >= 0, got {call}", "invalid_record")
+    return record
+
+
+async def iteration_records(
+    transport: Transport, t: TaskMessage, to_seq: int
+) -> tuple[list[BridgeJournalEntry], bool]:
+    """The records of the task's iteration up to ``to_seq`` (its claim), and whether the list
+    was cut at :data:`JOURNAL_READ_MAX_RECORDS`."""
+    subject = journal_subject(t.run_id, t.step_id)
+    out: list[BridgeJournalEntry] = []
+    seq = max(t.journal_seq or 1, 1)
+    while seq <= to_seq:
+        page = await transport.read_subject(JOURNAL_STREAM, subject, seq, JOURNAL_READ_PAGE_RECORDS)
+        for msg in page:
+            if msg.seq > to_seq:
+                return out, False
+            try:
+                rec = decode_record(msg.data)
+            except DecodeError as exc:
+                raise BridgeError(
+                    500, "journal_corrupt", f"journal record {msg.seq} is unreadable: {exc}"
+                ) from None
+            if rec.iteration != t.dispatch.iteration:
+                continue
+            if len(out) >= JOURNAL_READ_MAX_RECORDS:
+                return out, True
+            out.append(BridgeJournalEntry(msg.seq, converter.unstructure(rec, JournalRecord)))
+        if len(page) < JOURNAL_READ_PAGE_RECORDS:
+            break
+        seq = page[-1].seq + 1
+    return out, False
