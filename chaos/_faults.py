@@ -39,7 +39,7 @@ from dagnats_trio.transport import (
     TransportError,
     TransportTimeout,
 )
-from dagnats_trio.transport._sim import subject_matches
+from dagnats_trio.transport._sim_subjects import subject_matches
 
 log = logging.getLogger("chaos")
 

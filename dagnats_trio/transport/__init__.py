@@ -38,21 +38,22 @@ from ._retry import (
     TransientRetry,
     retry_transient,
 )
-from ._sim import SimDelivery, SimFaults, SimServer, SimTransport, open_sim_transport
+from ._sim import SimTransport, open_sim_transport
+from ._sim_delivery import SimDelivery
+from ._sim_faults import SimFaults
+from ._sim_server import SimServer
 
 if TYPE_CHECKING:
-    from ._nats import NatsDelivery, NatsTransport, open_nats_py_transport
+    from ._nats import NatsDelivery, NatsTransport
+    from ._nats_connect import open_nats_py_transport
     from ._trio_nats import TrioNatsDelivery, TrioNatsTransport, open_trio_nats_transport
 else:
     # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
-            "._nats": (
-                "NatsDelivery",
-                "NatsTransport",
-                "open_nats_py_transport",
-            ),
+            "._nats": ("NatsDelivery", "NatsTransport"),
+            "._nats_connect": ("open_nats_py_transport",),
             "._trio_nats": (
                 "TrioNatsDelivery",
                 "TrioNatsTransport",

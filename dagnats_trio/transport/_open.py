@@ -48,7 +48,7 @@ async def open_nats_transport(
     closed when the block ends. Both reconnect for as long as an outage lasts."""
     chosen = parse_client(client)
     if chosen == "nats-py":
-        from ._nats import open_nats_py_transport
+        from ._nats_connect import open_nats_py_transport
 
         async with open_nats_py_transport(
             url_or_urls,

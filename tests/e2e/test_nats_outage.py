@@ -41,7 +41,7 @@ TASK: Final = "outage_agent"
 WORKFLOW: Final = "outage-wf"
 #: Where each client says that NATS is unreachable and that it is back.
 TRANSPORT_LOGGER: Final = {
-    "nats-py": "dagnats_trio.transport._nats",
+    "nats-py": "dagnats_trio.transport._nats_connect",
     "native": "dagnats_trio.nats._connection",
 }
 

@@ -12,7 +12,7 @@ import trio
 
 from dagnats_trio.protocol.layout import HISTORY_STREAM, history_subject
 from dagnats_trio.transport import ConsumerConfig, NatsTransport
-from dagnats_trio.transport._nats import _PullInbox, _PullRequest
+from dagnats_trio.transport._nats_pull import PullInbox, PullRequest
 
 #: Bound on each test.
 TEST_BOUND_S = 10.0
@@ -83,8 +83,8 @@ async def test_a_waiting_fetch_wakes_on_the_first_message(nats_transport: NatsTr
 
 
 def test_pull_inbox_counts_deliveries_against_the_oldest_request() -> None:
-    inbox = _PullInbox("_INBOX.x", "$JS.API.CONSUMER.MSG.NEXT.S.D")
-    first, second = _PullRequest(2), _PullRequest(5)
+    inbox = PullInbox("_INBOX.x", "$JS.API.CONSUMER.MSG.NEXT.S.D")
+    first, second = PullRequest(2), PullRequest(5)
     inbox.open.extend([first, second])
     m1, m2, m3 = (_Msg(f"$JS.ACK.{i}") for i in range(3))
     for m in (m1, m2, m3):
@@ -96,15 +96,15 @@ def test_pull_inbox_counts_deliveries_against_the_oldest_request() -> None:
     assert list(inbox.open) == [] and inbox.failure is None
     taken: list[Any] = [*inbox.take(2), None, *inbox.take(2), None, *inbox.take(2)]
     assert taken == [m1, m2, None, m3, None]
-    inbox.open.append(_PullRequest(1))
+    inbox.open.append(PullRequest(1))
     failure = _Msg("", {"Status": "503"})
     inbox.deliver(failure)  # type: ignore[arg-type]
     assert inbox.failure is failure and not inbox.open
 
 
 def test_pull_inbox_forgets_expired_requests_up_to_one() -> None:
-    inbox = _PullInbox("_INBOX.x", "$JS.API.CONSUMER.MSG.NEXT.S.D")
-    a, b, c = _PullRequest(1), _PullRequest(1), _PullRequest(1)
+    inbox = PullInbox("_INBOX.x", "$JS.API.CONSUMER.MSG.NEXT.S.D")
+    a, b, c = PullRequest(1), PullRequest(1), PullRequest(1)
     inbox.open.extend([a, b, c])
     inbox.forget_through(b)
     assert list(inbox.open) == [c]
