@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import random as random_module
 import ssl
 from collections import deque
@@ -42,7 +43,7 @@ from ._handshake import ClientSettings, handshake
 from ._headers import NO_RESPONDERS_STATUS, Headers
 from ._mux import RequestMux
 from ._nuid import new_inbox
-from ._outbox import Outbox
+from ._outbox import Outbox, direct_fd
 from ._parser import NeedData
 from ._protocol import ClientProtocol
 from ._servers import ServerAddress, ServerList, parse_servers
@@ -211,13 +212,19 @@ class Connection:
         :class:`NoRespondersError` if nobody listens; :class:`NatsTimeoutError` after
         ``timeout_s``."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        token, reply, slot = self._mux.open()
+        deadline = trio.current_time() + timeout_s
+        token, reply, slot = self._mux.open(deadline)
         try:
             data = self._encode_pub(subject, payload, reply, headers)
-            with trio.move_on_after(timeout_s):
-                await self._outbox.wait_for_room(len(data), self._check_open)
+            if self._outbox.has_room(len(data)):
+                # The common case: no cancel scope of our own (the mux times the request out).
                 self._queue(data)
                 await slot.done.wait()
+            else:
+                with trio.move_on_at(deadline):
+                    await self._outbox.wait_for_room(len(data), self._check_open)
+                    self._queue(data)
+                    await slot.done.wait()
         finally:
             self._mux.forget(token)
         msg = slot.msg
@@ -359,6 +366,10 @@ class Connection:
         scope.cancel()
 
     async def _reader(self, stream: trio.abc.Stream) -> None:
+        fd = direct_fd(stream)
+        if fd is not None:
+            await self._read_fd(fd)
+            return
         protocol = self._wire
         while True:
             for event in self._events(protocol):
@@ -367,6 +378,31 @@ class Connection:
             if not data:
                 raise ConnectionLostError("the server closed the connection")
             protocol.receive_data(data)
+
+    async def _read_fd(self, fd: int) -> None:
+        """The reader on a plain TCP socket: wait until it is readable, then one non-blocking
+        ``os.read`` (cheaper than ``receive_some``, which tries a read first, fails with
+        EAGAIN when the reply is not there yet, and only then waits). After a full chunk more
+        is likely waiting, so it reads again before waiting."""
+        protocol = self._wire
+        full = False
+        while True:
+            for event in self._events(protocol):
+                self._dispatch(event)
+            if not full:
+                await trio.lowlevel.wait_readable(fd)
+            try:
+                data = os.read(fd, READ_CHUNK_BYTES)
+            except BlockingIOError:
+                full = False
+                continue
+            if not data:
+                raise ConnectionLostError("the server closed the connection")
+            full = len(data) == READ_CHUNK_BYTES
+            protocol.receive_data(data)
+            if full:
+                # A busy socket must not starve the other tasks: a checkpoint per chunk.
+                await trio.lowlevel.checkpoint()
 
     @staticmethod
     def _events(protocol: ClientProtocol) -> list[object]:
@@ -542,6 +578,7 @@ async def open_connection(
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(conn._supervise, first)
+            nursery.start_soon(conn._mux.run_deadlines)
             try:
                 yield conn
                 await conn.drain(timeout_s=drain_timeout_s)

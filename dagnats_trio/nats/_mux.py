@@ -2,27 +2,42 @@
 and the reader routes each reply to its waiting caller by the last token of its subject.
 
 One subscription for all requests (as nats-py does) keeps a request to one PUB frame: no SUB and
-UNSUB per call. Not thread-safe and not async: the connection's tasks share one Trio thread.
+UNSUB per call. Request deadlines live here too, in one heap watched by one task
+(:meth:`RequestMux.run_deadlines`), instead of a cancel scope per request: entering and leaving
+a scope with a deadline was the largest single cost of a request in Python. Not thread-safe: the
+connection's tasks share one Trio thread.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
+import math
 from typing import final
+
+import trio
 
 from ._events import Msg
 from ._nuid import new_inbox
 from ._waiters import ReplySlot
 
+#: Stale heap entries (answered requests) tolerated beyond twice the live ones before the heap
+#: is rebuilt; rebuilding costs one pass, so this keeps it rare and the heap small.
+_HEAP_SLACK_ENTRIES = 64
+
 
 @final
 class RequestMux:
-    """Tokens, reply subjects and the slots of requests in flight."""
+    """Tokens, reply subjects, deadlines and the slots of requests in flight."""
 
     def __init__(self) -> None:
         self._inbox = new_inbox()
         self._tokens = itertools.count(1)
         self._slots: dict[str, ReplySlot] = {}
+        self._deadlines: list[tuple[float, str]] = []
+        # The deadline watcher's alarm: a scope whose deadline is the earliest pending one. A
+        # scope not yet entered (before the watcher starts) keeps a deadline set on it.
+        self._alarm = trio.CancelScope()
 
     @property
     def subject(self) -> str:
@@ -34,16 +49,24 @@ class RequestMux:
         """Requests waiting for their reply."""
         return len(self._slots)
 
-    def open(self) -> tuple[str, str, ReplySlot]:
-        """A new request: its token (for :meth:`forget`), its reply subject and its slot."""
+    def open(self, deadline: float) -> tuple[str, str, ReplySlot]:
+        """A new request, timed out at ``deadline`` (Trio clock): its token (for
+        :meth:`forget`), its reply subject and its slot. At the deadline the slot is woken with
+        no reply."""
         token = format(next(self._tokens), "x")
         slot = ReplySlot()
         self._slots[token] = slot
+        heapq.heappush(self._deadlines, (deadline, token))
+        if deadline < self._alarm.deadline:
+            self._alarm.deadline = deadline
         return token, f"{self._inbox}.{token}", slot
 
     def forget(self, token: str) -> None:
         """The request is over (answered, timed out or cancelled): later replies are dropped."""
         del self._slots[token]
+        if len(self._deadlines) > 2 * len(self._slots) + _HEAP_SLACK_ENTRIES:
+            self._deadlines = [entry for entry in self._deadlines if entry[1] in self._slots]
+            heapq.heapify(self._deadlines)
 
     def deliver(self, msg: Msg) -> None:
         """A reply from the mux subscription; the first for a token wins, strays are dropped."""
@@ -56,3 +79,22 @@ class RequestMux:
         """The connection closed: every waiting request wakes with no reply."""
         for slot in self._slots.values():
             slot.done.set()
+
+    async def run_deadlines(self) -> None:
+        """The deadline watcher (one task for the connection's life): sleep until the earliest
+        deadline, wake the requests whose deadline passed, repeat."""
+        while True:
+            with trio.CancelScope(deadline=self._earliest()) as alarm:
+                self._alarm = alarm
+                await trio.sleep_forever()
+            now = trio.current_time()
+            while self._deadlines and self._deadlines[0][0] <= now:
+                _, token = heapq.heappop(self._deadlines)
+                slot = self._slots.get(token)
+                if slot is not None:
+                    slot.done.set()
+
+    def _earliest(self) -> float:
+        while self._deadlines and self._deadlines[0][1] not in self._slots:
+            heapq.heappop(self._deadlines)
+        return self._deadlines[0][0] if self._deadlines else math.inf

@@ -20,6 +20,14 @@ from ._encoder import PING_BYTES
 from ._shell_errors import NatsTimeoutError
 
 
+def direct_fd(stream: trio.abc.Stream) -> int | None:
+    """The file descriptor of ``stream`` when bytes may be written to and read from it
+    directly: a plain TCP socket on POSIX (TLS frames its own records); else ``None``."""
+    if isinstance(stream, trio.SocketStream) and os.name == "posix":
+        return stream.socket.fileno()
+    return None
+
+
 @final
 class Outbox:
     """One connection's outgoing buffer and its writer."""
@@ -45,11 +53,13 @@ class Outbox:
     def attach(self, stream: trio.abc.Stream, first: bytes) -> None:
         """A new socket: ``first`` (the resubscriptions) goes out before anything queued.
         Direct writes only on a plain TCP socket on POSIX (TLS frames its own records)."""
-        self._fd = None
-        if isinstance(stream, trio.SocketStream) and os.name == "posix":
-            self._fd = stream.socket.fileno()
+        self._fd = direct_fd(stream)
         self._out = bytearray(first) + self._out
         self._ready.set()
+
+    def has_room(self, size: int) -> bool:
+        """Whether ``size`` more bytes may be queued now (an empty buffer takes any frame)."""
+        return len(self._out) + size <= MAX_PENDING_BYTES or not self._out
 
     def detach(self) -> None:
         """The socket is gone: queue everything until the next one."""
@@ -79,7 +89,7 @@ class Outbox:
         """Wait until ``size`` more bytes fit under :data:`MAX_PENDING_BYTES` (an empty buffer
         always takes one frame); :class:`NatsTimeoutError` after :data:`PENDING_TIMEOUT_S`.
         ``check_open`` raises once the connection is closed."""
-        if len(self._out) + size <= MAX_PENDING_BYTES or not self._out:
+        if self.has_room(size):
             return
         with trio.move_on_after(PENDING_TIMEOUT_S):
             while len(self._out) + size > MAX_PENDING_BYTES and self._out:

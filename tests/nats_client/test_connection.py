@@ -14,6 +14,7 @@ import trio
 
 from dagnats_trio.nats import (
     NO_RESPONDERS_STATUS,
+    READ_CHUNK_BYTES,
     RECONNECT_BACKOFF_BASE_S,
     RECONNECT_BACKOFF_MAX_S,
     AuthorizationError,
@@ -104,6 +105,47 @@ async def test_a_request_nobody_answers_times_out(nats_url: str) -> None:
         with pytest.raises(NatsTimeoutError, match=r"no answer within 0\.2 s"):
             await conn.request(subject, b"?", timeout_s=0.2)
         assert conn.stats().pending_requests == 0
+
+
+async def test_a_short_request_times_out_on_time_behind_a_long_one(nats_url: str) -> None:
+    """Request deadlines are kept by the connection (one watcher, not a scope per request): a
+    later request with an earlier deadline still times out at its own deadline, and the long
+    one, still waiting, then gets its answer."""
+    subject = unique("nc.deadlines")
+    async with open_connection(nats_url) as conn, conn.subscribe(subject) as sub:
+        answers: list[bytes] = []
+        async with trio.open_nursery() as nursery:
+
+            async def long_request() -> None:
+                answers.append((await conn.request(subject, b"long", timeout_s=WAIT_S)).payload)
+
+            nursery.start_soon(long_request)
+            with trio.fail_after(WAIT_S):
+                first = await sub.next_msg()
+            assert first.payload == b"long"
+            started = trio.current_time()
+            with pytest.raises(NatsTimeoutError, match=r"no answer within 0\.2 s"):
+                await conn.request(subject, b"short", timeout_s=0.2)
+            waited = trio.current_time() - started
+            assert 0.2 <= waited < WAIT_S / 2, waited
+            assert conn.stats().pending_requests == 1  # the long one waits on
+            assert first.reply is not None
+            await conn.publish(first.reply, b"answered")
+        assert answers == [b"answered"]
+        assert conn.stats().pending_requests == 0
+
+
+async def test_messages_larger_than_a_read_chunk_arrive_whole(nats_url: str) -> None:
+    """The reader reads the socket in chunks of READ_CHUNK_BYTES and reads again at once after
+    a full one: messages of several chunks, back to back, arrive whole and in order."""
+    subject = unique("nc.big")
+    payloads = [bytes([65 + i]) * (READ_CHUNK_BYTES * 3 + i) for i in range(4)]
+    async with open_connection(nats_url) as conn, conn.subscribe(subject) as sub:
+        for payload in payloads:
+            await conn.publish(subject, payload)
+        with trio.fail_after(WAIT_S):
+            got = [(await sub.next_msg()).payload for _ in payloads]
+    assert got == payloads
 
 
 async def test_no_responders_status_arrives_as_a_status_line(nats_url: str) -> None:
