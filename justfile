@@ -32,3 +32,7 @@ install-browser:
 # refresh the console's screenshots in docs/console/ (taken by its browser tests)
 screenshots:
     DAGNATS_CONSOLE_SHOTS=docs uv run --frozen pytest -q -p no:cacheprovider tests/console
+
+# delete each guard in turn on a scratch copy and run the tests that must catch it (tools/guards.py)
+guards *ARGS:
+    uv run --frozen python tools/guards.py {{ARGS}}
