@@ -351,7 +351,7 @@ GUARDS: tuple[Guard, ...] = (
     ),
     _g(
         "Model: read the tail first",
-        "Journal.model: deleted `await self._check_tail()` before the call",
+        "Journal.model: the tail check before the call replaced by a bare checkpoint",
         [
             (
                 "await self._writer.check_tail()",
