@@ -28,7 +28,7 @@ from .api import Service
 from .api.rest import create_app
 from .api.server import DEFAULT_LISTEN_BACKLOG, ApiServer, check_backlog
 from .bridge import Bridge
-from .engine import Engine
+from .engine import Engine, ensure_run_index
 from .inputs import InputsEndpoints, InputsService
 from .journal import (
     DEFAULT_RESTART_LIMIT,
@@ -362,9 +362,14 @@ class Host:
             open_nats_transport(list(urls), name=cfg.client_name, client=cfg.client) as transport,
             trio.open_nursery() as nursery,
         ):
-            with trio.fail_after(HOST_START_TIMEOUT_S):
-                if cfg.provision:
+            if cfg.provision:
+                with trio.fail_after(HOST_START_TIMEOUT_S):
                     await _provision_when_ready(transport, cfg.replicas)
+                # Before anything serves, so runs stored before the run index existed are
+                # indexed ahead of new ones. Not under the start deadline: the first start after
+                # an upgrade walks the whole store once; later starts read one key.
+                await ensure_run_index(transport)
+            with trio.fail_after(HOST_START_TIMEOUT_S):
                 service = Service(transport, env=self.env)
                 inputs = InputsService(transport, env=self.env)
                 engine: Engine | None = None

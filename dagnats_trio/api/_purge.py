@@ -1,6 +1,6 @@
 """Purging a finished run: every message and key the run left in NATS, child runs included.
 
-A run's traces are spread over four streams and five buckets (see ``protocol.layout``). Which
+A run's traces are spread over six streams and five buckets (see ``protocol.layout``). Which
 subjects and keys belong to a run follows from its snapshot alone (its steps, their task types,
 its idempotency key, its sub-workflow children), so the plan is a pure function of the snapshot
 (:func:`plan_purge`) and the shell (:func:`execute_plan`) only carries it out.
@@ -94,6 +94,14 @@ def child_runs(snapshot: RunSnapshot) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
+def _index_subjects(run: str) -> tuple[StreamSubject, ...]:
+    """The run's entry in the run index and its active marker (see ``engine._run_index``)."""
+    return (
+        StreamSubject(layout.RUN_INDEX_STREAM, layout.run_index_subject(run)),
+        StreamSubject(layout.RUN_ACTIVE_STREAM, layout.run_active_subject(run)),
+    )
+
+
 def plan_purge(
     snapshot: RunSnapshot, definition: WorkflowDef | None, idempotency_kv_key: str | None
 ) -> PurgePlan:
@@ -109,7 +117,10 @@ def plan_purge(
         if definition is not None
         else set()
     )
-    subjects = [StreamSubject(layout.HISTORY_STREAM, layout.history_subject(run))]
+    subjects = [
+        StreamSubject(layout.HISTORY_STREAM, layout.history_subject(run)),
+        *_index_subjects(run),
+    ]
     subjects += [StreamSubject(layout.TASK_STREAM, layout.task_subject(t, run)) for t in task_types]
     for sid in step_ids:
         subjects.append(StreamSubject(layout.TIMER_STREAM, layout.timer_subject(run, sid)))
@@ -191,5 +202,8 @@ async def execute_plan(transport: Transport, plan: PurgePlan) -> None:
 
 async def purge_orphan(transport: Transport, run_id: str) -> None:
     """A child run with no snapshot can only have its ``workflow.started`` (and a cancel) in
-    history: the engine writes the snapshot before it dispatches anything."""
+    history, and its index entry (written just before a snapshot that a crash prevented): the
+    engine writes the snapshot before it dispatches anything."""
     await transport.purge_subject(layout.HISTORY_STREAM, layout.history_subject(run_id))
+    for s in _index_subjects(run_id):
+        await transport.purge_subject(s.stream, s.subject)

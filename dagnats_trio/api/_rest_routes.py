@@ -123,7 +123,7 @@ API_ROUTES: tuple[RouteDoc, ...] = (
         "GET",
         "/runs",
         "list_runs",
-        "Runs in run-id order, filtered and paged.",
+        "Runs newest first (by start), filtered and paged by a cursor.",
         params=(
             Param("workflow", "query", "Only runs of this workflow."),
             Param(

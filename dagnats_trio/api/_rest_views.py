@@ -136,7 +136,9 @@ class RunSummary:
 @final
 @attrs.frozen
 class RunList:
-    """``next_cursor`` goes back as ``cursor`` for the next page; None on the last page."""
+    """Runs newest first. ``next_cursor`` goes back as ``cursor`` (with the same filters) for the
+    next, older page; None on the last page. A filtered page may hold fewer runs than asked
+    while ``next_cursor`` is set: one request examines a bounded number of runs."""
 
     runs: tuple[RunSummary, ...]
     next_cursor: str | None

@@ -17,7 +17,7 @@ import trio
 
 from .._env import DEFAULT_ENV, RuntimeEnv
 from ..dag import WorkflowDef
-from ..engine import RunSnapshot, decode_snapshot, write_first_snapshot
+from ..engine import RunSnapshot, decode_snapshot, ensure_run_index, write_first_snapshot
 from ..protocol import (
     CancelRequested,
     DecodeError,
@@ -35,6 +35,7 @@ from ..protocol import (
 )
 from ..transport import KeyExists, Transport
 from ._purge import collect_tree, execute_plan, plan_purge, purge_orphan
+from ._run_list import BadCursor, list_runs_page
 
 #: Most runs one ``list_runs`` call returns.
 LIST_RUNS_LIMIT_MAX = 1_000
@@ -114,6 +115,10 @@ class Service:
     def __init__(self, transport: Transport, env: RuntimeEnv = DEFAULT_ENV) -> None:
         self.transport = transport
         self.env = env
+        # Stores from before the run index get it once (engine.ensure_run_index); hosts do it
+        # at start, this is for services embedded without one.
+        self._index_ready = False
+        self._index_lock = trio.Lock()
 
     # --- workflows -----------------------------------------------------------------------------
 
@@ -202,7 +207,8 @@ class Service:
         limit: int = LIST_RUNS_LIMIT_DEFAULT,
         cursor: str | None = None,
     ) -> RunPage:
-        """Runs in run-id order, filtered; ``cursor`` is the last run id of the previous page."""
+        """Runs newest first (by start), filtered; ``cursor`` is ``next_cursor`` of the previous
+        page (with the same filters). See :mod:`._run_list` for how a page is read."""
         if not 1 <= limit <= LIST_RUNS_LIMIT_MAX:
             raise InvalidRequest(f"limit must be between 1 and {LIST_RUNS_LIMIT_MAX}")
         wanted: RunStatus | None
@@ -211,29 +217,18 @@ class Service:
         except ValueError:
             names = ", ".join(s.value for s in RunStatus)
             raise InvalidRequest(f"unknown status {status!r} (one of {names})") from None
-        keys = await self.transport.kv_keys(layout.RUNS_BUCKET, RUN_KEY_PREFIX)
-        runs: list[RunSnapshot] = []
-        last: str | None = None
-        for key in keys:
-            run_id = key[len(RUN_KEY_PREFIX) :]
-            if cursor is not None and run_id <= cursor:
-                continue
-            if len(runs) == limit:
-                return RunPage(tuple(runs), last)
-            entry = await self.transport.kv_get(layout.RUNS_BUCKET, key)
-            last = run_id
-            if entry is None or entry.value is None:
-                continue
-            try:
-                snap = decode_snapshot(entry.value)
-            except DecodeError:
-                continue
-            if workflow is not None and snap.workflow != workflow:
-                continue
-            if wanted is not None and snap.status is not wanted:
-                continue
-            runs.append(snap)
-        return RunPage(tuple(runs), None)
+        if not self._index_ready:
+            async with self._index_lock:
+                if not self._index_ready:
+                    await ensure_run_index(self.transport)
+                    self._index_ready = True
+        try:
+            page = await list_runs_page(
+                self.transport, workflow=workflow, status=wanted, limit=limit, cursor=cursor
+            )
+        except BadCursor as exc:
+            raise InvalidRequest(str(exc)) from None
+        return RunPage(page.runs, page.next_cursor)
 
     async def cancel_run(self, run_id: str, reason: str = "cancelled") -> RunSnapshot:
         """Ask the engine to cancel; returns the snapshot as it was (cancel is asynchronous)."""

@@ -42,6 +42,7 @@ from .snapshot import (
 )
 
 if TYPE_CHECKING:
+    from ._run_index import drop_active, ensure_run_index, index_entry, index_run
     from ._shell import (
         ENGINE_ACK_WAIT_S,
         LEGACY_ENV_VAR,
@@ -58,6 +59,7 @@ else:
         __name__,
         {
             "._store": ("create_snapshot", "write_first_snapshot"),
+            "._run_index": ("drop_active", "ensure_run_index", "index_entry", "index_run"),
             "._shell": (
                 "ENGINE_ACK_WAIT_S",
                 "LEGACY_ENV_VAR",
@@ -104,7 +106,11 @@ __all__ = [
     "create_snapshot",
     "decide",
     "decode_snapshot",
+    "drop_active",
     "encode_snapshot",
+    "ensure_run_index",
+    "index_entry",
+    "index_run",
     "legacy_from_env",
     "new_run_snapshot",
     "timer_id",

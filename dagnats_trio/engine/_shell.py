@@ -46,6 +46,7 @@ from ..transport import (
     Transport,
     TransportError,
 )
+from ._run_index import drop_active
 from ._store import create_snapshot
 from .core import AdvanceContext, decide
 from .effects import (
@@ -370,9 +371,17 @@ class Engine:
         if old is None:
             return await create_snapshot(self.transport, new)
         data = encode_snapshot(new)
-        return await self.transport.kv_update(
+        saved = await self.transport.kv_update(
             layout.RUNS_BUCKET, layout.run_key(new.run_id), data, rev
         )
+        if new.status.finished and not old.status.finished:
+            # After the save (see _run_index); a marker left by a failure here is stale, not
+            # wrong: the next listing that meets it checks the snapshot and removes it.
+            try:
+                await drop_active(self.transport, new.run_id)
+            except TransportError as exc:
+                log.warning("run %s: active marker not removed (%s)", new.run_id, exc)
+        return saved
 
     def _remember(self, snap: RunSnapshot, rev: int) -> None:
         if snap.status.finished:

@@ -60,7 +60,14 @@ from .records import (
     encode_record,
     record_headers,
 )
-from .runs import RunHeader, RunStatus, decode_run_header
+from .runs import (
+    RunHeader,
+    RunIndexEntry,
+    RunStatus,
+    decode_run_header,
+    decode_run_index_entry,
+    encode_run_index_entry,
+)
 from .tasks import TaskMessage, decode_task, encode_task
 
 __all__ = [
@@ -90,6 +97,7 @@ __all__ = [
     "Replay",
     "RunEvent",
     "RunHeader",
+    "RunIndexEntry",
     "RunStatus",
     "SignalSent",
     "StepCompleted",
@@ -111,10 +119,12 @@ __all__ = [
     "decode_json",
     "decode_record",
     "decode_run_header",
+    "decode_run_index_entry",
     "decode_task",
     "encode_event",
     "encode_json",
     "encode_record",
+    "encode_run_index_entry",
     "encode_task",
     "from_json",
     "from_obj",

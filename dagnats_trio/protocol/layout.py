@@ -12,6 +12,11 @@ HISTORY_STREAM = "WORKFLOW_HISTORY"
 TASK_STREAM = "TASK_QUEUES"
 TIMER_STREAM = "SLEEP_TIMERS"
 JOURNAL_STREAM = "AGENT_JOURNAL"
+#: One message per run, written when it is created: the stream sequence is the start order.
+RUN_INDEX_STREAM = "RUN_INDEX"
+#: One message per run that may be running (removed when it finishes): what ``?status=running``
+#: reads, so it costs what the running runs cost.
+RUN_ACTIVE_STREAM = "RUN_ACTIVE"
 
 DEFS_BUCKET = "workflow_defs"
 RUNS_BUCKET = "workflow_runs"
@@ -63,6 +68,21 @@ def preview_subject(run_id: str, step_id: str) -> str:
     return f"preview.{run_id}.{step_id}"
 
 
+def run_index_subject(run_id: str) -> str:
+    return f"runindex.{run_id}"
+
+
+def run_active_subject(run_id: str) -> str:
+    return f"runactive.{run_id}"
+
+
+#: Every subject of :data:`RUN_INDEX_STREAM` / :data:`RUN_ACTIVE_STREAM`.
+RUN_INDEX_FILTER = "runindex.*"
+RUN_ACTIVE_FILTER = "runactive.*"
+#: Key in ``workflow_runs`` that says every run stored before the index existed is in it.
+RUN_INDEX_COMPLETE_KEY = "meta.run_index"
+
+
 def run_key(run_id: str) -> str:
     return f"run.{run_id}"
 
@@ -86,6 +106,11 @@ __all__ = [
     "JOURNAL_MAX_AGE_S",
     "JOURNAL_STREAM",
     "RUNS_BUCKET",
+    "RUN_ACTIVE_FILTER",
+    "RUN_ACTIVE_STREAM",
+    "RUN_INDEX_COMPLETE_KEY",
+    "RUN_INDEX_FILTER",
+    "RUN_INDEX_STREAM",
     "SIGNALS_BUCKET",
     "TASK_STREAM",
     "TIMER_DURABLE",
@@ -95,6 +120,8 @@ __all__ = [
     "history_subject",
     "journal_subject",
     "preview_subject",
+    "run_active_subject",
+    "run_index_subject",
     "run_key",
     "signal_key",
     "task_filter",

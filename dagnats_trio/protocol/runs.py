@@ -7,7 +7,7 @@ from typing import final
 
 import attrs
 
-from ._codec import from_json
+from ._codec import from_json, to_json
 
 
 class RunStatus(enum.Enum):
@@ -33,3 +33,29 @@ class RunHeader:
 
 def decode_run_header(data: bytes) -> RunHeader:
     return from_json(data, RunHeader, "run snapshot")
+
+
+@final
+@attrs.frozen
+class RunIndexEntry:
+    """A run's line in the run index (stream ``RUN_INDEX`` at ``runindex.{run}``, and while the
+    run may be running, stream ``RUN_ACTIVE`` at ``runactive.{run}``).
+
+    Written once, when the run's first snapshot is created, so the index stream's sequence is
+    the runs' start order and a page of runs, newest first, is read from its end. It carries what
+    a listing filters on without reading the snapshot (the workflow); the status lives in the
+    snapshot, which stays the truth.
+    """
+
+    run_id: str
+    workflow: str
+    created_at_ms: int
+
+
+def encode_run_index_entry(entry: RunIndexEntry) -> bytes:
+    return to_json(entry)
+
+
+def decode_run_index_entry(data: bytes) -> RunIndexEntry:
+    """Raises :class:`DecodeError` on anything that is not an index entry."""
+    return from_json(data, RunIndexEntry, "run index entry")

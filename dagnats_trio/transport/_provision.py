@@ -10,6 +10,10 @@ from dagnats_trio.protocol.layout import (
     INPUTS_BUCKET,
     JOURNAL_MAX_AGE_S,
     JOURNAL_STREAM,
+    RUN_ACTIVE_FILTER,
+    RUN_ACTIVE_STREAM,
+    RUN_INDEX_FILTER,
+    RUN_INDEX_STREAM,
     RUNS_BUCKET,
     SIGNALS_BUCKET,
     TASK_STREAM,
@@ -23,6 +27,8 @@ STREAMS: tuple[StreamSpec, ...] = (
     StreamSpec(TASK_STREAM, ("task.*.*",), work_queue=True),
     StreamSpec(TIMER_STREAM, ("sleep.*.*",), work_queue=True),
     StreamSpec(JOURNAL_STREAM, ("journal.*.*",), max_age_s=JOURNAL_MAX_AGE_S),
+    StreamSpec(RUN_INDEX_STREAM, (RUN_INDEX_FILTER,)),
+    StreamSpec(RUN_ACTIVE_STREAM, (RUN_ACTIVE_FILTER,)),
 )
 
 BUCKETS: tuple[BucketSpec, ...] = (

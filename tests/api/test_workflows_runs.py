@@ -181,10 +181,10 @@ async def test_idempotency_key_returns_the_same_run(api: Stack) -> None:
 async def test_list_runs_filters_and_pages(api: Stack) -> None:
     name = unique("wf")
     await api.service.register_workflow({"name": name, "steps": [{"id": "s", "task": "never"}]})
-    started = set()
+    started = []
     for i in range(3):
         r = await api.client.post("/runs", json={"workflow": name, "input": i})
-        started.add(r.json()["run_id"])
+        started.append(r.json()["run_id"])
 
     seen: list[str] = []
     cursor: str | None = None
@@ -201,8 +201,7 @@ async def test_list_runs_filters_and_pages(api: Stack) -> None:
         cursor = page["next_cursor"]
         if cursor is None:
             break
-    assert sorted(seen) == sorted(started)
-    assert seen == sorted(seen)
+    assert seen == started[::-1]  # newest first (issue 13), across pages
 
     r = await api.client.get("/runs", params={"workflow": name, "status": "completed"})
     assert r.status_code == 200
@@ -210,7 +209,14 @@ async def test_list_runs_filters_and_pages(api: Stack) -> None:
     r = await api.client.get("/runs", params={"workflow": name, "status": "running"})
     assert len(r.json()["runs"]) == 3
 
-    for bad in ({"status": "sleeping"}, {"limit": "0"}, {"limit": "x"}, {"colour": "red"}):
+    for bad in (
+        {"status": "sleeping"},
+        {"limit": "0"},
+        {"limit": "x"},
+        {"colour": "red"},
+        {"cursor": "x1"},
+        {"status": "running", "cursor": "i5"},
+    ):
         r = await api.client.get("/runs", params=bad)
         assert r.status_code == 400, bad
 

@@ -106,9 +106,9 @@ async def test_list_runs_filters_and_pages(nats_transport: NatsTransport) -> Non
     service = Service(nats_transport)
     name = uid("wf")
     await service.register_workflow({"name": name, "steps": [{"id": "a", "task": uid("t")}]})
-    runs = sorted([await service.start_run(name, n) for n in range(5)])
+    runs = [await service.start_run(name, n) for n in range(5)]
     page = await service.list_runs(workflow=name, limit=1000)
-    assert sorted(r.run_id for r in page.runs) == runs
+    assert [r.run_id for r in page.runs] == runs[::-1]  # newest first
     assert all(r.status is RunStatus.RUNNING for r in page.runs)
     assert (await service.list_runs(workflow=name, status="completed", limit=1000)).runs == ()
     seen: list[str] = []
@@ -119,7 +119,7 @@ async def test_list_runs_filters_and_pages(nats_transport: NatsTransport) -> Non
         if page.next_cursor is None:
             break
         cursor = page.next_cursor
-    assert sorted(seen) == runs
+    assert seen == runs[::-1]
     with pytest.raises(InvalidRequest):
         await service.list_runs(status="sleeping")
     with pytest.raises(InvalidRequest):

@@ -1,0 +1,130 @@
+"""The run index: what makes listing runs newest first cost a page, not the whole store.
+
+Two streams, one message per run in each (subject per run, see ``protocol.layout``):
+
+- ``RUN_INDEX`` (``runindex.{run}``): written once, when the run's first snapshot is created, so
+  the stream sequence is the start order. A page, newest first, is read from the last sequence
+  backwards; a purge removes the run's message (a gap the reader skips).
+- ``RUN_ACTIVE`` (``runactive.{run}``): present while the run may be running. ``?status=running``
+  reads only this stream, so it costs what the running runs cost.
+
+The snapshot stays the truth; the index is a hint that is never behind it in the direction that
+would hide a run. Each message is written *before* the snapshot it describes (an index entry
+before the snapshot exists, the active marker before the run can be seen running) and the active
+marker is removed only *after* the snapshot says finished. A crash between the two writes
+leaves either an entry without a snapshot (the reader skips it; a retried start finds it in
+place, as the publish expects the subject to be empty) or a marker of a finished run (the reader
+checks the snapshot, leaves the run out and removes the stale marker). So the filters are right
+after any crash, and the leftovers disappear the first time a listing meets them.
+
+Writers are :func:`index_run` (called by the one function that creates snapshots) and
+:func:`drop_active` (the engine, when it saves a finished snapshot). Stores written before the
+index existed get it once from :func:`ensure_run_index`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import trio
+
+from ..protocol import (
+    DecodeError,
+    RunIndexEntry,
+    decode_run_header,
+    encode_run_index_entry,
+    layout,
+)
+from ..transport import Transport, WrongLastSequence
+from .snapshot import RunSnapshot, decode_snapshot
+
+log = logging.getLogger("dagnats_trio.engine.run_index")
+
+#: Snapshots the one-time backfill reads at once.
+BACKFILL_READS_CONCURRENT_MAX = 32
+#: What the completion key of the backfill holds (the index's format version).
+RUN_INDEX_VERSION = b'{"version": 1}'
+
+
+def index_entry(snapshot: RunSnapshot) -> RunIndexEntry:
+    return RunIndexEntry(snapshot.run_id, snapshot.workflow, snapshot.created_at_ms)
+
+
+async def _publish_once(transport: Transport, subject: str, data: bytes) -> None:
+    """Publish to a subject that must be empty; a message already there is this one (the run
+    was indexed before: a retried start, a redelivered event, a second backfill)."""
+    with contextlib.suppress(WrongLastSequence):
+        await transport.publish(subject, data, expected_last_subject_seq=0)
+
+
+async def index_run(transport: Transport, snapshot: RunSnapshot) -> None:
+    """Write the run's index entry and, unless the snapshot is finished, its active marker (the
+    two at once: one round trip of latency). Call it before the snapshot is created."""
+    data = encode_run_index_entry(index_entry(snapshot))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            _publish_once, transport, layout.run_index_subject(snapshot.run_id), data
+        )
+        if not snapshot.status.finished:
+            nursery.start_soon(
+                _publish_once, transport, layout.run_active_subject(snapshot.run_id), data
+            )
+
+
+async def drop_active(transport: Transport, run_id: str) -> None:
+    """Remove the run's active marker (after its finished snapshot was saved)."""
+    await transport.purge_subject(layout.RUN_ACTIVE_STREAM, layout.run_active_subject(run_id))
+
+
+async def drop_active_if_finished(transport: Transport, run_id: str) -> bool:
+    """Remove the marker when the stored snapshot says finished (a marker rewritten by a
+    retried start of a run that has finished meanwhile); True when it was removed."""
+    entry = await transport.kv_get(layout.RUNS_BUCKET, layout.run_key(run_id))
+    if entry is None or entry.value is None:
+        return False
+    try:
+        finished = decode_run_header(entry.value).status.finished
+    except DecodeError:
+        return False
+    if finished:
+        await drop_active(transport, run_id)
+    return finished
+
+
+async def ensure_run_index(transport: Transport) -> int:
+    """Index every run stored before the index existed, oldest first; the number indexed now.
+
+    Runs once per store: a key in ``workflow_runs`` records that it finished, so later calls
+    cost one read. Safe to run from two processes at once and to re-run after a crash (each
+    message is written only where none is). It walks the whole bucket (one read per run): a
+    one-time cost at the first start after an upgrade. Hosts call it before they serve, so no
+    run created by this version is indexed before an older one.
+    """
+    done = await transport.kv_get(layout.RUNS_BUCKET, layout.RUN_INDEX_COMPLETE_KEY)
+    if done is not None:
+        return 0
+    keys = await transport.kv_keys(layout.RUNS_BUCKET, layout.run_key(""))
+    snapshots: list[RunSnapshot] = []
+    limiter = trio.CapacityLimiter(BACKFILL_READS_CONCURRENT_MAX)
+
+    async def read(key: str) -> None:
+        async with limiter:
+            entry = await transport.kv_get(layout.RUNS_BUCKET, key)
+        if entry is None or entry.value is None:
+            return
+        try:
+            snapshots.append(decode_snapshot(entry.value))
+        except DecodeError:
+            log.warning("run index: %s holds no readable snapshot; not indexed", key)
+
+    async with trio.open_nursery() as nursery:
+        for key in keys:
+            nursery.start_soon(read, key)
+    snapshots.sort(key=lambda s: (s.created_at_ms, s.run_id))
+    for snap in snapshots:  # one by one: the stream order is the start order
+        await index_run(transport, snap)
+    await transport.kv_put(layout.RUNS_BUCKET, layout.RUN_INDEX_COMPLETE_KEY, RUN_INDEX_VERSION)
+    if snapshots:
+        log.info("run index: indexed %d runs stored before it existed", len(snapshots))
+    return len(snapshots)
