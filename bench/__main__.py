@@ -19,6 +19,7 @@ SECTIONS: dict[str, str] = {
     "append": "bench.append",
     "takeover": "bench.takeover",
     "client": "bench.client",
+    "listing": "bench.listing",
 }
 
 #: Printed last of all, so scripts can read it with ``tail -1``.

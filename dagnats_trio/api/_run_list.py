@@ -44,6 +44,8 @@ LIST_FILTER_WINDOW_ENTRIES = 500
 LIST_READS_CONCURRENT_MAX = 64
 #: Active markers ``status=running`` reads at most (more running runs than this: an error).
 LIST_ACTIVE_MARKERS_MAX = 100_000
+#: Parts of the active markers' sequence span read at once.
+LIST_MARKER_SPANS = 32
 
 INDEX_CURSOR_PREFIX = "i"
 ACTIVE_CURSOR_PREFIX = "a"
@@ -188,12 +190,35 @@ async def _read_index_window(transport: Transport, low: int, high: int) -> dict[
 
 
 async def _read_markers(transport: Transport) -> dict[int, RunIndexEntry]:
-    """Every active marker, by its sequence in ``RUN_ACTIVE``."""
-    msgs = await transport.read_subject(
-        layout.RUN_ACTIVE_STREAM, layout.RUN_ACTIVE_FILTER, 1, LIST_ACTIVE_MARKERS_MAX + 1
-    )
-    if len(msgs) > LIST_ACTIVE_MARKERS_MAX:
-        raise RuntimeError(f"more than {LIST_ACTIVE_MARKERS_MAX} runs are marked running")
+    """Every active marker, by its sequence in ``RUN_ACTIVE``.
+
+    Markers are spread over the stream's sequences (most runs finished and took theirs away),
+    and a message get finds the next one from a sequence on the server; the span from the first
+    marker to the last is cut into :data:`LIST_MARKER_SPANS` parts read at once.
+    """
+    stream, subject = layout.RUN_ACTIVE_STREAM, layout.RUN_ACTIVE_FILTER
+    last = await transport.get_last_msg(stream, subject)
+    first = await transport.read_subject(stream, subject, 1, 1)
+    if last is None or not first:
+        return {}
+    low, high = first[0].seq, last.seq
+    step = max(1, -(-(high - low + 1) // LIST_MARKER_SPANS))
+    msgs: list[StoredMsg] = []
+
+    async def span(start: int) -> None:
+        seq, end = start, min(start + step - 1, high)
+        while seq <= end:
+            found = await transport.read_subject(stream, subject, seq, 1)
+            if not found or found[0].seq > end:
+                return
+            msgs.append(found[0])
+            if len(msgs) > LIST_ACTIVE_MARKERS_MAX:
+                raise RuntimeError(f"more than {LIST_ACTIVE_MARKERS_MAX} runs are marked running")
+            seq = found[0].seq + 1
+
+    async with trio.open_nursery() as nursery:
+        for start in range(low, high + 1, step):
+            nursery.start_soon(span, start)
     found: dict[int, RunIndexEntry] = {}
     for msg in msgs:
         entry = _decode_entry(msg)
