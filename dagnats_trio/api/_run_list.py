@@ -24,12 +24,13 @@ only, so moving them onto the transport's batch direct get changes these three f
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable
 
 import attrs
-import trio
 
+from .._concurrency import run_all
 from ..engine import RunSnapshot, decode_snapshot, drop_active
 from ..protocol import DecodeError, RunIndexEntry, RunStatus, decode_run_index_entry, layout
 from ..transport import NotFound, StoredMsg, Transport
@@ -171,21 +172,20 @@ def _decode_entry(msg: StoredMsg) -> RunIndexEntry | None:
 async def _read_index_window(transport: Transport, low: int, high: int) -> dict[int, RunIndexEntry]:
     """The index entries at sequences ``low..high`` (gaps left by purges are simply absent)."""
     found: dict[int, RunIndexEntry] = {}
-    limiter = trio.CapacityLimiter(LIST_READS_CONCURRENT_MAX)
 
     async def read(seq: int) -> None:
-        async with limiter:
-            try:
-                msg = await transport.get_msg(layout.RUN_INDEX_STREAM, seq)
-            except NotFound:
-                return
+        try:
+            msg = await transport.get_msg(layout.RUN_INDEX_STREAM, seq)
+        except NotFound:
+            return
         entry = _decode_entry(msg)
         if entry is not None:
             found[seq] = entry
 
-    async with trio.open_nursery() as nursery:
-        for seq in range(low, high + 1):
-            nursery.start_soon(read, seq)
+    await run_all(
+        [functools.partial(read, seq) for seq in range(low, high + 1)],
+        in_flight_max=LIST_READS_CONCURRENT_MAX,
+    )
     return found
 
 
@@ -216,9 +216,10 @@ async def _read_markers(transport: Transport) -> dict[int, RunIndexEntry]:
                 raise RuntimeError(f"more than {LIST_ACTIVE_MARKERS_MAX} runs are marked running")
             seq = found[0].seq + 1
 
-    async with trio.open_nursery() as nursery:
-        for start in range(low, high + 1, step):
-            nursery.start_soon(span, start)
+    await run_all(
+        [functools.partial(span, start) for start in range(low, high + 1, step)],
+        in_flight_max=LIST_MARKER_SPANS,
+    )
     found: dict[int, RunIndexEntry] = {}
     for msg in msgs:
         entry = _decode_entry(msg)
@@ -230,11 +231,9 @@ async def _read_markers(transport: Transport) -> dict[int, RunIndexEntry]:
 async def _read_snapshots(transport: Transport, run_ids: Iterable[str]) -> dict[str, RunSnapshot]:
     """The snapshots of ``run_ids`` that exist and decode, read together."""
     found: dict[str, RunSnapshot] = {}
-    limiter = trio.CapacityLimiter(LIST_READS_CONCURRENT_MAX)
 
     async def read(run_id: str) -> None:
-        async with limiter:
-            entry = await transport.kv_get(layout.RUNS_BUCKET, layout.run_key(run_id))
+        entry = await transport.kv_get(layout.RUNS_BUCKET, layout.run_key(run_id))
         if entry is None or entry.value is None:
             return
         try:
@@ -242,7 +241,8 @@ async def _read_snapshots(transport: Transport, run_ids: Iterable[str]) -> dict[
         except DecodeError:
             log.warning("run %s: snapshot unreadable; not listed", run_id)
 
-    async with trio.open_nursery() as nursery:
-        for run_id in dict.fromkeys(run_ids):
-            nursery.start_soon(read, run_id)
+    await run_all(
+        [functools.partial(read, run_id) for run_id in dict.fromkeys(run_ids)],
+        in_flight_max=LIST_READS_CONCURRENT_MAX,
+    )
     return found

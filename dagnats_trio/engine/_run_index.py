@@ -25,10 +25,10 @@ index existed get it once from :func:`ensure_run_index`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 
-import trio
-
+from .._concurrency import run_all
 from ..protocol import (
     DecodeError,
     RunIndexEntry,
@@ -62,14 +62,13 @@ async def index_run(transport: Transport, snapshot: RunSnapshot) -> None:
     """Write the run's index entry and, unless the snapshot is finished, its active marker (the
     two at once: one round trip of latency). Call it before the snapshot is created."""
     data = encode_run_index_entry(index_entry(snapshot))
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(
-            _publish_once, transport, layout.run_index_subject(snapshot.run_id), data
-        )
-        if not snapshot.status.finished:
-            nursery.start_soon(
-                _publish_once, transport, layout.run_active_subject(snapshot.run_id), data
-            )
+    subjects = [layout.run_index_subject(snapshot.run_id)]
+    if not snapshot.status.finished:
+        subjects.append(layout.run_active_subject(snapshot.run_id))
+    await run_all(
+        [functools.partial(_publish_once, transport, s, data) for s in subjects],
+        in_flight_max=len(subjects),
+    )
 
 
 async def drop_active(transport: Transport, run_id: str) -> None:
@@ -106,11 +105,9 @@ async def ensure_run_index(transport: Transport) -> int:
         return 0
     keys = await transport.kv_keys(layout.RUNS_BUCKET, layout.run_key(""))
     snapshots: list[RunSnapshot] = []
-    limiter = trio.CapacityLimiter(BACKFILL_READS_CONCURRENT_MAX)
 
     async def read(key: str) -> None:
-        async with limiter:
-            entry = await transport.kv_get(layout.RUNS_BUCKET, key)
+        entry = await transport.kv_get(layout.RUNS_BUCKET, key)
         if entry is None or entry.value is None:
             return
         try:
@@ -118,9 +115,10 @@ async def ensure_run_index(transport: Transport) -> int:
         except DecodeError:
             log.warning("run index: %s holds no readable snapshot; not indexed", key)
 
-    async with trio.open_nursery() as nursery:
-        for key in keys:
-            nursery.start_soon(read, key)
+    await run_all(
+        [functools.partial(read, key) for key in keys],
+        in_flight_max=BACKFILL_READS_CONCURRENT_MAX,
+    )
     snapshots.sort(key=lambda s: (s.created_at_ms, s.run_id))
     for snap in snapshots:  # one by one: the stream order is the start order
         await index_run(transport, snap)
