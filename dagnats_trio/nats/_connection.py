@@ -24,6 +24,7 @@ import attrs
 import trio
 
 from ._backoff import backoff_s
+from ._credentials import NkeyAuth
 from ._defaults import (
     CONNECT_TIMEOUT_S,
     DRAIN_TIMEOUT_S,
@@ -39,7 +40,7 @@ from ._defaults import (
 from ._encoder import PONG_BYTES
 from ._errors import ProtocolError
 from ._events import Err, Info, Msg, Ping, Pong, Pub, Sub, Unsub
-from ._handshake import ClientSettings, handshake
+from ._handshake import ClientSettings, handshake, load_nkey_auth
 from ._headers import NO_RESPONDERS_STATUS, Headers
 from ._mux import RequestMux
 from ._nuid import new_inbox
@@ -99,6 +100,7 @@ class Connection:
         password: str | None,
         token: str | None,
         tls: ssl.SSLContext | None,
+        nkey: NkeyAuth | None,
         ping_interval_s: float,
         max_outstanding_pings: int,
         max_reconnect_rounds: int,
@@ -108,7 +110,7 @@ class Connection:
     ) -> None:
         self._servers = ServerList(servers, discover=discover_servers)
         self._settings = ClientSettings(
-            name=name, user=user, password=password, token=token, tls=tls
+            name=name, user=user, password=password, token=token, tls=tls, nkey=nkey
         )
         self._ping_interval_s = ping_interval_s
         self._max_outstanding_pings = max_outstanding_pings
@@ -548,6 +550,8 @@ async def open_connection(
     password: str | None = None,
     token: str | None = None,
     tls: ssl.SSLContext | None = None,
+    creds_file: str | os.PathLike[str] | None = None,
+    nkey_seed_file: str | os.PathLike[str] | None = None,
     ping_interval_s: float = PING_INTERVAL_S,
     max_outstanding_pings: int = MAX_OUTSTANDING_PINGS,
     max_reconnect_rounds: int = MAX_RECONNECT_ROUNDS,
@@ -559,7 +563,11 @@ async def open_connection(
     """Connect to the first server of ``servers`` that answers; yield the connection; drain and
     close it on exit. ``tls://`` URLs, a ``tls`` context, or a server that requires TLS turn TLS
     on. ``random`` drives the reconnect jitter (inject a seeded one for repeatable tests).
-    ``discover_servers`` adds the cluster's other nodes (from INFO) to the reconnect list."""
+    ``discover_servers`` adds the cluster's other nodes (from INFO) to the reconnect list.
+    ``creds_file`` (a ``.creds`` file: user JWT and nkey seed) or ``nkey_seed_file`` (a user's
+    nkey seed) sign the server's nonce; either is read once, here, and a file that cannot be
+    used raises :class:`CredentialsError` before any server is tried."""
+    nkey = await load_nkey_auth(creds_file=creds_file, nkey_seed_file=nkey_seed_file)
     conn = Connection(
         parse_servers(servers),
         name=name,
@@ -567,6 +575,7 @@ async def open_connection(
         password=password,
         token=token,
         tls=tls,
+        nkey=nkey,
         ping_interval_s=ping_interval_s,
         max_outstanding_pings=max_outstanding_pings,
         max_reconnect_rounds=max_reconnect_rounds,

@@ -7,12 +7,14 @@ failed attempt leaves nothing behind.
 
 from __future__ import annotations
 
+import os
 import ssl
 from typing import final
 
 import attrs
 import trio
 
+from ._credentials import NkeyAuth, parse_creds_file, parse_seed_file
 from ._defaults import READ_CHUNK_BYTES, SOCKET_CLOSE_TIMEOUT_S
 from ._encoder import PONG_BYTES
 from ._errors import ProtocolError
@@ -20,7 +22,7 @@ from ._events import Connect, Err, Info, Ping, Pong
 from ._parser import NeedData
 from ._protocol import ClientProtocol
 from ._servers import ServerAddress
-from ._shell_errors import AuthorizationError, ConnectionLostError
+from ._shell_errors import AuthorizationError, ConnectionLostError, CredentialsError
 
 
 @final
@@ -34,17 +36,36 @@ class ClientSettings:
     password: str | None = attrs.field(repr=False)
     token: str | None = attrs.field(repr=False)
     tls: ssl.SSLContext | None
+    nkey: NkeyAuth | None = None
 
-    def connect_event(self, server: ServerAddress, tls: bool) -> Connect:
-        """The CONNECT for ``server``."""
+    def connect_event(self, server: ServerAddress, tls: bool, nonce: str | None) -> Connect:
+        """The CONNECT for ``server``; with an nkey, the signature of the server's ``nonce``
+        and the user JWT (from a ``.creds`` file) or else the public key. Without a nonce the
+        server asks for no signature, and none is sent (as nats-py and the Go client do)."""
+        jwt = nkey_public = sig = None
+        if self.nkey is not None and nonce is not None:
+            sig = self.nkey.sign(nonce)
+            jwt = self.nkey.jwt
+            nkey_public = self.nkey.public_key if jwt is None else None
         return Connect(
             name=self.name,
             tls_required=tls,
             user=self.user if self.user is not None else server.user,
             password=self.password if self.password is not None else server.password,
             auth_token=self.token if self.token is not None else server.token,
+            jwt=jwt,
+            nkey=nkey_public,
+            sig=sig,
             headers=True,
             no_responders=True,
+        )
+
+    def describe_refusal(self, server: ServerAddress, message: str) -> str:
+        """The error for a refused CONNECT: the server's text, and which nkey was offered."""
+        if self.nkey is None:
+            return f"{server.url}: {message}"
+        return (
+            f"{server.url}: {message} (offered nkey {self.nkey.public_key} from {self.nkey.source})"
         )
 
 
@@ -68,7 +89,7 @@ async def handshake(
             ssl_stream = trio.SSLStream(tcp, context, server_hostname=server.host)
             await ssl_stream.do_handshake()
             stream = ssl_stream
-        connect = protocol.send(settings.connect_event(server, want_tls))
+        connect = protocol.send(settings.connect_event(server, want_tls, info.nonce))
         await stream.send_all(connect + protocol.send(Ping()))
         while True:
             event = await _next_event(stream, protocol)
@@ -76,7 +97,7 @@ async def handshake(
                 return stream, protocol
             if isinstance(event, Err):
                 if "authoriz" in event.message.lower() or "auth" in event.message.lower():
-                    raise AuthorizationError(f"{server.url}: {event.message}")
+                    raise AuthorizationError(settings.describe_refusal(server, event.message))
                 raise ConnectionLostError(f"{server.url}: -ERR {event.message}")
             if isinstance(event, Ping):
                 await stream.send_all(PONG_BYTES)
@@ -84,6 +105,29 @@ async def handshake(
         with trio.CancelScope(shield=True), trio.move_on_after(SOCKET_CLOSE_TIMEOUT_S):
             await stream.aclose()
         raise
+
+
+async def load_nkey_auth(
+    *,
+    creds_file: str | os.PathLike[str] | None,
+    nkey_seed_file: str | os.PathLike[str] | None,
+) -> NkeyAuth | None:
+    """Read the one credentials file given (none: ``None``); :class:`CredentialsError` names
+    the file and what is wrong with it."""
+    if creds_file is not None and nkey_seed_file is not None:
+        raise CredentialsError("give creds_file or nkey_seed_file, not both")
+    path = creds_file if creds_file is not None else nkey_seed_file
+    if path is None:
+        await trio.lowlevel.checkpoint()
+        return None
+    source = os.fspath(path)
+    try:
+        text = await trio.Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CredentialsError(f"{source}: cannot read it ({type(exc).__name__}: {exc})") from None
+    if creds_file is not None:
+        return parse_creds_file(text, source=source)
+    return parse_seed_file(text, source=source)
 
 
 async def _next_event(stream: trio.abc.Stream, protocol: ClientProtocol) -> object:

@@ -49,3 +49,9 @@ def describe(error: BaseException | None) -> str:
         parts.append(repr(error))
         error = error.__cause__
     return " <- ".join(parts) or "no error recorded"
+
+
+@final
+class CredentialsError(NatsError, ValueError):
+    """A credentials or nkey seed file that cannot be used (the message names the file and
+    what is wrong with it, never the secret)."""
