@@ -9,7 +9,7 @@ implementations count round trips in :attr:`Transport.round_trips` so benchmarks
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, final
 
@@ -21,6 +21,15 @@ Headers = Mapping[str, str]
 DEFAULT_REQUEST_TIMEOUT_S = 5.0
 #: The shortest per-message TTL nats-server takes (``Nats-TTL``), in seconds.
 MIN_MSG_TTL_S = 1
+#: The most messages one atomic batch may hold (nats-server's limit, ADR-50; a larger batch is
+#: refused whole with err_code 10199).
+MAX_BATCH_PUBLISH_MSGS = 1000
+#: The most subjects one ``get_last_msgs`` may match (nats-server's multi-subject direct get
+#: limit, ADR-31; more is a 413).
+MAX_LAST_MSGS_SUBJECTS = 1024
+#: The most messages one ``get_batch`` call returns (our bound on what one call holds in memory;
+#: the server has no count limit, only a byte limit per answer, which the transports page past).
+MAX_GET_BATCH_MSGS = 10_000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -56,7 +65,8 @@ class NotFound(TransportError):
 
 @final
 class NotProvisioned(TransportError):
-    """The stream, bucket or consumer does not exist; run provisioning first."""
+    """The stream, bucket or consumer does not exist, or the stream lacks what the call needs
+    (atomic batches: ``StreamSpec.allow_atomic``); run provisioning first."""
 
 
 class TemporarilyUnavailable(TransportError):
@@ -87,6 +97,80 @@ class StoredMsg:
     seq: int
     data: bytes
     headers: Headers = attrs.field(factory=dict)
+
+
+@final
+@attrs.frozen
+class BatchMsg:
+    """One message of an atomic batch (:meth:`Transport.publish_batch`)."""
+
+    subject: str
+    data: bytes
+    headers: Headers = attrs.field(factory=dict)
+    msg_id: str | None = None
+
+
+@final
+@attrs.frozen
+class BatchAck:
+    """Where a committed batch was stored: sequences ``first_seq`` to ``last_seq`` of ``stream``,
+    one per message, in the order given."""
+
+    stream: str
+    first_seq: int
+    last_seq: int
+
+    @property
+    def count(self) -> int:
+        return self.last_seq - self.first_seq + 1
+
+    @property
+    def seqs(self) -> range:
+        """The stream sequence of each message of the batch, in order."""
+        return range(self.first_seq, self.last_seq + 1)
+
+
+#: Headers a batch uses on the wire (ADR-50); a message of the batch may not set them itself.
+BATCH_ID_HEADER = "Nats-Batch-Id"
+BATCH_SEQUENCE_HEADER = "Nats-Batch-Sequence"
+BATCH_COMMIT_HEADER = "Nats-Batch-Commit"
+_BATCH_HEADERS = frozenset(h.lower() for h in (BATCH_ID_HEADER, BATCH_SEQUENCE_HEADER,
+                                               BATCH_COMMIT_HEADER))  # fmt: skip
+
+
+def check_batch(msgs: Sequence[BatchMsg], expected_last_subject_seq: int | None) -> None:
+    """ValueError for a batch no server would take: empty, over
+    :data:`MAX_BATCH_PUBLISH_MSGS`, a negative expectation, or a message setting batch headers."""
+    if not msgs:
+        raise ValueError("an atomic batch needs at least one message, got none")
+    if len(msgs) > MAX_BATCH_PUBLISH_MSGS:
+        raise ValueError(
+            f"an atomic batch holds at most {MAX_BATCH_PUBLISH_MSGS} messages, got {len(msgs)}"
+        )
+    if expected_last_subject_seq is not None and expected_last_subject_seq < 0:
+        raise ValueError(f"expected_last_subject_seq must be >= 0, got {expected_last_subject_seq}")
+    for i, msg in enumerate(msgs):
+        reserved = [h for h in msg.headers if h.lower() in _BATCH_HEADERS]
+        if reserved:
+            raise ValueError(f"batch message {i} sets {reserved[0]!r}: the transport sets it")
+
+
+def check_get_batch(from_seq: int, max_msgs: int) -> None:
+    """ValueError for a ``get_batch`` outside its bounds."""
+    if from_seq < 1:
+        raise ValueError(f"from_seq must be at least 1, got {from_seq}")
+    if not 1 <= max_msgs <= MAX_GET_BATCH_MSGS:
+        raise ValueError(f"max_msgs must be between 1 and {MAX_GET_BATCH_MSGS}, got {max_msgs}")
+
+
+def check_last_msgs_subjects(subjects: Sequence[str]) -> None:
+    """ValueError for a ``get_last_msgs`` with no subject or more than the server takes."""
+    if isinstance(subjects, str):
+        raise ValueError("subjects must be a sequence of subjects, not one string")
+    if not 1 <= len(subjects) <= MAX_LAST_MSGS_SUBJECTS:
+        raise ValueError(
+            f"get_last_msgs takes 1 to {MAX_LAST_MSGS_SUBJECTS} subjects, got {len(subjects)}"
+        )
 
 
 @final
@@ -186,13 +270,20 @@ def check_msg_ttl(ttl_s: float) -> int:
 @final
 @attrs.frozen
 class StreamSpec:
-    """A stream to provision. ``max_age_s`` 0 means unlimited."""
+    """A stream to provision. ``max_age_s`` 0 means unlimited.
+
+    ``allow_atomic`` lets :meth:`Transport.publish_batch` store batches in it (nats-server 2.12+
+    ``allow_atomic``); it can be turned on for an existing stream. Every stream allows direct
+    gets (``allow_direct``), which :meth:`Transport.get_last_msgs` and
+    :meth:`Transport.get_batch` use.
+    """
 
     name: str
     subjects: tuple[str, ...]
     work_queue: bool = False
     max_age_s: float = 0.0
     duplicate_window_s: float = 120.0
+    allow_atomic: bool = False
 
 
 @final
@@ -239,6 +330,22 @@ class Transport(Protocol):
         inside the duplicate window stores nothing and returns the original sequence.
         """
 
+    async def publish_batch(
+        self, msgs: Sequence[BatchMsg], *, expected_last_subject_seq: int | None = None
+    ) -> BatchAck:
+        """Store ``msgs`` (all in one stream provisioned with ``allow_atomic``) whole or not at
+        all, as one atomic batch; one round trip.
+
+        ``expected_last_subject_seq`` is checked, as for :meth:`publish`, on the subject of the
+        first message against the stream as it was before the batch: when it differs nothing is
+        stored and :class:`WrongLastSequence` is raised. A batch cut short (the caller cancelled,
+        the connection dropped) before its last message reached the server is never stored.
+        A retry of a batch that was stored (its answer lost) returns the stored batch's
+        :class:`BatchAck` when its last message has a ``msg_id`` and is still the last on its
+        subject. ValueError for an empty batch or one over :data:`MAX_BATCH_PUBLISH_MSGS`;
+        :class:`NotProvisioned` when the stream does not allow atomic batches.
+        """
+
     async def get_msg(self, stream: str, seq: int) -> StoredMsg:
         """The message at ``seq``; :class:`NotFound` when there is none (or it was deleted)."""
 
@@ -251,6 +358,28 @@ class Transport(Protocol):
         """Up to ``limit`` messages of ``subject`` with sequence >= ``from_seq``, in order.
 
         One round trip per message at most; never creates a consumer.
+        """
+
+    async def get_last_msgs(
+        self, stream: str, subjects: Sequence[str], *, up_to_seq: int | None = None
+    ) -> list[StoredMsg]:
+        """The last message of each subject matching ``subjects`` (literals or wildcards), in
+        stream order; a subject with no message is absent. With ``up_to_seq``, as the stream
+        was at that sequence (a consistent point-in-time read). One round trip (a batch direct
+        get, nats-server 2.11+), answered by any replica: in a cluster it may lag the leader.
+        ValueError for no subjects or more than :data:`MAX_LAST_MSGS_SUBJECTS`; a
+        :class:`TransportError` when the subjects match more than that many subjects.
+        """
+
+    async def get_batch(
+        self, stream: str, from_seq: int, max_msgs: int, *, subject: str | None = None
+    ) -> list[StoredMsg]:
+        """Up to ``max_msgs`` messages with sequence >= ``from_seq`` (only those on ``subject``,
+        a literal or a wildcard, when given), in order; fewer only at the end of the stream.
+        One round trip (a batch direct get, nats-server 2.11+; more only when the answer
+        exceeds the server's byte limit per answer), answered by any replica like
+        :meth:`get_last_msgs`. ValueError when ``from_seq`` < 1 or ``max_msgs`` is outside
+        1..:data:`MAX_GET_BATCH_MSGS`.
         """
 
     async def purge_subject(self, stream: str, subject: str) -> None:

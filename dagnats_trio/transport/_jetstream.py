@@ -171,7 +171,7 @@ def stream_config(spec: StreamSpec, replicas: int) -> dict[str, Any]:
     window = spec.duplicate_window_s
     if spec.max_age_s > 0:
         window = min(window, spec.max_age_s)
-    return {
+    config: dict[str, Any] = {
         "name": check_name("stream", spec.name),
         "subjects": list(spec.subjects),
         "retention": "workqueue" if spec.work_queue else "limits",
@@ -180,7 +180,11 @@ def stream_config(spec: StreamSpec, replicas: int) -> dict[str, Any]:
         "num_replicas": replicas,
         "storage": "file",
         "discard": "old",
+        "allow_direct": True,
     }
+    if spec.allow_atomic:
+        config["allow_atomic"] = True  # only when asked: servers before 2.12 do not know it
+    return config
 
 
 def bucket_config(spec: BucketSpec, replicas: int) -> dict[str, Any]:

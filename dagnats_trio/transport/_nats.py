@@ -18,7 +18,7 @@ than writing to nats-py's socket and driving its parser by hand did; the native 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar, final
 
@@ -49,6 +49,8 @@ from ._jetstream import (
     ns,
     watch_filter,
 )
+from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
+from ._nats_batch import gather, send_batch
 from ._nats_hop import hand_over, headers_of, run_shielded
 from ._nats_pull import PullInbox, PullRequest, status_error
 
@@ -131,7 +133,7 @@ class NatsDelivery:
 
 
 @final
-class NatsTransport(JetStreamOverRequests):
+class NatsTransport(JetStreamOverRequests, JetStreamBatches):
     """:class:`Transport` over one nats-py connection; create with
     :func:`open_nats_py_transport` (or ``open_nats_transport(..., client="nats-py")``)."""
 
@@ -221,6 +223,41 @@ class NatsTransport(JetStreamOverRequests):
     ) -> bytes:
         hdrs = dict(headers) if headers is not None else None
         return (await self._request(subject, payload, hdrs, what, timeout_s)).data
+
+    async def _js_batch(self, wire: Sequence[WireMsg], what: str) -> bytes:
+        await self._check_connected(what)
+        self._round_trips += 1
+        return (await self._aio(send_batch(self._nc, wire, self._timeout), what)).data
+
+    async def _js_gather(
+        self, subject: str, payload: bytes, what: str, max_replies: int
+    ) -> list[DirectReply]:
+        await self._check_connected(what)
+        self._round_trips += 1
+        replies = await self._aio(
+            gather(
+                self._nc,
+                self._subscribe_counted,
+                self._unsubscribe_counted,
+                subject,
+                payload,
+                max_replies=max_replies,
+                timeout_s=self._timeout,
+            ),
+            what,
+        )
+        if replies[-1].status is None:
+            raise TransportError(f"{what}: more than {max_replies} answers")
+        return replies
+
+    async def _check_connected(self, what: str) -> None:
+        """Closed, or TemporarilyUnavailable while reconnecting (nats-py would hold the
+        messages and send them after the reconnect, maybe after the caller gave up)."""
+        if self._closed:
+            raise Closed(f"{what}: transport closed")
+        if not self._nc.is_connected:
+            await trio.lowlevel.checkpoint()
+            raise TemporarilyUnavailable(f"{what}: not connected to NATS")
 
     async def _subscribe_inbox(self, pull: PullInbox) -> Any:
         """asyncio side: ``pull``'s subscription, live on the server on return."""

@@ -1,4 +1,9 @@
-"""Provisioning: the streams and buckets of :mod:`dagnats_trio.protocol.layout`, on start."""
+"""Provisioning: the streams and buckets of :mod:`dagnats_trio.protocol.layout`, on start.
+
+The history and journal streams allow atomic batches (several records stored whole or not at
+all; nats-server 2.12+). Provisioning updates a stream that exists with another config, so a
+store made before a setting existed gets it at the next start.
+"""
 
 from __future__ import annotations
 
@@ -23,10 +28,15 @@ from dagnats_trio.protocol.layout import (
 from ._interface import BucketSpec, StreamSpec, Transport
 
 STREAMS: tuple[StreamSpec, ...] = (
-    StreamSpec(HISTORY_STREAM, ("history.*",), duplicate_window_s=HISTORY_DUPLICATE_WINDOW_S),
+    StreamSpec(
+        HISTORY_STREAM,
+        ("history.*",),
+        duplicate_window_s=HISTORY_DUPLICATE_WINDOW_S,
+        allow_atomic=True,
+    ),
     StreamSpec(TASK_STREAM, ("task.*.*",), work_queue=True),
     StreamSpec(TIMER_STREAM, ("sleep.*.*",), work_queue=True),
-    StreamSpec(JOURNAL_STREAM, ("journal.*.*",), max_age_s=JOURNAL_MAX_AGE_S),
+    StreamSpec(JOURNAL_STREAM, ("journal.*.*",), max_age_s=JOURNAL_MAX_AGE_S, allow_atomic=True),
     StreamSpec(RUN_INDEX_STREAM, (RUN_INDEX_FILTER,)),
     StreamSpec(RUN_ACTIVE_STREAM, (RUN_ACTIVE_FILTER,)),
 )

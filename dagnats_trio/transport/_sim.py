@@ -23,7 +23,7 @@ publish acks, and drop or duplicate deliveries.
 from __future__ import annotations
 
 import bisect
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, final
@@ -32,6 +32,8 @@ import trio
 
 from ._interface import (
     DEFAULT_REQUEST_TIMEOUT_S,
+    BatchAck,
+    BatchMsg,
     BucketSpec,
     Closed,
     ConsumerConfig,
@@ -48,7 +50,11 @@ from ._interface import (
     TransportError,
     TransportTimeout,
     WrongLastSequence,
+    check_batch,
+    check_get_batch,
+    check_last_msgs_subjects,
 )
+from ._sim_batch import MSG_ID_HEADER, batch_from, check_batch_streams, last_msgs, store_batch
 from ._sim_delivery import SimDelivery
 from ._sim_faults import SimFaults
 from ._sim_server import SimServer
@@ -62,8 +68,6 @@ if TYPE_CHECKING:
 SUB_PENDING_MSGS_LIMIT = 65_536
 #: Changes a KV watcher buffers before it drops new ones.
 WATCH_PENDING_ENTRIES_LIMIT = 65_536
-#: Header under which a publish's message id is stored, as nats-server does.
-MSG_ID_HEADER = "Nats-Msg-Id"
 
 
 @final
@@ -162,6 +166,37 @@ class SimTransport:
         if server.faults._spend_lost_ack(subject):
             raise TransportTimeout(f"publish to {subject!r}: ack lost (simulated)")
         return seq
+
+    async def publish_batch(
+        self, msgs: Sequence[BatchMsg], *, expected_last_subject_seq: int | None = None
+    ) -> BatchAck:
+        check_batch(msgs, expected_last_subject_seq)
+        for msg in msgs:
+            check_publish_subject(msg.subject)
+        await self._call()
+        server = self._server
+        what = f"batch of {len(msgs)} to {msgs[0].subject!r}"
+        stream = check_batch_streams([server._owner(m.subject) for m in msgs], what)
+        ack = store_batch(stream, msgs, expected_last_subject_seq, trio.current_time(), what)
+        server._notify()
+        if server.faults._spend_lost_ack(msgs[-1].subject):
+            raise TransportTimeout(f"{what}: ack lost (simulated)")
+        return ack
+
+    async def get_last_msgs(
+        self, stream: str, subjects: Sequence[str], *, up_to_seq: int | None = None
+    ) -> list[StoredMsg]:
+        check_last_msgs_subjects(subjects)
+        await self._call()
+        what = f"last messages of {len(subjects)} subject(s) in {stream}"
+        return last_msgs(self._server._stream(stream), subjects, up_to_seq, what)
+
+    async def get_batch(
+        self, stream: str, from_seq: int, max_msgs: int, *, subject: str | None = None
+    ) -> list[StoredMsg]:
+        check_get_batch(from_seq, max_msgs)
+        await self._call()
+        return batch_from(self._server._stream(stream), from_seq, max_msgs, subject)
 
     async def get_msg(self, stream: str, seq: int) -> StoredMsg:
         await self._call()

@@ -53,6 +53,8 @@ from ._jetstream import (
     ns,
     watch_filter,
 )
+from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
+from ._trio_nats_batch import gather, send_uncommitted
 
 #: Deadline of the first connection to a server.
 CONNECT_TIMEOUT_S = 5.0
@@ -230,7 +232,7 @@ class _KvEntries:
 
 
 @final
-class TrioNatsTransport(JetStreamOverRequests):
+class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
     """The :class:`~dagnats_trio.transport.Transport` on the native client."""
 
     def __init__(self, conn: Connection, request_timeout_s: float) -> None:
@@ -264,6 +266,15 @@ class TrioNatsTransport(JetStreamOverRequests):
         if self._closed:
             raise Closed(f"{what}: transport closed")
 
+    async def _check_connected(self, what: str) -> None:
+        self._check_open(what)
+        if self._conn.connected_url is None:
+            # Queued now, the request would go out after a reconnect, maybe after its caller
+            # gave up on it: a journal append the caller counted as failed could then still be
+            # stored. Fail it at once; callers retry transient errors with a backoff.
+            await trio.lowlevel.checkpoint()
+            raise TemporarilyUnavailable(f"{what}: not connected to NATS")
+
     async def _raw_request(
         self,
         subject: str,
@@ -272,13 +283,7 @@ class TrioNatsTransport(JetStreamOverRequests):
         what: str,
         timeout_s: float | None = None,
     ) -> Msg:
-        self._check_open(what)
-        if self._conn.connected_url is None:
-            # Queued now, the request would go out after a reconnect, maybe after its caller
-            # gave up on it: a journal append the caller counted as failed could then still be
-            # stored. Fail it at once; callers retry transient errors with a backoff.
-            await trio.lowlevel.checkpoint()
-            raise TemporarilyUnavailable(f"{what}: not connected to NATS")
+        await self._check_connected(what)
         self._round_trips += 1
         try:
             return await self._conn.request(
@@ -299,6 +304,32 @@ class TrioNatsTransport(JetStreamOverRequests):
         timeout_s: float | None = None,
     ) -> bytes:
         return (await self._raw_request(subject, payload, headers, what, timeout_s)).payload
+
+    async def _js_batch(self, wire: Sequence[WireMsg], what: str) -> bytes:
+        await self._check_connected(what)
+        try:
+            await send_uncommitted(self._conn, wire[:-1])
+        except (NatsError, ProtocolError) as exc:
+            raise _map_error(exc, what) from None
+        commit = wire[-1]
+        return await self._js_request(commit.subject, commit.data, commit.headers, what)
+
+    async def _js_gather(
+        self, subject: str, payload: bytes, what: str, max_replies: int
+    ) -> list[DirectReply]:
+        await self._check_connected(what)
+        self._round_trips += 1
+        try:
+            return await gather(
+                self._conn,
+                subject,
+                payload,
+                max_replies=max_replies,
+                timeout_s=self._timeout_s,
+                what=what,
+            )
+        except (NatsError, ProtocolError) as exc:
+            raise _map_error(exc, what) from None
 
     # --- key-value -----------------------------------------------------------------------------
 
