@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
@@ -526,13 +528,24 @@ async def open_trio_nats_transport(
     name: str | None = None,
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    tls: ssl.SSLContext | None = None,
+    creds_file: str | os.PathLike[str] | None = None,
+    nkey_seed_file: str | os.PathLike[str] | None = None,
 ) -> AsyncIterator[TrioNatsTransport]:
-    """A connected :class:`TrioNatsTransport`; drained and closed when the block ends."""
+    """A connected :class:`TrioNatsTransport`; drained and closed when the block ends.
+    ``tls``, ``creds_file`` and ``nkey_seed_file`` are :func:`~dagnats_trio.nats.open_connection`'s
+    (user and password or a token go in the URLs)."""
     servers = [url_or_urls] if isinstance(url_or_urls, str) else list(url_or_urls)
     if not servers:
         raise ValueError("open_trio_nats_transport needs at least one server URL")
     async with open_connection(
-        servers, name=name, connect_timeout_s=connect_timeout_s, max_reconnect_rounds=-1
+        servers,
+        name=name,
+        connect_timeout_s=connect_timeout_s,
+        max_reconnect_rounds=-1,
+        tls=tls,
+        creds_file=creds_file,
+        nkey_seed_file=nkey_seed_file,
     ) as conn:
         transport = TrioNatsTransport(conn, request_timeout_s)
         try:

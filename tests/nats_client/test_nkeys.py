@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from dagnats_trio.nats import AuthorizationError, CredentialsError, open_connection
+from dagnats_trio.transport import open_trio_nats_transport
 
 from ._nkeys import new_key, new_operator, write_creds
 from ._servers import nats_server_with
@@ -49,6 +50,10 @@ async def test_nkey_user_auth_with_a_seed_file(tmp_path: Path) -> None:
         assert stranger.seed not in message
         with pytest.raises(AuthorizationError):  # and no key at all
             await _round_trip(url)
+        # the transport passes the file on to its connection
+        async with open_trio_nats_transport(url, nkey_seed_file=seed_file) as transport:
+            await transport.connection.flush()
+            assert transport.connection.connected_url == url
 
 
 async def test_creds_file_auth_in_operator_mode(tmp_path: Path) -> None:
