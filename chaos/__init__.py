@@ -2,8 +2,10 @@
 
 Many scripted-agent runs at once, on several engines sharing the history consumer and several
 workers, under a schedule of kills and stalls at the crash seams, duplicate and dropped
-deliveries, lost publish acks and stream-leader step-downs drawn from one seed. After every run
-the answer, ``journal check`` and the unsafe tool's start count are checked.
+deliveries, lost publish acks and stream-leader step-downs drawn from one seed (on a cluster
+also whole nodes SIGKILLed and restarted, paused past an election timeout, and cut off by a
+partition). After every run the answer, ``journal check`` and the unsafe tool's start count
+are checked.
 
 On the simulation (the default) the seed fixes the schedule and Trio's scheduling order, so one
 seed gives one trace hash. ``--real`` and ``--cluster`` run the same shape of schedule on real
@@ -17,11 +19,14 @@ from ._backends import (
     SimBackend,
     open_real_backend,
     real_backend,
+    real_config,
     sim_backend,
     sim_soak,
 )
 from ._faults import FaultyTransport, ProxyFaults, ProxyInjector, SimInjector
-from ._schedule import RunPlan, draw_schedule
+from ._nodes import NodeFaults, ProxiedCluster, open_proxied_cluster
+from ._proxy import TcpProxy
+from ._schedule import BASE_KINDS, CLUSTER_KINDS, RunPlan, draw_schedule
 from ._seed import FALLBACK_SEED, SEED_ENV, SoakSeed, soak_seed
 from ._soak import (
     Backend,
@@ -34,6 +39,8 @@ from ._soak import (
 from ._watchdog import WallWatchdog
 
 __all__ = [
+    "BASE_KINDS",
+    "CLUSTER_KINDS",
     "FALLBACK_SEED",
     "SEED_ENV",
     "Backend",
@@ -41,6 +48,8 @@ __all__ = [
     "Fault",
     "FaultKind",
     "FaultyTransport",
+    "NodeFaults",
+    "ProxiedCluster",
     "ProxyFaults",
     "ProxyInjector",
     "RealBackend",
@@ -52,11 +61,14 @@ __all__ = [
     "SoakResult",
     "SoakSeed",
     "Target",
+    "TcpProxy",
     "WallWatchdog",
     "deterministic_scheduling",
     "draw_schedule",
+    "open_proxied_cluster",
     "open_real_backend",
     "real_backend",
+    "real_config",
     "sim_backend",
     "sim_soak",
     "soak",

@@ -19,8 +19,8 @@ import trio.testing
 from dagnats_trio._env import DEFAULT_ENV
 from dagnats_trio.testing import deterministic_scheduling
 
-from ._backends import open_real_backend, sim_soak
-from ._soak import SoakConfig, SoakResult, soak
+from ._backends import open_real_backend, real_config, sim_soak
+from ._soak import SETTLE_MAX_S, SoakConfig, SoakResult, soak
 from ._watchdog import WallWatchdog
 
 #: Runs by mode when ``--runs`` is not given.
@@ -33,12 +33,14 @@ CLUSTER_RUNS_DEFAULT = 8
 SIM_DURATION_DEFAULT_S = 300.0
 REAL_DURATION_DEFAULT_S = 60.0
 CLUSTER_DURATION_DEFAULT_S = 90.0
+#: Without ``--duration``, a longer soak gets at least this much wall time per run: a cluster's
+#: node faults run one at a time, each for seconds (``--runs 1000 --cluster`` gets 6,000 s).
+SIM_SECONDS_PER_RUN = 0.5
+REAL_SECONDS_PER_RUN = 1.0
+CLUSTER_SECONDS_PER_RUN = 6.0
 REAL_GRACE_S = 90.0
-#: Real servers: short AckWaits so that stalls and kills resolve in seconds.
-REAL_WORKER_ACK_WAIT_S = 1.5
-REAL_ENGINE_ACK_WAIT_S = 2.0
-REAL_RUN_DEADLINE_S = 60.0
-REAL_PARALLEL_RUNS = 6
+#: On a cluster the grace also covers the node faults still queued when the last run ends.
+CLUSTER_GRACE_S = REAL_GRACE_S + SETTLE_MAX_S
 #: Seeds drawn when none is given are below this.
 SEED_MAX = 2**32
 #: Exit codes.
@@ -85,6 +87,13 @@ def _summary(result: SoakResult, wall_s: float, reproduce: str) -> int:
             f"  ({result.fired['step_down']} step-downs were no-ops: a single server has no "
             "other leader; --cluster makes them real)"
         )
+    for note in result.notes:
+        print(note)
+    if result.mode != "sim":
+        print(
+            f"slowest run: {result.slowest_run_s:.1f} s; worst wait of a harness call for the "
+            f"store to answer: {result.worst_wait_s:.1f} s"
+        )
     print(f"violations: {len(result.violations)}")
     for v in result.violations:
         print(f"  {v}")
@@ -125,18 +134,14 @@ def main(argv: list[str] | None = None) -> int:
         mode, CLUSTER_DURATION_DEFAULT_S
     )
     runs = ns.runs if ns.runs is not None else runs_default
-    duration = ns.duration if ns.duration is not None else duration_default
+    per_run = {"sim": SIM_SECONDS_PER_RUN, "real": REAL_SECONDS_PER_RUN}.get(
+        mode, CLUSTER_SECONDS_PER_RUN
+    )
+    duration = ns.duration if ns.duration is not None else max(duration_default, runs * per_run)
+    grace = CLUSTER_GRACE_S if ns.cluster else REAL_GRACE_S
     base = SoakConfig(seed=seed, runs=runs)
     if real:
-        config = SoakConfig(
-            seed=seed,
-            runs=runs,
-            parallel_runs=ns.parallel or REAL_PARALLEL_RUNS,
-            worker_ack_wait_s=REAL_WORKER_ACK_WAIT_S,
-            engine_ack_wait_s=REAL_ENGINE_ACK_WAIT_S,
-            run_deadline_s=REAL_RUN_DEADLINE_S,
-            budget_s=duration,
-        )
+        config = real_config(seed, runs, parallel=ns.parallel, budget_s=duration)
     else:
         config = SoakConfig(seed=seed, runs=runs, parallel_runs=ns.parallel or base.parallel_runs)
     print(
@@ -151,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     watchdog = WallWatchdog(duration)
     try:
         if real:
-            result = trio.run(functools.partial(_real, config, ns.cluster, duration + REAL_GRACE_S))
+            result = trio.run(functools.partial(_real, config, ns.cluster, duration + grace))
         else:
             result = _run_sim(config, watchdog)
     except BaseException as exc:

@@ -10,11 +10,35 @@ import attrs
 import trio
 
 from dagnats_trio._env import deterministic_env
-from dagnats_trio.server import CLUSTER_SIZE, open_nats_cluster, open_nats_server
+from dagnats_trio.server import CLUSTER_SIZE, open_nats_server
+from dagnats_trio.testing import FaultKind
 from dagnats_trio.transport import SimFaults, SimServer, Transport, open_nats_transport
 
 from ._faults import FaultyTransport, ProxyFaults, ProxyInjector, SimInjector
+from ._nodes import NodeFaults, open_proxied_cluster
+from ._schedule import BASE_KINDS, CLUSTER_KINDS
 from ._soak import SoakConfig, SoakResult, soak
+
+#: Real servers: short AckWaits so that stalls and kills resolve in seconds.
+REAL_WORKER_ACK_WAIT_S = 1.5
+REAL_ENGINE_ACK_WAIT_S = 2.0
+REAL_RUN_DEADLINE_S = 60.0
+REAL_PARALLEL_RUNS = 6
+
+
+def real_config(
+    seed: int, runs: int, *, parallel: int | None = None, budget_s: float | None = None
+) -> SoakConfig:
+    """The soak's settings on real servers (``--real``, ``--cluster``, and the suite's test)."""
+    return SoakConfig(
+        seed=seed,
+        runs=runs,
+        parallel_runs=parallel or REAL_PARALLEL_RUNS,
+        worker_ack_wait_s=REAL_WORKER_ACK_WAIT_S,
+        engine_ack_wait_s=REAL_ENGINE_ACK_WAIT_S,
+        run_deadline_s=REAL_RUN_DEADLINE_S,
+        budget_s=budget_s,
+    )
 
 
 @attrs.define
@@ -23,6 +47,7 @@ class SimBackend:
     injector: SimInjector
     name: str = "sim"
     replicas: int = 1
+    kinds: tuple[FaultKind, ...] = BASE_KINDS
 
     def connect(self) -> AbstractAsyncContextManager[Transport]:
         return self.server.connect()
@@ -47,6 +72,7 @@ class RealBackend:
     faults: ProxyFaults
     name: str
     replicas: int = 1
+    kinds: tuple[FaultKind, ...] = BASE_KINDS
     _names: itertools.count[int] = attrs.field(factory=itertools.count)
 
     def connect(self) -> AbstractAsyncContextManager[Transport]:
@@ -67,16 +93,25 @@ def real_backend(urls: list[str]) -> RealBackend:
 
 @asynccontextmanager
 async def open_real_backend(*, cluster: bool) -> AsyncIterator[RealBackend]:
-    """An embedded nats-server (or a 3-node cluster with 3-replica streams) for the soak."""
+    """An embedded nats-server (or a 3-node cluster with 3-replica streams, its nodes killed,
+    paused and cut off by the schedule's node faults) for the soak."""
     faults = ProxyFaults()
     async with trio.open_nursery() as nursery:
         if cluster:
             async with (
-                open_nats_cluster() as c,
-                open_nats_transport(c.urls, name="chaos-control") as control,
+                open_proxied_cluster() as net,
+                open_nats_transport(net.urls, name="chaos-control") as control,
             ):
-                injector = ProxyInjector(faults, control=control, nursery=nursery)
-                yield RealBackend(c.urls, injector, faults, "cluster", replicas=CLUSTER_SIZE)
+                nodes = NodeFaults(net, control)
+                injector = ProxyInjector(faults, control=control, nursery=nursery, nodes=nodes)
+                yield RealBackend(
+                    net.urls,
+                    injector,
+                    faults,
+                    "cluster",
+                    replicas=CLUSTER_SIZE,
+                    kinds=CLUSTER_KINDS,
+                )
                 nursery.cancel_scope.cancel()
         else:
             async with open_nats_server() as s:

@@ -18,12 +18,12 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from dagnats_trio.protocol import layout
-from dagnats_trio.testing import AGENT_STEP_ID, AGENT_TASK, Fault, FaultKind, Target
+from dagnats_trio.testing import AGENT_STEP_ID, AGENT_TASK, NODE_KINDS, Fault, FaultKind, Target
 from dagnats_trio.transport import (
     DEFAULT_REQUEST_TIMEOUT_S,
     BucketSpec,
@@ -41,6 +41,9 @@ from dagnats_trio.transport import (
 )
 from dagnats_trio.transport._sim_subjects import subject_matches
 
+if TYPE_CHECKING:
+    from ._nodes import NodeFaults
+
 log = logging.getLogger("chaos")
 
 #: Bound on one step-down request to a cluster.
@@ -49,6 +52,8 @@ STEP_DOWN_REQUEST_TIMEOUT_S = 5.0
 KV_STREAM_PREFIX = "KV_"
 
 TRANSPORT_KINDS = (FaultKind.DUPLICATE, FaultKind.DROP, FaultKind.LOST_ACK, FaultKind.STEP_DOWN)
+#: Kinds an injector performs (counted as they took effect, not as they fired at their seam).
+INJECTED_KINDS = TRANSPORT_KINDS + NODE_KINDS
 
 
 def durable_of(target: Target | None) -> str:
@@ -80,7 +85,15 @@ class Injector(Protocol):
         ...
 
     def consumed(self) -> dict[FaultKind, int]:
-        """Armed transport faults that took effect, by kind."""
+        """Armed transport (and node) faults that took effect, by kind."""
+        ...
+
+    async def settle(self) -> None:
+        """Return once no fault armed earlier is still being performed."""
+        ...
+
+    def notes(self) -> tuple[str, ...]:
+        """Lines for the summary (what the node faults did), if any."""
         ...
 
 
@@ -126,6 +139,12 @@ class SimInjector:
             FaultKind.STEP_DOWN: self._armed[FaultKind.STEP_DOWN],
         }
 
+    async def settle(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    def notes(self) -> tuple[str, ...]:
+        return ()
+
 
 class ProxyFaults:
     """Client-side faults shared by every :class:`FaultyTransport` of a soak."""
@@ -162,7 +181,7 @@ class ProxyFaults:
 
 class ProxyInjector:
     """Arms :class:`ProxyFaults`; step-downs are real requests when ``control`` (a connection to
-    a cluster) is given, no-ops otherwise."""
+    a cluster) is given, no-ops otherwise; node faults go to ``nodes`` (a cluster's)."""
 
     def __init__(
         self,
@@ -170,11 +189,16 @@ class ProxyInjector:
         *,
         control: Transport | None = None,
         nursery: trio.Nursery | None = None,
+        nodes: NodeFaults | None = None,
     ) -> None:
         self.faults = faults
         self._control = control
         self._nursery = nursery
+        self._nodes = nodes
         self._step_downs_done = 0
+        self._step_downs_in_flight = 0
+        self._step_downs_idle = trio.Event()
+        self._step_downs_idle.set()
 
     async def arm(self, fault: Fault, run_id: str) -> str:
         f = self.faults
@@ -197,9 +221,26 @@ class ProxyInjector:
             # In the background: the holder that reached the seam goes on meanwhile.
             self._nursery.start_soon(self._step_down, stream)
             return f"{stream} leader step-down requested"
+        if fault.kind in NODE_KINDS:
+            if self._nodes is None or self._nursery is None:
+                raise ValueError(f"a {fault.kind.value} fault needs a cluster")
+            # In the background, one node fault at a time: the holder goes on meanwhile.
+            self._nursery.start_soon(self._nodes.inject, fault)
+            return "node fault queued"
         raise ValueError(f"not a transport fault: {fault.kind}")
 
     async def _step_down(self, stream: str) -> None:
+        self._step_downs_in_flight += 1
+        if self._step_downs_idle.is_set():
+            self._step_downs_idle = trio.Event()
+        try:
+            await self._request_step_down(stream)
+        finally:
+            self._step_downs_in_flight -= 1
+            if not self._step_downs_in_flight:
+                self._step_downs_idle.set()
+
+    async def _request_step_down(self, stream: str) -> None:
         assert self._control is not None
         subject = f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}"
         try:
@@ -218,7 +259,18 @@ class ProxyInjector:
     def consumed(self) -> dict[FaultKind, int]:
         used = dict(self.faults.used)
         used[FaultKind.STEP_DOWN] = self._step_downs_done
+        if self._nodes is not None:
+            used.update(self._nodes.done)
         return used
+
+    async def settle(self) -> None:
+        await self._step_downs_idle.wait()
+        if self._nodes is not None:
+            await self._nodes.wait_idle()
+        await trio.lowlevel.checkpoint()
+
+    def notes(self) -> tuple[str, ...]:
+        return self._nodes.notes() if self._nodes is not None else ()
 
 
 class FaultyTransport:

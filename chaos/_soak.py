@@ -50,7 +50,7 @@ from dagnats_trio.transport import (
 )
 from dagnats_trio.worker import Worker
 
-from ._faults import TRANSPORT_KINDS, Injector
+from ._faults import INJECTED_KINDS, Injector
 from ._schedule import STALL_ACK_WAITS_MAX, RunPlan, draw_schedule
 
 log = logging.getLogger("chaos")
@@ -75,6 +75,9 @@ HARNESS_RETRY_S = 0.1
 HARNESS_CALL_MAX_S = 60.0
 #: After the last run: how long a stalled holder may still sleep, at most.
 DRAIN_MARGIN_S = 1.0
+#: After the last run: how long faults still being performed (node faults queue one behind the
+#: other, each up to its window plus the cluster's recovery) may take to end.
+SETTLE_MAX_S = 300.0
 
 T = TypeVar("T")
 
@@ -94,6 +97,11 @@ class Backend(Protocol):
 
     @property
     def replicas(self) -> int: ...
+
+    @property
+    def kinds(self) -> tuple[FaultKind, ...]:
+        """The fault kinds this backend can inject (the schedule draws from them)."""
+        ...
 
     def connect(self) -> AbstractAsyncContextManager[Transport]: ...
 
@@ -127,6 +135,8 @@ class RunOutcome:
     model_requests: int
     records: int
     problems: tuple[str, ...]
+    #: From its start to its end check (not traced: on real servers it is noise).
+    elapsed_s: float = attrs.field(default=0.0, eq=False)
 
     def line(self) -> str:
         starts = ",".join(f"{name}:{n}" for name, n in self.tool_starts)
@@ -153,44 +163,80 @@ class SoakResult:
     elapsed_s: float
     #: The lines hashed into ``trace_hash``, in order.
     trace: tuple[str, ...] = attrs.field(repr=False, eq=False)
+    #: The kinds the schedule drew from (``fired``/``consumed`` hold every kind).
+    kinds: tuple[str, ...] = ()
+    #: Longest time one harness call of a run (start, wait, read) kept meeting an unavailable
+    #: store or a timeout before it answered: the worst a run waited for a quorum.
+    worst_wait_s: float = 0.0
+    #: The injector's own lines (what the node faults did).
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
         return not self.violations
 
     @property
+    def slowest_run_s(self) -> float:
+        return max((o.elapsed_s for o in self.outcomes), default=0.0)
+
+    @property
     def injected(self) -> dict[str, int]:
         """Faults that really happened, by kind: kills and stalls as fired, the transport faults
         as consumed."""
         out = {}
-        for kind in FaultKind:
-            source = self.consumed if kind in TRANSPORT_KINDS else self.fired
-            out[kind.value] = source.get(kind.value, 0)
+        kinds = self.kinds or tuple(k.value for k in FaultKind)
+        for name in kinds:
+            source = self.consumed if FaultKind(name) in INJECTED_KINDS else self.fired
+            out[name] = source.get(name, 0)
         return out
 
 
-async def _retrying(fn: Callable[[], Awaitable[T]]) -> T:
+@attrs.define
+class _Waits:
+    """The longest stretch a harness call spent retrying."""
+
+    worst_s: float = 0.0
+
+    def ended(self, since: float | None) -> None:
+        if since is not None:
+            self.worst_s = max(self.worst_s, trio.current_time() - since)
+
+
+async def _retrying(fn: Callable[[], Awaitable[T]], waits: _Waits) -> T:
     """A harness call through a step-down or a lost ack: retried until it answers, for at most
     ``HARNESS_CALL_MAX_S`` (every call retried here is idempotent)."""
+    since: float | None = None
     with trio.fail_after(HARNESS_CALL_MAX_S):
         while True:
             try:
-                return await fn()
+                result = await fn()
             except (TemporarilyUnavailable, TransportTimeout) as exc:
                 log.debug("harness call: %s; retrying", exc)
+                since = trio.current_time() if since is None else since
                 await trio.sleep(HARNESS_RETRY_S)
+            else:
+                waits.ended(since)
+                return result
 
 
-async def _wait_finished(service: Service, run_id: str, deadline: float) -> RunSnapshot:
+async def _wait_finished(
+    service: Service, run_id: str, deadline: float, waits: _Waits
+) -> RunSnapshot:
+    since: float | None = None
     while True:
         remaining = deadline - trio.current_time()
         if remaining <= 0:
+            waits.ended(since)
             raise RunWaitTimeout(run_id, 0)
         try:
-            return await service.wait_for_run(run_id, min(remaining, WAIT_FOR_RUN_MAX_S))
+            snap = await service.wait_for_run(run_id, min(remaining, WAIT_FOR_RUN_MAX_S))
         except (TemporarilyUnavailable, TransportTimeout) as exc:
             log.debug("waiting for %s: %s; retrying", run_id, exc)
+            since = trio.current_time() if since is None else since
             await trio.sleep(HARNESS_RETRY_S)
+        else:
+            waits.ended(since)
+            return snap
 
 
 class _Soak:
@@ -202,8 +248,9 @@ class _Soak:
         self.plans = (
             config.schedule
             if config.schedule is not None
-            else draw_schedule(config.seed, config.runs)
+            else draw_schedule(config.seed, config.runs, backend.kinds)
         )
+        self.waits = _Waits()
         self.by_index = {p.index: p for p in self.plans}
         if len(self.by_index) != len(self.plans) or len({p.run_id for p in self.plans}) != len(
             self.plans
@@ -272,11 +319,13 @@ class _Soak:
                     nursery.cancel_scope.cancel()
         elapsed = trio.current_time() - faults.t0
         outcomes = tuple(self.outcomes[i] for i in sorted(self.outcomes))
-        for kind in FaultKind:
+        kinds = self.backend.kinds
+        for kind in kinds:
             self.trace.add("fired", kind.value, faults.fired[kind])
         consumed = self.backend.injector.consumed()
-        for kind in TRANSPORT_KINDS:
-            self.trace.add("consumed", kind.value, consumed[kind])
+        for kind in INJECTED_KINDS:
+            if kind in kinds:
+                self.trace.add("consumed", kind.value, consumed.get(kind, 0))
         self.trace.add("unfired", faults.unfired())
         for v in self.violations:
             self.trace.add("violation", v)
@@ -292,6 +341,9 @@ class _Soak:
             trace_hash=self.trace.digest(),
             elapsed_s=elapsed,
             trace=self.trace.lines,
+            kinds=tuple(k.value for k in kinds),
+            worst_wait_s=self.waits.worst_s,
+            notes=self.backend.injector.notes(),
         )
 
     async def _drive(self, faults: SeamFaults) -> None:
@@ -322,19 +374,22 @@ class _Soak:
         self.trace.add(f"start t={trio.current_time() - faults.t0:.6f} run={plan.index}")
         snap: RunSnapshot | None = None
         with trio.move_on_at(deadline):
-            await _retrying(lambda: service.start_run(WORKFLOW_NAME, {"run": plan.index}))
+            await _retrying(
+                lambda: service.start_run(WORKFLOW_NAME, {"run": plan.index}), self.waits
+            )
             try:
-                snap = await _wait_finished(service, run_id, deadline)
+                snap = await _wait_finished(service, run_id, deadline, self.waits)
             except RunWaitTimeout:
                 snap = None
         if snap is None:
             # Still audit what there is: the journal and the counters of a hung run say where.
-            snap = await _retrying(functools.partial(service.get_run, run_id))
+            snap = await _retrying(functools.partial(service.get_run, run_id), self.waits)
             outcome = await self._check(plan, snap, finished=False)
         else:
             outcome = await self._check(plan, snap)
         self.trace.add(f"end t={trio.current_time() - faults.t0:.6f}", outcome.line())
-        self._record(outcome, "at its end")
+        elapsed = trio.current_time() - (deadline - self.config.run_deadline_s)
+        self._record(attrs.evolve(outcome, elapsed_s=elapsed), "at its end")
 
     async def _check(self, plan: RunPlan, snap: RunSnapshot, finished: bool = True) -> RunOutcome:
         assert self.control is not None
@@ -353,7 +408,7 @@ class _Soak:
             problems.append(f"run ended {snap.status.value}: {snap.error}")
         elif snap.output != self.expected:
             problems.append(f"answer {snap.output!r} != expected {self.expected!r}")
-        records = await _retrying(lambda: read_journal(control, run_id, AGENT_STEP_ID))
+        records = await _retrying(lambda: read_journal(control, run_id, AGENT_STEP_ID), self.waits)
         report = check(records, engine_iterations=iterations)
         problems.extend(f"journal check: {v}" for v in report.violations)
         unsafe = self.counters.starts(run_id, UNSAFE_TOOL)
@@ -387,6 +442,13 @@ class _Soak:
         longest = STALL_ACK_WAITS_MAX * max(cfg.worker_ack_wait_s, cfg.engine_ack_wait_s)
         with trio.move_on_after(longest + DRAIN_MARGIN_S):
             await faults.wait_no_stalls()
+        with trio.move_on_after(SETTLE_MAX_S) as settle:
+            await self.backend.injector.settle()
+        if settle.cancelled_caught:
+            self.violations.append(
+                f"faults still being performed {SETTLE_MAX_S} s after the last run "
+                f"(seed {cfg.seed})"
+            )
         await trio.sleep(cfg.worker_ack_wait_s)
         self.trace.add(f"drained t={trio.current_time() - faults.t0:.6f} stalls={faults.stalls}")
 
@@ -399,8 +461,8 @@ class _Soak:
                 if before.status == "unfinished":
                     continue
                 plan = self.by_index[index]
-                snap = await _retrying(functools.partial(service.get_run, plan.run_id))
-                after = await self._check(plan, snap)
+                snap = await _retrying(functools.partial(service.get_run, plan.run_id), self.waits)
+                after = attrs.evolve(await self._check(plan, snap), elapsed_s=before.elapsed_s)
                 # The outcome kept is the final one; a problem is reported once.
                 self.outcomes[index] = after
                 for p in after.problems:

@@ -6,7 +6,8 @@ open_nats_server() as server`` or ``server = await nursery.start(NatsServer().ru
 
 from ._binary import NatsServerError, find_nats_server
 from ._child import PARENT_DEATH_SIGNAL
-from ._cluster import CLUSTER_SIZE, NatsCluster, open_nats_cluster
+from ._cluster import CLUSTER_SIZE, NatsCluster, RouteLayout, node_name, open_nats_cluster
+from ._config import free_port
 from ._lock import LOCK_FILE_NAME, StoreLocked
 from ._node import START_TIMEOUT_S, STOP_TIMEOUT_S, NatsServer, PortInUse, open_nats_server
 from ._sync import SyncNatsServer
@@ -21,9 +22,12 @@ __all__ = [
     "NatsServer",
     "NatsServerError",
     "PortInUse",
+    "RouteLayout",
     "StoreLocked",
     "SyncNatsServer",
     "find_nats_server",
+    "free_port",
+    "node_name",
     "open_nats_cluster",
     "open_nats_server",
 ]

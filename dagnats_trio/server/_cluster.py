@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, final
 
+import attrs
 import trio
 
 from . import _probe
@@ -30,14 +31,45 @@ _READY_STREAM = "DAGNATS_CLUSTER_READY"
 
 
 @final
+@attrs.frozen
+class RouteLayout:
+    """Which route port each node listens on, which ports it dials to reach the others, and
+    which port it advertises. :meth:`direct` is the plain cluster; a chaos test builds one whose
+    dialled and advertised ports are proxies it controls, to cut a node off."""
+
+    listen_ports: tuple[int, ...]
+    #: ``dial_ports[i]``: the ports node ``i`` dials (its ``routes``).
+    dial_ports: tuple[tuple[int, ...], ...]
+    advertise_ports: tuple[int | None, ...] = (None,) * CLUSTER_SIZE
+    #: Keep client URLs of the other nodes out of INFO (clients keep to the URLs given).
+    no_advertise: bool = False
+
+    @classmethod
+    def direct(cls) -> RouteLayout:
+        """Free loopback ports, every node dialling every node's own port."""
+        ports = tuple(free_port() for _ in range(CLUSTER_SIZE))
+        return cls(ports, (ports,) * CLUSTER_SIZE)
+
+    def settings(self, name: str, index: int) -> ClusterSettings:
+        return ClusterSettings(
+            name,
+            self.listen_ports[index],
+            self.dial_ports[index],
+            advertise_port=self.advertise_ports[index],
+            no_advertise=self.no_advertise,
+        )
+
+
+@final
 class NatsCluster:
     """Three routed nats-servers with JetStream, each with its own store directory.
 
     The cluster keeps the default (timer) sync: replicas, not fsync, carry its durability.
     """
 
-    def __init__(self, *, name: str = CLUSTER_NAME) -> None:
+    def __init__(self, *, name: str = CLUSTER_NAME, routes: RouteLayout | None = None) -> None:
         self._name = name
+        self._routes = routes
         self._dir: Path | None = None
         self._nodes: list[NatsServer] = []
 
@@ -55,13 +87,13 @@ class NatsCluster:
         if self._nodes:
             raise NatsServerError("cluster already started")
         self._dir = Path(tempfile.mkdtemp(prefix="dagnats-cluster-"))
-        route_ports = tuple(free_port() for _ in range(CLUSTER_SIZE))
+        routes = self._routes or RouteLayout.direct()
         self._nodes = [
             NatsServer(
                 store_dir=self._dir / f"n{i}",
                 sync_always=False,
-                server_name=f"n{i}",
-                cluster=ClusterSettings(self._name, route_ports[i], route_ports),
+                server_name=node_name(i),
+                cluster=routes.settings(self._name, i),
             )
             for i in range(CLUSTER_SIZE)
         ]
@@ -118,6 +150,18 @@ class NatsCluster:
                     return
                 await trio.sleep(CLUSTER_POLL_INTERVAL_S)
 
+    async def kill_node(self, index: int) -> None:
+        """SIGKILL one node (no shutdown); its store and port are kept for :meth:`start_node`."""
+        await self._nodes[index].kill_process()
+
+    def pause_node(self, index: int) -> None:
+        """SIGSTOP one node: it keeps its sockets open and answers nothing."""
+        self._nodes[index].pause()
+
+    def resume_node(self, index: int) -> None:
+        """SIGCONT a node paused by :meth:`pause_node`."""
+        self._nodes[index].resume()
+
     async def stop(self) -> None:
         """Stop every node and remove all stores."""
         with trio.CancelScope(shield=True):
@@ -140,10 +184,17 @@ class NatsCluster:
             await self.stop()
 
 
+def node_name(index: int) -> str:
+    """The ``server_name`` of node ``index`` (what stream infos name leaders and replicas by)."""
+    return f"n{index}"
+
+
 @asynccontextmanager
-async def open_nats_cluster(*, name: str = CLUSTER_NAME) -> AsyncIterator[NatsCluster]:
+async def open_nats_cluster(
+    *, name: str = CLUSTER_NAME, routes: RouteLayout | None = None
+) -> AsyncIterator[NatsCluster]:
     """A running 3-node cluster for the duration of the block."""
-    cluster = NatsCluster(name=name)
+    cluster = NatsCluster(name=name, routes=routes)
     await cluster.start()
     try:
         yield cluster

@@ -23,7 +23,15 @@ class ClusterSettings:
 
     name: str
     route_port: int
+    #: The route URLs this node dials (every node's ``route_port``, or proxies in front of them).
     route_ports: tuple[int, ...]
+    #: The route port this node tells the others about (None: its own ``route_port``). A test
+    #: that puts proxies between the nodes points it at one, so that a route learned by gossip
+    #: cannot go around them.
+    advertise_port: int | None = None
+    #: Keep the other nodes' client URLs out of this node's INFO, so that clients only ever use
+    #: the URLs they were given (a test routes them through proxies).
+    no_advertise: bool = False
 
 
 @attrs.frozen
@@ -55,11 +63,17 @@ def render_config(config: NodeConfig) -> str:
         routes = ", ".join(
             _quote(f"nats://{LOOPBACK}:{port}") for port in config.cluster.route_ports
         )
+        extra = ""
+        if config.cluster.advertise_port is not None:
+            extra += f"  advertise: {_quote(f'{LOOPBACK}:{config.cluster.advertise_port}')}\n"
+        if config.cluster.no_advertise:
+            extra += "  no_advertise: true\n"
         lines.append(
             "cluster {\n"
             f"  name: {_quote(config.cluster.name)}\n"
             f"  listen: {LOOPBACK}:{config.cluster.route_port}\n"
             f"  routes: [{routes}]\n"
+            f"{extra}"
             "}"
         )
     return "\n".join(lines) + "\n"

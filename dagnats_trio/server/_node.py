@@ -214,6 +214,7 @@ class NatsServer:
         with trio.CancelScope(shield=True):
             if process is not None and process.returncode is None:
                 with suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGCONT)  # a paused server cannot stop
                     process.send_signal(signal.SIGTERM)
                 with trio.move_on_after(STOP_TIMEOUT_S):
                     await process.wait()
@@ -227,6 +228,34 @@ class NatsServer:
     async def stop_process(self) -> None:
         """Stop the process but keep the store and the port for a later :meth:`start`."""
         await self._terminate()
+
+    async def kill_process(self) -> None:
+        """SIGKILL the process, as a crashed host would leave it: no shutdown, nothing flushed
+        beyond what was already written. Store and port are kept for a later :meth:`start`."""
+        process, self._process = self._process, None
+        with trio.CancelScope(shield=True):
+            if process is not None:
+                if process.returncode is None:
+                    with suppress(ProcessLookupError):
+                        process.kill()
+                await process.wait()
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+
+    def pause(self) -> None:
+        """SIGSTOP the process: it holds its connections and answers nothing until
+        :meth:`resume` (a stalled host, a zombie leader)."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a process paused by :meth:`pause`."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self._process is None or self._process.returncode is not None:
+            raise NatsServerError("nats-server is not running")
+        self._process.send_signal(sig)
 
     async def stop(self) -> None:
         """Stop the server, free its store's lock and remove its temporary directories."""

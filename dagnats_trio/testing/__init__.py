@@ -38,6 +38,7 @@ from ._crash import (
     wait_finished,
 )
 from ._seam_faults import (
+    NODE_KINDS,
     ArmFn,
     CrashKill,
     Fault,
@@ -54,6 +55,7 @@ __all__ = [
     "CRASH_SEAMS",
     "DEFAULT_SCRIPT",
     "GOLDEN_FORMAT_VERSION",
+    "NODE_KINDS",
     "AgentCounters",
     "ArmFn",
     "CrashKill",

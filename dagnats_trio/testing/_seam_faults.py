@@ -32,6 +32,15 @@ class FaultKind(enum.Enum):
     DROP = "drop"
     LOST_ACK = "lost_ack"
     STEP_DOWN = "step_down"
+    # Cluster faults (``--cluster`` only): a whole nats-server node, chosen as the leader or a
+    # follower of the fault's target stream.
+    NODE_KILL = "node_kill"  # SIGKILL, down for window_s, restarted on its store
+    NODE_PAUSE = "node_pause"  # SIGSTOP for window_s (past an election timeout), then SIGCONT
+    PARTITION = "partition"  # cut off from the other two nodes for window_s, then healed
+
+
+#: The kinds that act on a whole node of a cluster.
+NODE_KINDS = (FaultKind.NODE_KILL, FaultKind.NODE_PAUSE, FaultKind.PARTITION)
 
 
 class Target(enum.Enum):
@@ -46,7 +55,9 @@ class Target(enum.Enum):
 @final
 @attrs.frozen
 class Fault:
-    """One scheduled fault. ``stall_ack_waits`` is for stalls, ``window_s`` for step-downs."""
+    """One scheduled fault. ``stall_ack_waits`` is for stalls, ``window_s`` for step-downs and
+    node faults (how long the node stays down, paused or cut off); ``on_leader`` says whether a
+    node fault hits the leader of ``target``'s stream or a follower."""
 
     kind: FaultKind
     seam: Seam
@@ -54,6 +65,7 @@ class Fault:
     target: Target | None = None
     stall_ack_waits: float = 0.0
     window_s: float = 0.0
+    on_leader: bool = False
 
     def describe(self) -> str:
         where = f"{self.seam.value}@{self.iteration}"
@@ -61,8 +73,11 @@ class Fault:
             return f"stall {where} x{self.stall_ack_waits}"
         if self.kind is FaultKind.KILL:
             return f"kill {where}"
-        extra = f" {self.window_s}s" if self.kind is FaultKind.STEP_DOWN else ""
         assert self.target is not None
+        if self.kind in NODE_KINDS:
+            role = "leader" if self.on_leader else "follower"
+            return f"{self.kind.value} {role} of {self.target.value} {self.window_s}s at {where}"
+        extra = f" {self.window_s}s" if self.kind is FaultKind.STEP_DOWN else ""
         return f"{self.kind.value} {self.target.value}{extra} at {where}"
 
 
