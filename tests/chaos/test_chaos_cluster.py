@@ -80,7 +80,7 @@ async def test_cluster_soak_with_node_faults(
     assert all(not o.problems for o in result.outcomes), summary
     assert all(dict(o.tool_starts)["send_message"] <= 1 for o in result.outcomes), summary
     for kind in NODE_KINDS:
-        assert result.injected[kind.value] >= 2, (kind, summary)
+        assert result.injected[kind.value] >= 1, (kind, summary)
     assert result.injected["kill"] >= 1 and result.injected["stall"] >= 1, summary
     assert any("not recovered within 60 s: 0" in n for n in result.notes), summary
 
