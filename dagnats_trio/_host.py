@@ -23,10 +23,11 @@ from typing import Any, final
 import attrs
 import trio
 
+from ._defaults import DEFAULT_LISTEN_BACKLOG, DEFAULT_LISTEN_HOST, DEFAULT_LISTEN_PORT
 from ._env import DEFAULT_ENV, RuntimeEnv
 from .api import Service
 from .api.rest import create_app
-from .api.server import DEFAULT_LISTEN_BACKLOG, ApiServer, check_backlog
+from .api.server import ApiServer, check_backlog
 from .bridge import Bridge
 from .engine import Engine, ensure_run_index
 from .inputs import InputsEndpoints, InputsService
@@ -50,9 +51,6 @@ from .transport import (
 )
 from .worker import DEFAULT_ACK_WAIT_S, Handler, Worker
 
-#: Where ``dagnats dev`` serves the REST API unless told otherwise.
-DEFAULT_LISTEN_HOST = "127.0.0.1"
-DEFAULT_LISTEN_PORT = 8080
 #: The embedded server picks a free client port when none is asked for.
 ANY_NATS_PORT = -1
 #: Longest the parts of a host may take to start (server, connect, provision, engine, API).

@@ -142,6 +142,7 @@ LAZY_PACKAGES = (
     "dagnats_trio.engine",
     "dagnats_trio.journal",
     "dagnats_trio.inputs",
+    "dagnats_trio.cli",
 )
 
 

@@ -38,7 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("journal", "inputs"),
     ("dag", "transport", "server", "web"),
     ("protocol", "nats"),
-    ("_env", "_seams", "_lazy", "_concurrency"),
+    ("_env", "_seams", "_lazy", "_concurrency", "_defaults"),
 )
 
 #: Deliberate exceptions, each ``(importer part, imported part): why``. Keep this empty.

@@ -13,6 +13,8 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from starlette.types import ASGIApp
 
+from .._defaults import DEFAULT_LISTEN_BACKLOG
+
 log = logging.getLogger(__name__)
 #: Hypercorn's own messages: warnings and errors only (its "Running on ..." at INFO would say the
 #: address a second time, beside ours, which has the real port).
@@ -24,11 +26,6 @@ hypercorn_log.setLevel(logging.WARNING)
 SHUTDOWN_GRACE_S = 2.0
 #: Seconds an idle keep-alive connection stays open.
 KEEP_ALIVE_TIMEOUT_S = 30.0
-#: Connections the kernel may queue before the server accepts them. hypercorn's own default
-#: (100) overflowed under a burst of a few hundred requests (the kernel dropped the rest and
-#: they came in again a second later, or were reset); Linux caps the figure at
-#: ``net.core.somaxconn`` (docs/operations.md).
-DEFAULT_LISTEN_BACKLOG = 2048
 #: Largest backlog accepted (``listen(2)`` takes an int; no kernel queues more than this).
 MAX_LISTEN_BACKLOG = 65_535
 

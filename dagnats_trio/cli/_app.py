@@ -1,11 +1,19 @@
-"""The ``dagnats`` command: the typer app and its one entry point."""
+"""The ``dagnats`` command: the typer app and its one entry point.
+
+Importing this loads typer and the command declarations only: each command imports what it runs
+on (Trio, NATS, the HTTP stack, the engine) when it runs, so ``dagnats --help`` and a verb's
+``--help`` answer without loading the runtime (``tests/cli/test_lazy_help.py``).
+"""
 
 from __future__ import annotations
 
 import typer
 
 from ._processes import demo, dev, serve, worker
-from ._verbs import inputs_app, journal_app, run_app, workflow_app
+from ._verb_inputs import inputs_app
+from ._verb_journal import journal_app
+from ._verb_run import run_app
+from ._verb_workflow import workflow_app
 
 app = typer.Typer(
     name="dagnats",

@@ -19,10 +19,16 @@ from ..api import JournalEntry, JournalPage, RunList, RunStarted, RunView, Workf
 from ..dag import WorkflowDef
 from ..inputs import Submission
 from ..protocol import DecodeError, JsonValue, from_obj
+from ._contract import (
+    DEFAULT_API_URL,
+    EXIT_CANNOT_CONNECT,
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_USAGE,
+)
 
 T = TypeVar("T")
 
-DEFAULT_API_URL = "http://127.0.0.1:8080"
 #: Bound of one request (an input ``GET ?wait=`` adds its wait to this).
 REQUEST_TIMEOUT_S = 15.0
 #: Bound of connecting to the API.
@@ -31,13 +37,6 @@ CONNECT_TIMEOUT_S = 5.0
 JOURNAL_PAGE_RECORDS = 1_000
 #: Reconnects of a journal follower whose stream broke before its ``end`` event.
 FOLLOW_RECONNECTS_MAX = 5
-
-#: Exit codes (the CLI's contract with scripts).
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 3
-EXIT_CANNOT_CONNECT = 4
 
 
 class ClientError(Exception):
@@ -276,10 +275,10 @@ class ApiClient:
         raw = await self._json("GET", self._journal_path(run_id, step_id), params=params)
         return _decode(raw, JournalPage, "journal page")
 
-    async def journal_all(self, run_id: str, step_id: str) -> list[JournalEntry]:
-        """Every record of one step's journal, page after page."""
+    async def journal_all(self, run_id: str, step_id: str, from_seq: int = 1) -> list[JournalEntry]:
+        """Every record of one step's journal from ``from_seq`` on, page after page."""
         out: list[JournalEntry] = []
-        cursor = 1
+        cursor = from_seq
         while True:
             page = await self.journal_page(run_id, step_id, cursor)
             out.extend(page.records)

@@ -14,12 +14,13 @@ from typing import Any, NoReturn
 import attrs
 import trio
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
 
 from ..dag import DurationError, parse_duration_text
 from ..protocol import JsonPolicyError, JsonValue, decode_json, to_json
-from ._client import EXIT_FAILED, ApiFailure, CannotConnect, ClientError, UsageError
+from ._client import ApiClient, ApiFailure, CannotConnect, ClientError, UsageError
+from ._contract import EXIT_FAILED
 
 #: Width used when output is not a terminal (pipes, tests), so tables do not fold at 80.
 PIPE_WIDTH_CHARS = 120
@@ -112,6 +113,31 @@ def run_async(fn: Callable[[], Awaitable[int | None]], *, as_json: bool = False)
     raise typer.Exit(code or 0)
 
 
+def call_api(
+    api: str,
+    token: str | None,
+    fn: Callable[[ApiClient], Awaitable[int | None]],
+    *,
+    as_json: bool = False,
+) -> NoReturn:
+    """A verb over the API: ``fn`` with a client of ``api``, under :func:`run_async`."""
+
+    async def go() -> int | None:
+        async with ApiClient(api, token) as client:
+            return await fn(client)
+
+    run_async(go, as_json=as_json)
+
+
+def answer(as_json: bool, value: Any, human: RenderableType | str) -> int:
+    """Print ``value`` as JSON for a script, else ``human`` for a person; exit code 0."""
+    if as_json:
+        echo_json(value)
+    else:
+        console().print(human)
+    return 0
+
+
 def parse_json_arg(text: str, what: str) -> JsonValue:
     """A JSON value from the command line, or ``@FILE`` for one read from a file."""
     source = text
@@ -159,6 +185,8 @@ def stdout_is_terminal() -> bool:
 __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
+    "answer",
+    "call_api",
     "console",
     "echo_json",
     "fail",

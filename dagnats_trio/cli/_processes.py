@@ -1,63 +1,33 @@
 """The long-running commands: ``dev``, ``serve``, ``worker``, and ``demo``.
 
 Each builds a :class:`HostConfig` and runs :class:`Host` until SIGINT, SIGTERM or SIGHUP (a
-closed terminal). The signals are taken with ``trio.open_signal_receiver`` rather than left to
-Trio's KeyboardInterrupt, so a stop always goes through cancellation: every part unwinds in order
-and the embedded nats-server child is stopped by its (shielded) ``finally``, whichever moment the
-signal arrives. Should this process die without unwinding (SIGKILL), the child gets a parent-death
-signal from the kernel (``dagnats_trio.server``).
+closed terminal): ``_hosting``. Declarations only load typer and the named defaults
+(``dagnats --help`` reads them); the runtime is imported when a command runs.
 """
 
 from __future__ import annotations
 
-import logging
-import signal
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Final
 
-import trio
 import typer
-from rich.logging import RichHandler
 
-from .._host import (
-    DEFAULT_LISTEN_HOST,
-    DEFAULT_LISTEN_PORT,
-    Host,
-    HostConfig,
-    HostInfo,
-    HostSetupError,
-    ModuleImportFailed,
-    load_handlers,
-    merge_handlers,
-    parse_listen,
-    parse_nats_client,
-    parse_nats_urls,
-    parse_restart_limit,
-)
-from ..api import console_url
-from ..api.server import DEFAULT_LISTEN_BACKLOG
-from ..journal import DEFAULT_RESTART_LIMIT, MAX_RESTART_LIMIT, MIN_RESTART_LIMIT
-from ..server import NatsServerError, PortInUse, StoreLocked
-from ..transport import (
+from .._defaults import (
     CLIENT_ENV,
     CLIENTS,
+    DEFAULT_ACK_WAIT_S,
     DEFAULT_CLIENT,
-    NotProvisioned,
-    TemporarilyUnavailable,
-    TransportError,
-    TransportTimeout,
+    DEFAULT_LISTEN_BACKLOG,
+    DEFAULT_LISTEN_HOST,
+    DEFAULT_LISTEN_PORT,
+    DEFAULT_RESTART_LIMIT,
+    MAX_RESTART_LIMIT,
+    MIN_RESTART_LIMIT,
 )
-from ..worker import DEFAULT_ACK_WAIT_S, Handler
-from ._client import EXIT_CANNOT_CONNECT, EXIT_FAILED, EXIT_USAGE
-from ._common import console, fail, leaf
+from ._contract import EXIT_USAGE
 
 DEFAULT_DATA_DIR: Final = "./.dagnats"
 DEFAULT_LISTEN: Final = f"{DEFAULT_LISTEN_HOST}:{DEFAULT_LISTEN_PORT}"
-#: A closed terminal sends SIGHUP: a stop like any other, never a Python that dies and leaves its
-#: nats-server child behind.
-STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 ListenOpt = Annotated[
     str, typer.Option("--listen", envvar="DAGNATS_LISTEN", help="Address of the REST API.")
@@ -135,110 +105,6 @@ ClientOpt = Annotated[
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details.")]
 
 
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(name)s: %(message)s",
-        handlers=[RichHandler(console=console(stderr=True), show_path=False)],
-    )
-
-
-def _banner(
-    title: str, info: HostInfo, extra: list[tuple[str, str]], *, token_required: bool
-) -> None:
-    out = console()
-    out.print(f"[bold]dagnats {title}[/]", highlight=False)
-    rows = [("nats", ",".join(info.nats_urls))]
-    if info.server is not None:
-        rows.append(("nats-server pid", str(info.server.pid)))
-    if info.api_url is not None:
-        rows.append(("api", info.api_url))
-        rows.append(("console", console_url(info.api_url)))
-    if info.worker is not None:
-        rows.append(("worker", info.worker.worker_id))
-    if info.api_url is not None:
-        rows.append(("token", "required" if token_required else "not required (no --token)"))
-    rows.extend(extra)
-    exports = [f"DAGNATS_NATS_URL={','.join(info.nats_urls)}"]
-    if info.api_url is not None:
-        exports.append(f"DAGNATS_API_URL={info.api_url}")
-    # What a worker or a CLI verb in another shell needs to find this process.
-    rows.append(("other shells", "export " + " ".join(exports)))
-    for name, value in rows:
-        # One plain line per setting: easy to read, and to parse from a script.
-        out.print(f"  {name + ':':<17}{value}", highlight=False, soft_wrap=True)
-    out.print("  ready (Ctrl-C to stop)", highlight=False)
-
-
-async def _host_until_signal(config: HostConfig, title: str, extra: list[tuple[str, str]]) -> None:
-    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
-        async with trio.open_nursery() as nursery:
-            # Watching from the start: a Ctrl-C during a slow start-up stops it too.
-            nursery.start_soon(_cancel_on_signal, signals, nursery.cancel_scope)
-            info: HostInfo = await nursery.start(Host(config).run)
-            _banner(title, info, extra, token_required=config.token is not None)
-
-
-async def _cancel_on_signal(signals: AsyncIterator[int], scope: trio.CancelScope) -> None:
-    async for signum in signals:
-        console(stderr=True).print(f"{signal.Signals(signum).name}: stopping", highlight=False)
-        scope.cancel()
-        return
-
-
-def _run_host(config: HostConfig, title: str, extra: list[tuple[str, str]]) -> None:
-    try:
-        trio.run(_host_until_signal, config, title, extra)
-    except BaseException as exc:
-        inner = leaf(exc)
-        if isinstance(inner, HostSetupError):
-            fail(str(inner), EXIT_USAGE)
-        if isinstance(inner, TemporarilyUnavailable | TransportTimeout):
-            fail(f"cannot connect to NATS: {inner}", EXIT_CANNOT_CONNECT)
-        if isinstance(inner, NotProvisioned):
-            fail(
-                f"the JetStream streams are missing ({inner}); start `dagnats serve` (which "
-                "provisions them) first",
-                EXIT_FAILED,
-            )
-        if isinstance(inner, StoreLocked):
-            holder = f"pid {inner.holder_pid}" if inner.holder_pid is not None else "another"
-            fail(
-                f"the data directory {config.data_dir} is in use by another process ({holder}); "
-                "stop it or give another --data-dir",
-                EXIT_FAILED,
-            )
-        if isinstance(inner, PortInUse):
-            fail(
-                f"--nats-port {inner.port} is already in use; stop what listens there", EXIT_FAILED
-            )
-        if isinstance(inner, NatsServerError):
-            fail(f"the embedded nats-server failed: {inner}", EXIT_FAILED)
-        if isinstance(inner, TransportError):
-            fail(f"NATS refused: {inner}", EXIT_FAILED)
-        if isinstance(inner, OSError) and config.listen is not None:
-            fail(f"cannot listen on {config.listen}: {inner.strerror or inner}", EXIT_FAILED)
-        if isinstance(inner, OSError):
-            fail(f"the NATS connection failed: {inner.strerror or inner}", EXIT_FAILED)
-        if isinstance(inner, trio.TooSlowError):
-            fail("start-up took too long (is NATS reachable?)", EXIT_CANNOT_CONNECT)
-        if isinstance(inner, KeyboardInterrupt):
-            raise typer.Exit(0) from None
-        raise
-    console(stderr=True).print("stopped", highlight=False)
-
-
-def _handlers(specs: list[str] | None) -> dict[str, Handler]:
-    try:
-        return dict(merge_handlers([load_handlers(s) for s in specs or []]))
-    except ModuleImportFailed as exc:
-        # The module's own traceback (its frames only), then the one-line error last.
-        sys.stderr.write(exc.module_traceback)
-        fail(str(exc), EXIT_USAGE)
-    except HostSetupError as exc:
-        fail(str(exc), EXIT_USAGE)
-
-
 def dev(
     data_dir: Annotated[
         Path,
@@ -274,10 +140,20 @@ def dev(
     one a test stops and restarts); dev never starts or stops it. No environment variable sets
     it: the ``DAGNATS_NATS_URL`` a dev prints for other shells must not turn the next dev into
     a client of the last one."""
-    _setup_logging(verbose)
+    from .._host import (
+        HostConfig,
+        parse_listen,
+        parse_nats_client,
+        parse_nats_urls,
+        parse_restart_limit,
+    )
+    from ._common import fail
+    from ._hosting import load_worker_handlers, run_host, setup_errors, setup_logging
+
+    setup_logging(verbose)
     if external_nats is not None and nats_port > 0:
         fail("--nats-port is for the embedded server; it cannot go with --nats", EXIT_USAGE)
-    try:
+    with setup_errors():
         config = HostConfig(
             nats_urls=parse_nats_urls(external_nats) if external_nats is not None else (),
             data_dir=data_dir.resolve() if external_nats is None else None,
@@ -288,14 +164,12 @@ def dev(
             legacy_step_events=legacy_step_events,
             bridge=bridge,
             worker_restart_limit=parse_restart_limit(restart_limit),
-            handlers=_handlers(worker),
+            handlers=load_worker_handlers(worker),
             worker_ack_wait_s=ack_wait,
             client=parse_nats_client(client),
         )
-    except HostSetupError as exc:
-        fail(str(exc), EXIT_USAGE)
     tasks = ", ".join(sorted(config.handlers)) or "none"
-    _run_host(
+    run_host(
         config,
         "dev",
         [
@@ -328,8 +202,16 @@ def serve(
 
     ``--ack-wait`` is the workers' AckWait, which the bridge's leases share (they come from the
     same consumers): give it the value the workers of this deployment run with."""
-    _setup_logging(verbose)
-    try:
+    from .._host import (
+        HostConfig,
+        parse_listen,
+        parse_nats_client,
+        parse_nats_urls,
+    )
+    from ._hosting import run_host, setup_errors, setup_logging
+
+    setup_logging(verbose)
+    with setup_errors():
         config = HostConfig(
             nats_urls=parse_nats_urls(nats),
             replicas=replicas,
@@ -341,9 +223,7 @@ def serve(
             worker_ack_wait_s=ack_wait,
             client=parse_nats_client(client),
         )
-    except HostSetupError as exc:
-        fail(str(exc), EXIT_USAGE)
-    _run_host(
+    run_host(
         config,
         "serve",
         [
@@ -365,8 +245,16 @@ def worker(
     verbose: VerboseOpt = False,
 ) -> None:
     """Workers only, against an existing NATS server or cluster (provisioned by serve/dev)."""
-    _setup_logging(verbose)
-    try:
+    from .._host import (
+        HostConfig,
+        parse_nats_client,
+        parse_nats_urls,
+        parse_restart_limit,
+    )
+    from ._hosting import load_worker_handlers, run_host, setup_errors, setup_logging
+
+    setup_logging(verbose)
+    with setup_errors():
         config = HostConfig(
             nats_urls=parse_nats_urls(nats),
             provision=False,
@@ -374,13 +262,11 @@ def worker(
             listen=None,
             inputs_endpoints=False,
             worker_restart_limit=parse_restart_limit(restart_limit),
-            handlers=_handlers(handlers),
+            handlers=load_worker_handlers(handlers),
             worker_ack_wait_s=ack_wait,
             client=parse_nats_client(client),
         )
-    except HostSetupError as exc:
-        fail(str(exc), EXIT_USAGE)
-    _run_host(
+    run_host(
         config,
         "worker",
         [
@@ -399,44 +285,9 @@ KeepOpt = Annotated[
 
 def demo(verbose: VerboseOpt = False, keep: KeepOpt = False) -> None:
     """An agent's worker dies mid unsafe tool call; a new one recovers; journal and check."""
-    from .demo import DemoResult, run_demo
+    from ._hosting import run_demo_command
 
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.ERROR,
-        format="%(name)s: %(message)s",
-        handlers=[RichHandler(console=console(stderr=True), show_path=False)],
-    )
-    out = console()
-    results: list[DemoResult] = []
+    run_demo_command(verbose=verbose, keep=keep)
 
-    async def go() -> bool:
-        keep_until = trio.Event() if keep else None
-        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
-            async with trio.open_nursery() as nursery:
 
-                async def stop_on_signal() -> None:
-                    async for _ in signals:
-                        if keep_until is not None and results:
-                            # The story is over: stop the kept console cleanly.
-                            keep_until.set()
-                        else:
-                            nursery.cancel_scope.cancel()
-                        return
-
-                nursery.start_soon(stop_on_signal)
-                await run_demo(out, keep_until=keep_until, on_result=results.append)
-                nursery.cancel_scope.cancel()
-        return bool(results) and results[0].ok
-
-    try:
-        ok = trio.run(go)
-    except BaseException as exc:
-        inner = leaf(exc)
-        if isinstance(inner, NatsServerError):
-            fail(f"the embedded nats-server failed: {inner}", EXIT_FAILED)
-        if isinstance(inner, trio.TooSlowError):
-            fail("the demo took too long", EXIT_FAILED)
-        raise
-    if not ok:
-        out.print("[bold red]the demo did not end as expected[/]")
-    raise typer.Exit(0 if ok else EXIT_FAILED)
+__all__ = ["demo", "dev", "serve", "worker"]

@@ -8,7 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..api import RunView
+from ..api import RunSummary, RunView
 from ..inputs import Submission
 from ._journal import Mark, RunCheck, TimelineRow, short
 
@@ -46,10 +46,35 @@ def _time(ms: int | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def table_of(*columns: str, title: str | None = None) -> Table:
+    """A table with these column headings (and its title, on the left)."""
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    return table
+
+
+def _fields() -> Table:
+    """A grid of ``name  value`` lines, the names in bold."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    return grid
+
+
+def run_list_row(run: RunSummary) -> tuple[str, str, Text, str, Text]:
+    """A run's line in ``run list``."""
+    return (
+        run.run_id,
+        run.workflow,
+        status_text(run.status.value),
+        _time(run.created_at_ms),
+        Text(run.error or ""),
+    )
+
+
 def run_renderable(run: RunView) -> RenderableType:
-    head = Table.grid(padding=(0, 2))
-    head.add_column(style="bold")
-    head.add_column()
+    head = _fields()
     head.add_row("run", run.run_id)
     head.add_row("workflow", run.workflow)
     head.add_row("status", status_text(run.status.value))
@@ -61,9 +86,9 @@ def run_renderable(run: RunView) -> RenderableType:
     if run.error:
         where = f" (step {run.failed_step})" if run.failed_step else ""
         head.add_row("error", Text(run.error + where, style="red"))
-    steps = Table(title="steps", title_justify="left")
-    for col in ("step", "status", "iteration", "attempt", "iterations", "output / error"):
-        steps.add_column(col)
+    steps = table_of(
+        "step", "status", "iteration", "attempt", "iterations", "output / error", title="steps"
+    )
     for s in run.steps:
         detail = Text(s.error, style="red") if s.error else Text(short(s.output, 60))
         steps.add_row(
@@ -78,9 +103,7 @@ def run_renderable(run: RunView) -> RenderableType:
 
 
 def submission_renderable(sub: Submission) -> RenderableType:
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
+    grid = _fields()
     grid.add_row("request", Text(sub.request_id))  # an id may hold "[": not markup
     grid.add_row("run / step", f"{sub.run_id} / {sub.step_id}")
     grid.add_row("mode", sub.mode.value)

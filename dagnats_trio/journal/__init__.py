@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dagnats_trio._defaults import DEFAULT_RESTART_LIMIT, MAX_RESTART_LIMIT, MIN_RESTART_LIMIT
 from dagnats_trio._lazy import lazy_exports
 from dagnats_trio.protocol import CommitAction, Replay
 
@@ -55,9 +56,6 @@ if TYPE_CHECKING:
         ScriptExhausted,
     )
     from ._open import (
-        DEFAULT_RESTART_LIMIT,
-        MAX_RESTART_LIMIT,
-        MIN_RESTART_LIMIT,
         check_restart_limit,
         open_journal,
     )
@@ -73,9 +71,6 @@ else:
             "._committed": ("CommittedIteration", "OnCommitted"),
             "._handle": ("Journal",),
             "._open": (
-                "DEFAULT_RESTART_LIMIT",
-                "MAX_RESTART_LIMIT",
-                "MIN_RESTART_LIMIT",
                 "check_restart_limit",
                 "open_journal",
             ),

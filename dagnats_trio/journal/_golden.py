@@ -22,8 +22,8 @@ from dagnats_trio.protocol import (
     to_json,
 )
 
+from .._defaults import MAX_RESTART_LIMIT
 from ._calls import ToolCall, ToolFn
-from ._open import MAX_RESTART_LIMIT
 from ._replay import (
     RESTART_LIMIT_REASON,
     Entry,

@@ -10,8 +10,8 @@ settled outcomes (stale, committed, restart limit, unreadable) are decided here,
 from __future__ import annotations
 
 import logging
-from typing import Final
 
+from dagnats_trio._defaults import DEFAULT_RESTART_LIMIT, MAX_RESTART_LIMIT, MIN_RESTART_LIMIT
 from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
 from dagnats_trio._seams import Seam
 from dagnats_trio.protocol import ClaimRecord, CommitAction, CommitRecord, TaskMessage
@@ -42,10 +42,6 @@ from ._replay import (
 )
 
 _log = logging.getLogger(__name__)
-
-DEFAULT_RESTART_LIMIT: Final = 5
-MIN_RESTART_LIMIT: Final = 1
-MAX_RESTART_LIMIT: Final = 1000
 
 
 def check_restart_limit(value: int) -> int:

@@ -7,6 +7,7 @@ pull in nats-py and trio-asyncio.
 
 from typing import TYPE_CHECKING
 
+from .._defaults import CLIENT_ENV, CLIENTS, DEFAULT_CLIENT, Client
 from .._lazy import lazy_exports
 from ._interface import (
     DEFAULT_REQUEST_TIMEOUT_S,
@@ -34,7 +35,7 @@ from ._interface import (
     TransportTimeout,
     WrongLastSequence,
 )
-from ._open import CLIENT_ENV, CLIENTS, DEFAULT_CLIENT, Client, open_nats_transport, parse_client
+from ._open import open_nats_transport, parse_client
 from ._provision import BUCKETS, STREAMS, provision
 from ._retry import (
     TRANSIENT_BACKOFF_MAX_S,

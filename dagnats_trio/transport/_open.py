@@ -9,18 +9,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Final, Literal
+from typing import Final
 
+from .._defaults import CLIENTS, DEFAULT_CLIENT, Client
 from ._interface import DEFAULT_REQUEST_TIMEOUT_S, Transport
 
-#: The clients a transport can run on.
-Client = Literal["native", "nats-py"]
-#: Their names, in the order the CLI lists them.
-CLIENTS: Final[tuple[Client, ...]] = ("native", "nats-py")
-#: The client used unless another is asked for.
-DEFAULT_CLIENT: Final[Client] = "native"
-#: The environment variable the CLI reads the client from.
-CLIENT_ENV: Final = "DAGNATS_CLIENT"
 #: Bound on the first connection to a server.
 CONNECT_TIMEOUT_S: Final = 5.0
 

@@ -1,5 +1,6 @@
 """The worker SDK: ``Worker`` runs handlers; each gets a ``TaskContext`` for one delivery."""
 
+from dagnats_trio._defaults import DEFAULT_ACK_WAIT_S
 from dagnats_trio.journal import JournalSettled
 
 from ._context import InputsPending, InputsUnavailable, TaskContext
@@ -26,7 +27,6 @@ from ._golden import (
     replay_golden,
 )
 from ._lease import (
-    DEFAULT_ACK_WAIT_S,
     HEARTBEATS_PER_ACK_WAIT,
     LEASE_GROWTH_FACTOR,
     MAX_LEASE_S,

@@ -21,8 +21,6 @@ from typing import Final
 from dagnats_trio.protocol.layout import TASK_STREAM, task_filter, worker_durable
 from dagnats_trio.transport import ConsumerConfig
 
-#: The AckWait of a task message's first delivery: how long a dead worker's task waits.
-DEFAULT_ACK_WAIT_S: Final = 0.8
 #: The heartbeat restarts the AckWait this many times per AckWait (every 0.2 s at the default,
 #: one ``in_progress`` per task in hand each time), so a worker may fall silent for
 #: ``(1 - 1/HEARTBEATS_PER_ACK_WAIT)`` of the AckWait (0.6 s at the default) and keep its task.

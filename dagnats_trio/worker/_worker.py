@@ -35,9 +35,10 @@ from dagnats_trio.transport import (
     TransportError,
 )
 
+from .._defaults import DEFAULT_ACK_WAIT_S
 from ._context import InputsPending, TaskContext, _error_text, _WorkerShared
 from ._errors import JournalUnavailable
-from ._lease import DEFAULT_ACK_WAIT_S, heartbeat_interval_s, task_consumer
+from ._lease import heartbeat_interval_s, task_consumer
 
 _log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ journal. Only the workers are in-process, because the demo kills one of them.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import attrs
@@ -21,7 +21,7 @@ from ...api import RunView, StepView, console_url
 from ...engine import StepStatus
 from ...journal import ScriptedModel
 from ...protocol import RunStatus
-from ...worker import DEFAULT_ACK_WAIT_S, Worker
+from ...worker import DEFAULT_ACK_WAIT_S, Handler, Worker
 from .._client import ApiClient
 from .._journal import Mark, check_run, decode_entries, timeline
 from .._render import check_renderable, timeline_table
@@ -81,6 +81,17 @@ class DemoResult:
             and self.unsafe_starts == 1
             and self.messages_sent == 1
         )
+
+
+def _demo_worker(info: HostInfo, handlers: Mapping[str, Handler], worker_id: str) -> Worker:
+    """One of the demo's two workers: the short AckWait lets the second take over quickly."""
+    return Worker(
+        info.transport,
+        handlers,
+        inputs=info.inputs,
+        ack_wait_s=DEMO_ACK_WAIT_S,
+        worker_id=worker_id,
+    )
 
 
 async def _wait_for(
@@ -153,13 +164,7 @@ async def _story(
     await api.register_workflow(json.dumps(workflow_definition(DEMO_LOOP_DELAY)).encode())
     say(Rule("1. a tool-using agent"))
     say(f"registered workflow [bold]{WORKFLOW_NAME}[/]: one agent_loop step [bold]{STEP_ID}[/]")
-    first = Worker(
-        info.transport,
-        handlers,
-        inputs=info.inputs,
-        ack_wait_s=DEMO_ACK_WAIT_S,
-        worker_id=FIRST_WORKER,
-    )
+    first = _demo_worker(info, handlers, FIRST_WORKER)
     first_scope = trio.CancelScope()
 
     async def run_first(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -180,13 +185,7 @@ async def _story(
         f"{FIRST_WORKER} was killed inside [bold]{UNSAFE_TOOL}[/]: the message went out, "
         "its result was never recorded"
     )
-    second = Worker(
-        info.transport,
-        handlers,
-        inputs=info.inputs,
-        ack_wait_s=DEMO_ACK_WAIT_S,
-        worker_id=SECOND_WORKER,
-    )
+    second = _demo_worker(info, handlers, SECOND_WORKER)
     started = trio.current_time()
     await nursery.start(second.run)
     say(f"{SECOND_WORKER} started; the task comes back after the AckWait ({DEMO_ACK_WAIT_S:g} s)")
