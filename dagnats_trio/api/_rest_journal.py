@@ -11,6 +11,7 @@ every journal reader shares (:func:`dagnats_trio.protocol.decode_record`).
 from __future__ import annotations
 
 import logging
+from typing import final
 
 import trio
 
@@ -31,9 +32,8 @@ from ._rest_sse import (
     FOLLOW_KEEPALIVE_S,
     FOLLOW_MAX_S,
     EventSink,
-    EventStreamResponse,
     FollowEnd,
-    step_finished,
+    StepStreamResponse,
 )
 from ._rest_views import JournalEntry, JournalPage
 from .service import Service
@@ -74,7 +74,8 @@ async def read_page(
     return JournalPage(records=entries, next=following)
 
 
-class JournalFollowResponse(EventStreamResponse):
+@final
+class JournalFollowResponse(StepStreamResponse):
     """A server-sent event stream of one step's journal, from ``start_seq`` on, until the step
     (or its run) is finished and every record written before that was sent."""
 
@@ -91,16 +92,16 @@ class JournalFollowResponse(EventStreamResponse):
         max_follow_s: float = FOLLOW_MAX_S,
     ) -> None:
         super().__init__(
-            what=f"journal stream {run_id}/{step_id}",
+            service,
+            transport,
+            run_id,
+            step_id,
+            kind="journal",
+            poll_interval_s=poll_interval_s,
             keepalive_s=keepalive_s,
             max_follow_s=max_follow_s,
         )
-        self._service = service
-        self._transport = transport
-        self._run_id = run_id
-        self._step_id = step_id
         self._cursor = max(start_seq, 1)
-        self._poll_interval_s = poll_interval_s
         self._wake = trio.Event()
 
     async def stream(self, sink: EventSink) -> None:
@@ -141,7 +142,7 @@ class JournalFollowResponse(EventStreamResponse):
                 # The step was seen finished before this read, so this read got every record.
                 await sink.event(END_EVENT, to_json(finished))
                 return
-            finished = await step_finished(self._service, self._run_id, self._step_id)
+            finished = await self.finished()
             if finished is not None:
                 continue
             with trio.move_on_after(self._poll_interval_s):

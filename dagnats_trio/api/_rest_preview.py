@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import math
+from typing import final
 
 import trio
 
@@ -22,9 +23,8 @@ from ._rest_sse import (
     FOLLOW_KEEPALIVE_S,
     FOLLOW_MAX_S,
     EventSink,
-    EventStreamResponse,
     FollowEnd,
-    step_finished,
+    StepStreamResponse,
 )
 from ._rest_views import PreviewChunk
 from .service import Service
@@ -46,7 +46,8 @@ def chunk_of(data: bytes) -> PreviewChunk:
         return PreviewChunk(base64=base64.b64encode(data).decode("ascii"))
 
 
-class PreviewFollowResponse(EventStreamResponse):
+@final
+class PreviewFollowResponse(StepStreamResponse):
     """Every chunk put on one step's preview from now until the step (or its run) finishes."""
 
     def __init__(
@@ -62,15 +63,15 @@ class PreviewFollowResponse(EventStreamResponse):
         drain_s: float = PREVIEW_DRAIN_S,
     ) -> None:
         super().__init__(
-            what=f"preview stream {run_id}/{step_id}",
+            service,
+            transport,
+            run_id,
+            step_id,
+            kind="preview",
+            poll_interval_s=poll_interval_s,
             keepalive_s=keepalive_s,
             max_follow_s=max_follow_s,
         )
-        self._service = service
-        self._transport = transport
-        self._run_id = run_id
-        self._step_id = step_id
-        self._poll_interval_s = poll_interval_s
         self._drain_s = drain_s
 
     async def stream(self, sink: EventSink) -> None:
@@ -104,7 +105,7 @@ class PreviewFollowResponse(EventStreamResponse):
             if now >= drain_until and finished is not None:
                 return finished
             if finished is None and now >= check_at:
-                finished = await step_finished(self._service, self._run_id, self._step_id)
+                finished = await self.finished()
                 check_at = trio.current_time() + self._poll_interval_s
                 if finished is not None:
                     drain_until = trio.current_time() + self._drain_s

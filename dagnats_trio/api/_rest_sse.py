@@ -10,6 +10,7 @@ socket would stay open until the keep-alive timeout.
 
 from __future__ import annotations
 
+import abc
 import logging
 
 import attrs
@@ -17,7 +18,7 @@ import trio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ..transport import TransportError
+from ..transport import Transport, TransportError
 from ..web import ApiError, error_response
 from ._rest_errors import api_error_for
 from .service import RunNotFound, Service
@@ -102,8 +103,9 @@ class EventSink:
             await trio.lowlevel.checkpoint()
 
 
-class EventStreamResponse(Response):
-    """A ``text/event-stream`` answer; a subclass writes its events in :meth:`stream`.
+class EventStreamResponse(Response, abc.ABC):
+    """A ``text/event-stream`` answer; a subclass writes its events in :meth:`stream` (abstract:
+    a stream with nothing to send cannot be built).
 
     The stream ends when :meth:`stream` returns, after ``max_follow_s``, or when the client
     disconnects (then nothing more is sent). A transport failure before the headers is answered
@@ -122,8 +124,10 @@ class EventStreamResponse(Response):
         self._keepalive_s = keepalive_s
         self._max_follow_s = max_follow_s
 
+    @abc.abstractmethod
     async def stream(self, sink: EventSink) -> None:
-        raise NotImplementedError
+        """Send the stream's events through ``sink`` (``await sink.start()`` first, once what
+        it follows is open); returning ends the stream."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         sink = EventSink(send, self.status_code, self.raw_headers, self._keepalive_s)
@@ -160,3 +164,35 @@ class EventStreamResponse(Response):
             return
         await sink.start()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class StepStreamResponse(EventStreamResponse):
+    """A stream that follows one step of one run until the step (or its run) has finished:
+    what the journal and the preview streams share."""
+
+    def __init__(
+        self,
+        service: Service,
+        transport: Transport,
+        run_id: str,
+        step_id: str,
+        *,
+        kind: str,
+        poll_interval_s: float,
+        keepalive_s: float,
+        max_follow_s: float,
+    ) -> None:
+        super().__init__(
+            what=f"{kind} stream {run_id}/{step_id}",
+            keepalive_s=keepalive_s,
+            max_follow_s=max_follow_s,
+        )
+        self._service = service
+        self._transport = transport
+        self._run_id = run_id
+        self._step_id = step_id
+        self._poll_interval_s = poll_interval_s
+
+    async def finished(self) -> FollowEnd | None:
+        """Why the stream should end now, or None while the step and its run go on."""
+        return await step_finished(self._service, self._run_id, self._step_id)
