@@ -11,6 +11,7 @@ import secrets
 import subprocess
 import sys
 import time
+from typing import Any
 
 import trio
 
@@ -26,9 +27,13 @@ ROUNDS = 3
 RAW_ROUND_TIMEOUT_S = 120.0
 
 
-async def _transport_round(url: str, subject: str, count: int) -> float:
+async def transport_round(
+    url: str, subject: str, count: int, opener: Any = open_nats_py_transport
+) -> float:
+    """Microseconds per fenced append through a transport that ``opener(url, name=...)`` opens
+    (``bench client`` times the other transports with it)."""
     body = b"x" * BODY_BYTES
-    async with open_nats_py_transport(url, name="bench") as transport:
+    async with opener(url, name="bench") as transport:
         last = 0
         for _ in range(WARMUP_APPENDS):
             last = await transport.publish(subject + "w", body, expected_last_subject_seq=last)
@@ -39,7 +44,8 @@ async def _transport_round(url: str, subject: str, count: int) -> float:
         return (time.perf_counter() - start) / count * 1e6
 
 
-def _raw_round(url: str, subject: str, count: int) -> float:
+def raw_round(url: str, subject: str, count: int) -> float:
+    """Microseconds per fenced append from raw nats-py on asyncio (a subprocess): the floor."""
     subprocess.run(  # warm the server side the same way
         [sys.executable, "-m", "bench._raw_append", url, subject + "w", str(WARMUP_APPENDS),
          str(BODY_BYTES)],
@@ -62,11 +68,11 @@ async def _measure(sync_always: bool) -> tuple[float, float]:
         for i in range(ROUNDS):
             raw.append(
                 await trio.to_thread.run_sync(
-                    _raw_round, server.url, journal_subject(f"raw{run}{i}", "s"), APPENDS_PER_ROUND
+                    raw_round, server.url, journal_subject(f"raw{run}{i}", "s"), APPENDS_PER_ROUND
                 )
             )
             ours.append(
-                await _transport_round(
+                await transport_round(
                     server.url, journal_subject(f"trio{run}{i}", "s"), APPENDS_PER_ROUND
                 )
             )

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -28,14 +26,11 @@ from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expe
 from dagnats_trio.transport import open_nats_py_transport, open_trio_nats_transport, provision
 
 from ._stack import open_stack, percentile
+from .append import BODY_BYTES, WARMUP_APPENDS, raw_round, transport_round
 
-BODY_BYTES = 200
 APPENDS_PER_ROUND = 2000
 QUICK_APPENDS_PER_ROUND = 300
-WARMUP_APPENDS = 200
 ROUNDS = 3
-#: Bound on one raw round (a subprocess).
-RAW_ROUND_TIMEOUT_S = 120.0
 EXPECTED = "Nats-Expected-Last-Subject-Sequence"
 AGENT_WORKFLOW = "bench-client-agent"
 AGENT_RUNS = 60
@@ -65,32 +60,6 @@ async def _native_round(url: str, subject: str, count: int) -> float:
         return (time.perf_counter() - start) / count * 1e6
 
 
-async def _transport_round(url: str, subject: str, count: int, opener: Any) -> float:
-    body = b"x" * BODY_BYTES
-    async with opener(url, name="bench") as transport:
-        last = 0
-        for _ in range(WARMUP_APPENDS):
-            last = await transport.publish(subject + "w", body, expected_last_subject_seq=last)
-        last = 0
-        start = time.perf_counter()
-        for _ in range(count):
-            last = await transport.publish(subject, body, expected_last_subject_seq=last)
-        return (time.perf_counter() - start) / count * 1e6
-
-
-def _raw_round(url: str, subject: str, count: int) -> float:
-    subprocess.run(  # warm the server side the same way
-        [sys.executable, "-m", "bench._raw_append", url, subject + "w", str(WARMUP_APPENDS),
-         str(BODY_BYTES)],
-        check=True, capture_output=True, timeout=RAW_ROUND_TIMEOUT_S,
-    )  # fmt: skip
-    out = subprocess.run(
-        [sys.executable, "-m", "bench._raw_append", url, subject, str(count), str(BODY_BYTES)],
-        check=True, capture_output=True, text=True, timeout=RAW_ROUND_TIMEOUT_S,
-    )  # fmt: skip
-    return float(out.stdout.strip())
-
-
 async def _measure(count: int) -> tuple[float, float, float, float]:
     async with open_nats_server(sync_always=False) as server:
         run = secrets.token_hex(4)
@@ -114,16 +83,16 @@ async def _measure(count: int) -> tuple[float, float, float, float]:
         nats_py: list[float] = []
         for i in range(ROUNDS):
             raw.append(
-                await trio.to_thread.run_sync(_raw_round, server.url, f"benchc.{run}.raw{i}", count)
+                await trio.to_thread.run_sync(raw_round, server.url, f"benchc.{run}.raw{i}", count)
             )
             native.append(await _native_round(server.url, f"benchc.{run}.native{i}", count))
             transported.append(
-                await _transport_round(
+                await transport_round(
                     server.url, journal_subject(f"bc{run}{i}", "s"), count, open_trio_nats_transport
                 )
             )
             nats_py.append(
-                await _transport_round(
+                await transport_round(
                     server.url, journal_subject(f"bp{run}{i}", "s"), count, open_nats_py_transport
                 )
             )

@@ -24,6 +24,7 @@ from ..journal import (
     Journal,
     SettleRequest,
     TaskIdentity,
+    call_key,
     check_restart_limit,
     load_commit_state,
     open_journal,
@@ -248,7 +249,7 @@ class Bridge:
                 "claim_id": journal.claim_id,
             }
             if isinstance(record, ToolIntentRecord) and not record.key:
-                fill["key"] = f"{t.run_id}.{t.step_id}.{t.dispatch.iteration}.{record.call}"
+                fill["key"] = call_key(t.run_id, t.step_id, t.dispatch.iteration, record.call)
             filled = attrs.evolve(record, **fill)
             seq = await journal_call(lease, lambda: journal.append(filled))
             return Appended(seq)

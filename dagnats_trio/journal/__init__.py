@@ -31,6 +31,7 @@ from ._replay import (
     UNREADABLE_REASON,
     TaskIdentity,
     ToolResult,
+    call_key,
 )
 from .check import UNDECODABLE_RULE, CheckReport, Unreadable, Violation, check
 
@@ -137,6 +138,7 @@ __all__ = [
     "ToolResult",
     "Unreadable",
     "Violation",
+    "call_key",
     "check",
     "check_restart_limit",
     "commit_changes",

@@ -161,8 +161,7 @@ class TaskContext:
     def key(self, *parts: str | int) -> str:
         """An idempotency key for this iteration, ``{run}.{step}.{iteration}[.part...]``: the
         same on every delivery and attempt (journal calls get theirs in ``call.key``)."""
-        base = f"{self.run_id}.{self.step_id}.{self.iteration}"
-        return ".".join([base, *(str(p) for p in parts)])
+        return iteration_key(self.run_id, self.step_id, self.iteration, *parts)
 
     @property
     def settled(self) -> bool:
@@ -287,11 +286,11 @@ class TaskContext:
 
     async def fail(self, error: str | BaseException) -> None:
         """This attempt failed; the step's retry policy decides what next."""
-        await self._settle(CommitAction.FAIL, error=_error_text(error), retriable=True)
+        await self._settle(CommitAction.FAIL, error=error_text(error), retriable=True)
 
     async def fail_permanent(self, error: str | BaseException) -> None:
         """The step failed and must not be retried."""
-        await self._settle(CommitAction.FAIL, error=_error_text(error), retriable=False)
+        await self._settle(CommitAction.FAIL, error=error_text(error), retriable=False)
 
     async def continue_(self, output: JsonValue = None, wait: WaitArg = None) -> None:
         """End this iteration of an agent loop; the engine sends the next one (after ``wait``:
@@ -365,7 +364,14 @@ def _parse_mode(mode: Mode | str) -> Mode:
     raise ValueError(f"mode must be a Mode or one of {allowed}, got {mode!r}")
 
 
-def _error_text(error: str | BaseException) -> str:
+def iteration_key(run_id: str, step_id: str, iteration: int, *parts: str | int) -> str:
+    """``tc.key(...)``: ``{run}.{step}.{iteration}[.part...]``, the same on every delivery and
+    attempt (the live context's and the golden replay's)."""
+    return ".".join([f"{run_id}.{step_id}.{iteration}", *(str(p) for p in parts)])
+
+
+def error_text(error: str | BaseException) -> str:
+    """The error a fail commit records: an exception as ``Type: message`` (or just ``Type``)."""
     if isinstance(error, BaseException):
         text = str(error)
         return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -38,6 +38,7 @@ from dagnats_trio.protocol import (
     from_obj,
 )
 
+from ._context import error_text, iteration_key
 from ._waits import WaitArg, build_wait
 
 #: The first line of a golden file says which format it is.
@@ -173,8 +174,7 @@ class GoldenContext:
         return self.golden_journal.committed is not None
 
     def key(self, *parts: str | int) -> str:
-        base = f"{self.run_id}.{self.step_id}.{self.iteration}"
-        return ".".join([base, *(str(p) for p in parts)])
+        return iteration_key(self.run_id, self.step_id, self.iteration, *parts)
 
     async def journal(self) -> GoldenJournal:
         await trio.lowlevel.checkpoint()
@@ -197,11 +197,11 @@ class GoldenContext:
         await self.golden_journal.settle(CommitAction.COMPLETE, output=output)
 
     async def fail(self, error: str | BaseException) -> None:
-        await self.golden_journal.settle(CommitAction.FAIL, error=_error_text(error))
+        await self.golden_journal.settle(CommitAction.FAIL, error=error_text(error))
 
     async def fail_permanent(self, error: str | BaseException) -> None:
         await self.golden_journal.settle(
-            CommitAction.FAIL, error=_error_text(error), retriable=False
+            CommitAction.FAIL, error=error_text(error), retriable=False
         )
 
     async def continue_(self, output: JsonValue = None, wait: WaitArg = None) -> None:
@@ -211,13 +211,6 @@ class GoldenContext:
 
     async def pause(self, duration_s: float) -> None:
         await self.golden_journal.settle(CommitAction.PAUSE, pause_ms=round(duration_s * 1000))
-
-
-def _error_text(error: str | BaseException) -> str:
-    if isinstance(error, BaseException):
-        text = str(error)
-        return f"{type(error).__name__}: {text}" if text else type(error).__name__
-    return str(error)
 
 
 _NO_INPUT: Any = object()

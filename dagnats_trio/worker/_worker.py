@@ -36,7 +36,7 @@ from dagnats_trio.transport import (
 )
 
 from .._defaults import DEFAULT_ACK_WAIT_S
-from ._context import InputsPending, TaskContext, _error_text, _WorkerShared
+from ._context import InputsPending, TaskContext, _WorkerShared, error_text
 from ._errors import JournalUnavailable
 from ._lease import heartbeat_interval_s, task_consumer
 
@@ -272,7 +272,7 @@ class Worker:
                         tc.task.task,
                         exc_info=error,
                     )
-                    await tc.fail(_error_text(error))
+                    await tc.fail(error_text(error))
             except JournalUnavailable as exc:
                 _log.info("%s", exc)
                 return
