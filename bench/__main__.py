@@ -20,6 +20,7 @@ SECTIONS: dict[str, str] = {
     "takeover": "bench.takeover",
     "client": "bench.client",
     "listing": "bench.listing",
+    "batch": "bench.batch",
 }
 
 #: Printed last of all, so scripts can read it with ``tail -1``.

@@ -97,3 +97,28 @@ async def test_batches_cancelled_at_any_point_are_whole_or_absent(
         assert ack.count == 2
     print(f"{stored + cut} cancelled batches of {BATCH_MSGS}: {stored} stored whole, {cut} absent")
     assert stored >= 1 and cut >= 1  # the deadline 0 always cuts, 1 s always completes
+
+
+async def test_cancelled_direct_gets_release_their_inbox(
+    trio_transport: TrioNatsTransport,
+) -> None:
+    t = trio_transport
+    run = f"gets{new_batch_id()[:8]}"
+    subject = journal_subject(run, "step")
+    ack = await t.publish_batch([BatchMsg(subject, f"{i}".encode()) for i in range(BATCH_MSGS)])
+    subs_before = t.open_subscriptions
+    cut = 0
+    with trio.fail_after(TEST_BOUND_S):
+        for attempt in range(CANCEL_ROUNDS * len(CANCEL_AFTER_S)):
+            with trio.move_on_after(CANCEL_AFTER_S[attempt % len(CANCEL_AFTER_S)]) as scope:
+                if attempt % 2:
+                    await t.get_batch(JOURNAL_STREAM, ack.first_seq, BATCH_MSGS, subject=subject)
+                else:
+                    await t.get_last_msgs(JOURNAL_STREAM, [journal_subject(run, "*")])
+            cut += scope.cancelled_caught
+            # Leaving a gather unsubscribes its inbox at once, cancelled or not.
+            assert t.open_subscriptions == subs_before
+        got = await t.get_batch(JOURNAL_STREAM, ack.first_seq, BATCH_MSGS, subject=subject)
+        assert [m.seq for m in got] == list(ack.seqs)
+    print(f"{CANCEL_ROUNDS * len(CANCEL_AFTER_S)} direct gets, {cut} cancelled; inbox released")
+    assert cut >= 1

@@ -1,7 +1,8 @@
 """Cancelling a NatsTransport call at any await leaves the connection whole.
 
 Each call below is cancelled at a random moment, most of them while nats-py is in the middle of
-it (a subscribe's flush, an ordered consumer's creation, a request, a pull). Afterwards the
+it (a subscribe's flush, an ordered consumer's creation, a request, a pull, an atomic batch, a
+batch direct get with its own inbox). Afterwards the
 connection still answers, and every subscription a cancelled call made has been released.
 Before the fix a cancelled flush left its cancelled future in nats-py's list of pongs; the next
 PONG failed in nats-py's read loop with ``InvalidStateError`` and the connection never recovered.
@@ -20,6 +21,7 @@ import trio
 
 from dagnats_trio.protocol import layout
 from dagnats_trio.transport import (
+    BatchMsg,
     ConsumerConfig,
     NatsTransport,
     TransportError,
@@ -83,6 +85,12 @@ async def test_cancelled_calls_leave_the_connection_whole(nats_transport: NatsTr
     async def core() -> None:
         await t.core_publish(f"cancel.{uid}", b"x")
 
+    async def batch() -> None:
+        await t.publish_batch([BatchMsg(subject, b"b1"), BatchMsg(subject, b"b2")])
+
+    async def direct_get() -> None:  # a gather: its own inbox subscription
+        await t.get_last_msgs(layout.HISTORY_STREAM, [subject])
+
     calls: dict[str, Callable[[], Awaitable[None]]] = {
         "subscribe": subscribe,
         "watch": watch,
@@ -90,6 +98,8 @@ async def test_cancelled_calls_leave_the_connection_whole(nats_transport: NatsTr
         "publish": publish,
         "fetch": fetch,
         "core_publish": core,
+        "batch": batch,
+        "direct_get": direct_get,
     }
     # How long each call takes here (the median of a few), so cancellations can be spread over
     # its whole length.
