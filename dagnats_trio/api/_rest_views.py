@@ -9,12 +9,13 @@ needs.
 
 from __future__ import annotations
 
+import contextlib
 from typing import final
 
 import attrs
 
 from ..dag import Problem, WorkflowDef
-from ..engine import RunSnapshot, StepState, StepStatus
+from ..engine import Park, RunSnapshot, StepState, StepStatus
 from ..protocol import JsonValue, RunStatus
 from ..web import ProblemView
 
@@ -89,7 +90,13 @@ class RunStarted:
 @attrs.frozen
 class StepView:
     """One step. ``iteration`` and ``attempt`` are those of the current (or last) dispatch, None
-    before the first; ``iterations`` counts finished iterations of a loop step."""
+    before the first; ``iterations`` counts finished iterations of a loop step.
+
+    The timers of an unfinished step (epoch ms, None when not armed): a waiting step says why
+    it waits (``waiting_for``: retry, loop_delay, wait, pause), when its wake-up timer fires
+    (``wake_at_ms``) and whether an input wakes it sooner (``wakes_on_input``); the step
+    timeout (``timeout_at_ms``) and a loop's ``max_duration`` (``max_duration_at_ms``) keep
+    counting while it waits."""
 
     step_id: str
     status: StepStatus
@@ -102,6 +109,11 @@ class StepView:
     child_run_id: str | None
     started_at_ms: int | None
     finished_at_ms: int | None
+    waiting_for: Park | None = None
+    wake_at_ms: int | None = None
+    wakes_on_input: bool = False
+    timeout_at_ms: int | None = None
+    max_duration_at_ms: int | None = None
 
 
 @final
@@ -178,8 +190,24 @@ def problem_views(problems: list[Problem]) -> tuple[ProblemView, ...]:
     return tuple(ProblemView(p.step, p.field, p.message) for p in problems)
 
 
-def step_view(step: StepState) -> StepView:
+def _due(armed: bool, since_ms: int | None, after_ms: int | None) -> int | None:
+    if not armed or since_ms is None or after_ms is None:
+        return None
+    return since_ms + after_ms
+
+
+def step_view(step: StepState, definition: WorkflowDef | None = None) -> StepView:
     dispatch = step.dispatch
+    sdef = None
+    if definition is not None:
+        with contextlib.suppress(KeyError):
+            sdef = definition.step(step.step_id)
+    live = dispatch is not None and not step.status.finished
+    waiting = step.status is StepStatus.WAITING
+    timeout = sdef.timeout if sdef is not None else None
+    loop = sdef.agent_loop if sdef is not None else None
+    max_duration = loop.max_duration if loop is not None else None
+    dispatched = step.dispatched_at_ms
     return StepView(
         step_id=step.step_id,
         status=step.status,
@@ -192,6 +220,11 @@ def step_view(step: StepState) -> StepView:
         child_run_id=step.child_run_id,
         started_at_ms=step.started_at_ms,
         finished_at_ms=step.finished_at_ms,
+        waiting_for=step.park if waiting else None,
+        wake_at_ms=step.wake_at_ms if waiting else None,
+        wakes_on_input=waiting and step.wait is not None and step.wait.until_input,
+        timeout_at_ms=_due(live, dispatched, timeout),
+        max_duration_at_ms=_due(live, step.started_at_ms, max_duration),
     )
 
 
@@ -208,7 +241,7 @@ def run_view(snap: RunSnapshot) -> RunView:
         created_at_ms=snap.created_at_ms,
         updated_at_ms=snap.updated_at_ms,
         finished_at_ms=snap.finished_at_ms,
-        steps=tuple(step_view(s) for s in snap.steps.values()),
+        steps=tuple(step_view(s, snap.definition) for s in snap.steps.values()),
     )
 
 

@@ -120,13 +120,19 @@ async def _list_indexed(
             if workflow is None or e.workflow == workflow
         ]
         snaps = await _read_snapshots(transport, (e.run_id for _, e in candidates))
-        for seq, e in candidates:
-            snap = snaps.get(e.run_id)
-            if snap is None or (status is not None and snap.status is not status):
-                continue
+        matches = [
+            (seq, snap)
+            for seq, e in candidates
+            if (snap := snaps.get(e.run_id)) is not None
+            and (status is None or snap.status is status)
+        ]
+        for n, (seq, snap) in enumerate(matches):
             runs.append(snap)
             if len(runs) == limit:
-                return Listed(tuple(runs), f"{INDEX_CURSOR_PREFIX}{seq}")
+                # A cursor only when something may follow: more matches in this window, or
+                # sequences below it not read yet (which may turn out empty).
+                more = n + 1 < len(matches) or low > 1
+                return Listed(tuple(runs), f"{INDEX_CURSOR_PREFIX}{seq}" if more else None)
         top = low - 1
     more = top >= 1
     return Listed(tuple(runs), f"{INDEX_CURSOR_PREFIX}{top + 1}" if more else None)

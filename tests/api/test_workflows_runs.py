@@ -265,3 +265,38 @@ async def test_send_signal(api: Stack) -> None:
     await api.service.cancel_run(run_id)
     with trio.fail_after(RUN_FINISH_S):
         await api.service.wait_for_run(run_id, RUN_FINISH_S)
+
+
+async def test_a_step_view_carries_its_timers(api: Stack) -> None:
+    """The step timeout and a loop's max_duration of a dispatched step, as epoch ms (issue 14
+    item 3: the console shows them); none once the step has finished."""
+    name = unique("wf-timers")
+    step = {
+        "id": "s",
+        "task": unique("unserved"),
+        "timeout": "1h",
+        "type": "agent_loop",
+        "agent_loop": {"max_iterations": 3, "max_duration": "2h"},
+    }
+    await api.service.register_workflow({"name": name, "steps": [step]})
+    run_id = (await api.client.post("/runs", json={"workflow": name})).json()["run_id"]
+    key = layout.run_key(run_id)
+    with trio.fail_after(RUN_FINISH_S):
+        async with api.transport.kv_watch(layout.RUNS_BUCKET, key) as changes:
+            snap = await api.service.get_run(run_id)  # watch first, then read: none missed
+            if snap.steps["s"].dispatched_at_ms is None:
+                async for _ in changes:
+                    snap = await api.service.get_run(run_id)
+                    if snap.steps["s"].dispatched_at_ms is not None:
+                        break
+    st = snap.steps["s"]
+    assert st.dispatched_at_ms is not None and st.started_at_ms is not None
+    view = (await api.client.get(f"/runs/{run_id}")).json()["steps"][0]
+    assert view["timeout_at_ms"] == st.dispatched_at_ms + 3_600_000
+    assert view["max_duration_at_ms"] == st.started_at_ms + 7_200_000
+    assert view["waiting_for"] is None and view["wake_at_ms"] is None
+    assert view["wakes_on_input"] is False
+    await api.service.cancel_run(run_id)
+    await api.service.wait_for_run(run_id, RUN_FINISH_S)
+    view = (await api.client.get(f"/runs/{run_id}")).json()["steps"][0]
+    assert view["timeout_at_ms"] is None and view["max_duration_at_ms"] is None

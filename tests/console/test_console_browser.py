@@ -32,8 +32,11 @@ from dagnats_trio.protocol import (
     JournalRecord,
     ModelRecord,
     RunStatus,
+    StepContinue,
     ToolIntentRecord,
     ToolResultRecord,
+    Wait,
+    encode_event,
     encode_record,
     layout,
     record_headers,
@@ -53,6 +56,7 @@ LOOP_DELAY: Final = "1s"
 WAIT_S: Final = 20.0
 IDLE_WORKFLOW: Final = "console-idle"
 IDLE_TASK: Final = "console_idle"
+WAIT_AN_HOUR_MS: Final = 3_600_000
 STEER_TEXT: Final = "Pick an aisle seat, please."
 FOLLOW_UP_TEXT: Final = "And when is the return flight?"
 
@@ -142,8 +146,8 @@ async def test_crash_recovery_steer_and_follow_up_live_in_the_browser(
         # A steer from the page: queued, then done once the next turn answered it.
         await send_input(page, "steer", STEER_TEXT)
         steer = page.locator("#inputs tr").first
-        steps = re.compile(r"^queued( placed)? done$")
-        await expect(steer).to_have_attribute("data-history", steps)
+        # Every state, placed included, however fast the turn placed and answered it.
+        await expect(steer).to_have_attribute("data-history", "queued placed done")
         print(f"steer states seen on the page: {await steer.get_attribute('data-history')}")
         placed = page.locator("details[data-type='input.placed']")
         await expect(placed.first).to_contain_text(STEER_TEXT)
@@ -154,8 +158,13 @@ async def test_crash_recovery_steer_and_follow_up_live_in_the_browser(
         )
         await expect(page.locator("#inputs tr")).to_have_count(2)
         for row in await page.locator("#inputs tr").all():
-            await expect(row).to_have_attribute("data-history", re.compile(r" done$"))
+            await expect(row).to_have_attribute("data-history", "queued placed done")
         await expect(placed.nth(1)).to_contain_text(FOLLOW_UP_TEXT)
+        # Opened again once both are done (no poll ever saw them placed): the same states.
+        await page.reload()
+        await expect(page.locator("#inputs tr")).to_have_count(2)
+        for row in await page.locator("#inputs tr").all():
+            await expect(row).to_have_attribute("data-history", "queued placed done")
 
         # The audit, and one record opened to its JSON.
         await page.click("#journal-check")
@@ -245,7 +254,7 @@ async def test_token_prompt_refuses_a_wrong_token_then_lists_and_filters_runs(
         await page.click("#next")
         await expect(page.locator("#runs tr[data-run]")).not_to_have_attribute("data-run", first)
         second = await page.locator("#runs tr[data-run]").get_attribute("data-run")
-        assert {first, second} == {running, other}
+        assert (first, second) == (other, running)  # newest first, across pages
         await expect(page.locator("#next")).to_be_disabled()
         await page.click("#prev")
         await expect(page.locator("#runs tr[data-run]")).to_have_attribute("data-run", first)
@@ -260,8 +269,22 @@ async def test_cancel_with_reason_then_purge_from_the_run_page(console: ConsoleS
     await register_idle(console)
     run_id = await console.service.start_run(IDLE_WORKFLOW, None)
     reason = "the customer changed their mind"
+    # The step ends its first iteration asking to wait an hour: the engine parks it.
+    snap = await wait_run(console, run_id, lambda s: s.steps["agent"].dispatch is not None)
+    wait = Wait(delay_ms=WAIT_AN_HOUR_MS)
+    done = StepContinue(run_id, "agent", snap.steps["agent"].dispatch, wait=wait)
+    await console.transport.publish(layout.history_subject(run_id), encode_event(done))
+    snap = await wait_run(console, run_id, lambda s: s.steps["agent"].status is StepStatus.WAITING)
+    wake_at = snap.steps["agent"].wake_at_ms
+    assert wake_at is not None
 
     async def script(page: Page) -> None:
+        # The run page shows the waiting step's timer: what it waits for, and when it wakes.
+        await page.goto(console.console(run_id))
+        timer = page.locator("#steps tr[data-step=agent] [data-timer=wake]")
+        await expect(timer).to_have_attribute("data-due", str(wake_at))
+        await expect(timer).to_contain_text(re.compile(r"^wait: wakes .* \(in 59 min \d+ s\)$"))
+        await shot(page, "run-waiting")
         # No worker serves this step: a steer stays queued, and can be withdrawn from the page.
         await page.goto(console.console(run_id, "agent"))
         await send_input(page, "steer", "never mind")
@@ -273,6 +296,7 @@ async def test_cancel_with_reason_then_purge_from_the_run_page(console: ConsoleS
         await page.goto(console.console(run_id))
         await expect(page.locator("#run-status")).to_have_text("running")
         await expect(page.locator("#purge")).to_be_hidden()
+        await expect(timer).to_have_attribute("data-due", str(wake_at))  # a steer wakes it not
         await page.fill("#cancel-reason", reason)
         await page.click("#cancel")
         await expect(page.locator("#run-message")).to_contain_text("Cancel requested")

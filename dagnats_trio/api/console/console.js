@@ -226,6 +226,17 @@ async function follow(path, { signal, resume, onEvent, onState }) {
   }
 }
 
+// The states an input has gone through, read from the submission rather than from the polls
+// that saw it (a turn can place and answer an input between two polls): every input starts
+// queued; `placed_iteration` is set from placement on; done follows placed.
+function statesOf(sub) {
+  const placed = sub.placed_iteration != null || sub.status === "placed" || sub.status === "done";
+  const states = ["queued"];
+  if (placed) states.push("placed");
+  if (sub.status !== "queued" && sub.status !== "placed") states.push(sub.status);
+  return states;
+}
+
 // --- pages ----------------------------------------------------------------------------------
 
 let current = null; // the AbortController of the page on screen
@@ -294,7 +305,7 @@ function runsPage(main, params, signal) {
     try {
       const page = await getJson(`/runs?${q}`, { signal });
       nextCursor = page.next_cursor;
-      const runs = [...page.runs].sort((a, b) => b.created_at_ms - a.created_at_ms);
+      const runs = page.runs; // newest first, across pages too (the API's run index)
       body.replaceChildren(...runs.map((r) => el("tr", { "data-run": r.run_id },
         el("td", {}, el("a", { href: `#/runs/${enc(r.run_id)}`, class: "mono" }, r.run_id)),
         el("td", {}, r.workflow), el("td", {}, status(r.status)), el("td", {}, when(r.created_at_ms)),
@@ -327,7 +338,7 @@ function runPage(main, runId, signal) {
     el("div", { class: "controls" }, reason, cancel, purge), message,
     el("h2", {}, "Steps"),
     el("table", { id: "steps" }, el("thead", {}, el("tr", {}, ["step", "status", "iteration", "attempt",
-      "iterations", "started", "duration", "child run", "error / reason", ""].map((h) => el("th", {}, h)))), steps),
+      "iterations", "started", "duration", "timers", "child run", "error / reason", ""].map((h) => el("th", {}, h)))), steps),
     el("div", { class: "cols" }, el("div", {}, el("h2", {}, "Input"), input), el("div", {}, el("h2", {}, "Output"), output)));
   const say = (text, bad) => { message.textContent = text; message.className = bad ? "error" : "muted"; };
 
@@ -370,6 +381,7 @@ function runPage(main, runId, signal) {
       el("td", {}, el("code", {}, s.step_id)), el("td", {}, status(s.status)),
       el("td", {}, s.iteration ?? ""), el("td", {}, s.attempt ?? ""), el("td", {}, s.iterations),
       el("td", {}, when(s.started_at_ms)), el("td", {}, took(s.started_at_ms, s.finished_at_ms)),
+      timersCell(s),
       el("td", {}, s.child_run_id ? el("a", { href: `#/runs/${enc(s.child_run_id)}`, class: "mono" }, s.child_run_id) : ""),
       el("td", { class: "error" }, [s.error, s.reason].filter(Boolean).join(" · ")),
       el("td", {}, s.status === "pending" ? "" :
@@ -378,6 +390,24 @@ function runPage(main, runId, signal) {
     output.textContent = run.output === null ? "" : json(run.output);
     return true; // keep polling: a finished run may still be purged from elsewhere
   });
+}
+
+// A step's timers, from its view: why a waiting step waits and when it wakes, and the step
+// timeout and max_duration that keep counting while it waits (each with the time left).
+const WAITING_FOR = { retry: "retry", loop_delay: "loop delay", wait: "wait", pause: "pause" };
+function timersCell(s) {
+  const left = (ms) => (ms > Date.now() ? `in ${took(Date.now(), ms)}` : "due");
+  const lines = [];
+  if (s.waiting_for) {
+    const wake = s.wake_at_ms ? `wakes ${when(s.wake_at_ms)} (${left(s.wake_at_ms)})` : "no wake-up timer";
+    lines.push(el("div", { class: "timer", "data-timer": "wake", "data-due": s.wake_at_ms ?? "" },
+      `${WAITING_FOR[s.waiting_for] || s.waiting_for}: ${wake}`, s.wakes_on_input ? ", or on an input" : ""));
+  }
+  if (s.timeout_at_ms) lines.push(el("div", { class: "timer", "data-timer": "timeout", "data-due": s.timeout_at_ms },
+    `timeout ${when(s.timeout_at_ms)} (${left(s.timeout_at_ms)})`));
+  if (s.max_duration_at_ms) lines.push(el("div", { class: "timer", "data-timer": "max_duration", "data-due": s.max_duration_at_ms },
+    `max_duration ${when(s.max_duration_at_ms)} (${left(s.max_duration_at_ms)})`));
+  return el("td", { class: "timers" }, lines);
 }
 
 // The journal's timeline: one row per record, its marks kept right as later records arrive
@@ -511,9 +541,7 @@ function stepPage(main, runId, stepId, signal) {
         await sleep(LIVE_POLL_MS, signal);
         continue;
       }
-      const history = seen.has(id) ? seen.get(id).history : [];
-      if (history[history.length - 1] !== sub.status) history.push(sub.status);
-      seen.set(id, { ...sub, history });
+      seen.set(id, { ...sub, history: statesOf(sub) });
       drawInputs();
       if (INPUT_FINAL.has(sub.status)) return;
       since = sub.status;
@@ -574,7 +602,7 @@ function stepPage(main, runId, stepId, signal) {
     const requestId = `console-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 6)}`;
     try {
       const sub = await getJson(`${base}/inputs`, { method: "POST", body: { request_id: requestId, mode: mode.value, content }, signal });
-      seen.set(requestId, { ...sub, history: [sub.status] });
+      seen.set(requestId, { ...sub, history: statesOf(sub) });
       remember(requestId);
       text.value = "";
       sendNote.textContent = `sent ${requestId}: ${sub.status}`;
