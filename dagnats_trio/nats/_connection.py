@@ -154,6 +154,12 @@ class Connection:
         return self._server.url if self._is_connected and self._server else None
 
     @property
+    def is_connected(self) -> bool:
+        """Whether a server is connected now (what :attr:`connected_url` tells, without making
+        the URL)."""
+        return self._is_connected
+
+    @property
     def servers(self) -> tuple[str, ...]:
         """URLs (without credentials) tried on reconnect: those given, then those discovered."""
         return self._servers.urls
@@ -221,12 +227,12 @@ class Connection:
             if self._outbox.has_room(len(data)):
                 # The common case: no cancel scope of our own (the mux times the request out).
                 self._queue(data)
-                await slot.done.wait()
+                await slot.wait()
             else:
                 with trio.move_on_at(deadline):
                     await self._outbox.wait_for_room(len(data), self._check_open)
                     self._queue(data)
-                    await slot.done.wait()
+                    await slot.wait()
         finally:
             self._mux.forget(token)
         msg = slot.msg

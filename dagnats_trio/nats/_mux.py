@@ -73,12 +73,12 @@ class RequestMux:
         slot = self._slots.get(msg.subject.rpartition(".")[2])
         if slot is not None and slot.msg is None:
             slot.msg = msg
-            slot.done.set()
+            slot.wake()
 
     def wake_all(self) -> None:
         """The connection closed: every waiting request wakes with no reply."""
         for slot in self._slots.values():
-            slot.done.set()
+            slot.wake()
 
     async def run_deadlines(self) -> None:
         """The deadline watcher (one task for the connection's life): sleep until the earliest
@@ -92,7 +92,7 @@ class RequestMux:
                 _, token = heapq.heappop(self._deadlines)
                 slot = self._slots.get(token)
                 if slot is not None:
-                    slot.done.set()
+                    slot.wake()
 
     def _earliest(self) -> float:
         while self._deadlines and self._deadlines[0][1] not in self._slots:

@@ -127,6 +127,8 @@ class Parser:
     def _next(self) -> Event | Literal[NeedData.NEED_DATA]:
         buf = self._buf
         if self._pending is None:
+            if self._pos == len(buf):
+                return NEED_DATA  # all consumed (the reader's every last call): nothing to scan
             end = buf.find(_CRLF, self._pos)
             if end < 0:
                 self._check_partial_line()

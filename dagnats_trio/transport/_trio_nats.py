@@ -270,7 +270,7 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
 
     async def _check_connected(self, what: str) -> None:
         self._check_open(what)
-        if self._conn.connected_url is None:
+        if not self._conn.is_connected:
             # Queued now, the request would go out after a reconnect, maybe after its caller
             # gave up on it: a journal append the caller counted as failed could then still be
             # stored. Fail it at once; callers retry transient errors with a backoff.
