@@ -1,5 +1,8 @@
 """``python -m bench [section ...]``: run benchmark sections, ``append_ratio=`` printed last.
 
+``python -m bench --profile`` (``just bench --profile``) runs the scripted agent under cProfile
+instead (``bench.profile``): CPU per run, per component, and the top entries.
+
 To add a section, add its module to :data:`SECTIONS`; the module has ``run() -> dict[str, float]``
 (optionally ``run(*, quick: bool)``, for ``--quick``) that prints its own report and returns its
 headline figures.
@@ -29,18 +32,29 @@ LAST_FIGURE = "append_ratio"
 
 #: Flags: ``--quick`` asks every section that takes ``quick`` for a shorter measurement.
 QUICK_FLAG = "--quick"
+#: ``--profile`` runs the profile of the scripted agent (``bench.profile``) instead of sections.
+PROFILE_FLAG = "--profile"
 
 
 def main(argv: list[str]) -> int:
     quick = QUICK_FLAG in argv
-    names = [arg for arg in argv if arg != QUICK_FLAG] or list(SECTIONS)
-    unknown = [name for name in names if name not in SECTIONS]
+    if PROFILE_FLAG in argv:
+        extra = [arg for arg in argv if arg not in (QUICK_FLAG, PROFILE_FLAG)]
+        if extra:
+            print(f"--profile takes no sections, got {extra}", file=sys.stderr)
+            return 2
+        names = ["profile"]
+        sections = {"profile": "bench.profile"}
+    else:
+        names = [arg for arg in argv if arg != QUICK_FLAG] or list(SECTIONS)
+        sections = SECTIONS
+    unknown = [name for name in names if name not in sections]
     if unknown:
         print(f"unknown section(s) {unknown}; known: {list(SECTIONS)}", file=sys.stderr)
         return 2
     figures: dict[str, float] = {}
     for name in names:
-        run: Callable[..., dict[str, float]] = importlib.import_module(SECTIONS[name]).run
+        run: Callable[..., dict[str, float]] = importlib.import_module(sections[name]).run
         takes_quick = "quick" in inspect.signature(run).parameters
         figures.update(run(quick=quick) if takes_quick else run())
         print()

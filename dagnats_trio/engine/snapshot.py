@@ -10,12 +10,22 @@ them when the unacknowledged event comes again (every effect is idempotent).
 from __future__ import annotations
 
 import enum
-from typing import final
+from typing import Any, final
 
 import attrs
+from cattrs.gen import make_dict_unstructure_fn
 
 from ..dag import WorkflowDef
-from ..protocol import DispatchId, JsonValue, ParentRef, RunStatus, Wait, from_json, to_json
+from ..protocol import (
+    DispatchId,
+    JsonValue,
+    ParentRef,
+    RunStatus,
+    Wait,
+    converter,
+    from_json,
+    to_json,
+)
 from .effects import Effect
 
 #: How many applied events keep their effects in the outbox.
@@ -111,6 +121,31 @@ class RunSnapshot:
         return {
             sid: st.output for sid, st in self.steps.items() if st.status is StepStatus.COMPLETED
         }
+
+
+#: Bound on :data:`_OUTBOX_JSON`; it is emptied when full (a miss only costs the encoding).
+OUTBOX_JSON_MEMO_MAX_ENTRIES = 4096
+
+#: An outbox entry's JSON values, by the entry's identity. A snapshot keeps the last
+#: ``OUTBOX_KEEP_EVENTS`` entries from one save to the next unchanged (the same frozen objects),
+#: so each is unstructured once, not on every save. The entry is held beside its values, so
+#: its ``id`` cannot be reused while the slot lives. The values are only read (encoded).
+_OUTBOX_JSON: dict[int, tuple[OutboxEntry, dict[str, Any]]] = {}
+_unstructure_outbox_entry = make_dict_unstructure_fn(OutboxEntry, converter)
+
+
+def _outbox_entry_json(entry: OutboxEntry) -> dict[str, Any]:
+    slot = _OUTBOX_JSON.get(id(entry))
+    if slot is not None and slot[0] is entry:
+        return slot[1]
+    raw: dict[str, Any] = _unstructure_outbox_entry(entry)
+    if len(_OUTBOX_JSON) >= OUTBOX_JSON_MEMO_MAX_ENTRIES:
+        _OUTBOX_JSON.clear()
+    _OUTBOX_JSON[id(entry)] = (entry, raw)
+    return raw
+
+
+converter.register_unstructure_hook(OutboxEntry, _outbox_entry_json)
 
 
 def encode_snapshot(snapshot: RunSnapshot) -> bytes:

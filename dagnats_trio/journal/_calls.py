@@ -13,7 +13,7 @@ from typing import Any, final
 import attrs
 import trio
 
-from dagnats_trio.protocol import JsonValue, Replay
+from dagnats_trio.protocol import JsonValue, Replay, check_json
 
 from ._errors import HolderKilled, JournalSettled, ToolOutputNotJson
 from ._replay import NOT_JSON_ERROR_PREFIX, ToolResult, canonical_json
@@ -100,11 +100,20 @@ def require_json(what: str, value: JsonValue) -> str:
         raise TypeError(f"{what} is not a JSON value: {exc}") from None
 
 
+def require_json_value(what: str, value: JsonValue) -> None:
+    """:func:`require_json` for a value whose canonical text is not needed (a response, a state,
+    an output): the same policy check, without spelling the value out."""
+    try:
+        check_json(value)
+    except ValueError as exc:
+        raise TypeError(f"{what} is not a JSON value: {exc}") from None
+
+
 def tool_result(output: JsonValue) -> ToolResult:
     """A tool function's output as its result: an error result when it is not JSON."""
     try:
-        canonical_json(output)
-    except (TypeError, ValueError) as exc:
+        check_json(output)
+    except ValueError as exc:
         return ToolResult(error=f"{NOT_JSON_ERROR_PREFIX}{exc}")
     return ToolResult(output=output)
 

@@ -37,6 +37,7 @@ from ._calls import (
     check_tool_args,
     raise_if_not_json,
     require_json,
+    require_json_value,
 )
 from ._committed import OnCommitted, notify_committed
 from ._errors import CallLimitExceeded, ReplayMismatch
@@ -168,7 +169,7 @@ class Journal:
 
     def set_state(self, state: JsonValue) -> None:
         """The state the next commit carries (no size cap: the journal is the state of record)."""
-        require_json("checkpoint state", state)
+        require_json_value("checkpoint state", state)
         self._pending_state = state
 
     # --- appends ------------------------------------------------------------------------------
@@ -234,7 +235,7 @@ class Journal:
                 return decision.response
             await self._writer.check_tail()
             response = await call_maybe_async(fn)
-            require_json("model response", response)
+            require_json_value("model response", response)
             t = self._task
             await self._writer.append(
                 ModelRecord(t.iteration, t.attempt, self._claim_id, pos, response)
@@ -396,7 +397,7 @@ class Journal:
         event with the commit's sequence as ``journal_seq``. Returns that sequence."""
         with self._guard:
             self._check_open()
-            require_json("step output", output)
+            require_json_value("step output", output)
             return await self._settle(
                 action,
                 output=output,

@@ -22,7 +22,7 @@ from ._calls import (
     ToolFn,
     call_maybe_async,
     group_leaf,
-    require_json,
+    require_json_value,
     tool_result,
 )
 from ._errors import HolderKilled, JournalSettled
@@ -105,7 +105,7 @@ class ToolRunner:
         if running is None or running[0] is not self:
             raise RuntimeError("tool_output is only valid while a tool function runs")
         pos = running[1]
-        require_json("tool output chunk", chunk)
+        require_json_value("tool output chunk", chunk)
         t = self._task
         await self._writer.append(
             ToolOutputRecord(t.iteration, t.attempt, self._writer.claim_id, pos, chunk)

@@ -60,7 +60,15 @@ def _make_converter() -> cattrs.Converter:
         lambda cls: attrs.has(cls),
         _require_object(conv),
     )
+    # A field typed ``JsonValue`` (``Any``) holds a JSON value: handed on as it is, where cattrs
+    # would dispatch on the runtime type of it and of every element inside it. ``to_json``
+    # unstructures anything else such a field may hold (see ``_plain``).
+    conv.register_unstructure_hook_func(lambda t: t is Any, _as_is)
     return conv
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 def _require_object(conv: cattrs.Converter) -> Any:
@@ -107,7 +115,24 @@ def to_json(value: Any, cls: Any = None) -> bytes:
         if cls is not None
         else (converter.unstructure(value))
     )
-    return _ENCODER.encode(raw).encode()
+    try:
+        return _ENCODER.encode(raw).encode()
+    except TypeError:
+        # A ``JsonValue`` field held something that is not plain JSON (an attrs instance, an
+        # enum): unstructured by its own type, as cattrs did before the field was handed on.
+        return _ENCODER.encode(_plain(raw)).encode()
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with every part that is not plain JSON unstructured by its runtime type."""
+    if value is None or isinstance(value, str | int | float):
+        return value
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    unstructured = converter.unstructure(value)
+    return value if unstructured is value else _plain(unstructured)
 
 
 def from_json(data: bytes | str, cls: type[T] | Any, what: str | None = None) -> T:

@@ -175,6 +175,9 @@ def check_json(value: Any, *, where: str = "value") -> None:
             kind = type(child)
             if kind is dict or kind is list or kind is tuple:
                 stack.append((child, depth + 1, (path, key)))
+            elif kind is not str and isinstance(child, dict | list | tuple):
+                # A subclass of a container (an OrderedDict, a named tuple) is walked too.
+                stack.append((child, depth + 1, (path, key)))
             elif kind is not bool and child is not None:
                 _check_scalar(child, where, (path, key))
 

@@ -1,0 +1,55 @@
+"""``just bench --profile`` (issue 12 item 3): CPU per component, charged as documented.
+
+The profile itself runs a server and two hundred agent runs (the benchmark's job); here the
+attribution rules are checked on a profile of known shape, and the flag's command line.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+
+from bench.__main__ import main
+from bench.profile import OTHER, component_of, own_time_by_component
+
+CODEC = component_of("/venv/dagnats_trio/protocol/_codec.py")
+TRIO = component_of("/venv/site-packages/trio/_core/_run.py")
+JOURNAL = component_of("/src/dagnats_trio/journal/_handle.py")
+NATS = component_of("/src/dagnats_trio/nats/_parser.py")
+
+
+def test_modules_map_to_their_components() -> None:
+    assert len({CODEC, TRIO, JOURNAL, NATS, OTHER}) == 5
+    assert component_of("<cattrs generated unstructure dagnats_trio.protocol.tasks.X>") == CODEC
+    assert component_of("<attrs generated methods trio._core._run.CancelScope>") == TRIO
+    assert component_of("<attrs generated methods dagnats_trio.nats._events.Msg>") == NATS
+    assert component_of("/usr/lib/python3.11/logging/__init__.py") == OTHER
+
+
+def test_helpers_are_charged_to_their_callers() -> None:
+    codec_fn = ("/src/dagnats_trio/protocol/_codec.py", 1, "to_json")
+    trio_fn = ("/venv/trio/_core/_run.py", 2, "unrolled_run")
+    journal_fn = ("/src/dagnats_trio/journal/_handle.py", 3, "model")
+    stats: dict[Any, Any] = {
+        # A C function called by the codec (3/4 of its time) and by trio (1/4).
+        ("~", 0, "<built-in method builtins.isinstance>"): (
+            4, 4, 0.4, 0.4, {codec_fn: (3, 3, 0.3, 0.3), trio_fn: (1, 1, 0.1, 0.1)},
+        ),
+        # attrs' evolve, called by the journal only.
+        ("/venv/attr/_make.py", 5, "evolve"): (1, 1, 0.2, 0.2, {journal_fn: (1, 1, 0.2, 0.2)}),
+        # A C function called only by another C function: nobody to charge but OTHER.
+        ("~", 0, "<built-in method builtins.len>"): (
+            1, 1, 0.05, 0.05, {("~", 0, "<method 'send'>"): (1, 1, 0.05, 0.05)},
+        ),
+        codec_fn: (1, 1, 1.0, 1.3, {}),
+        trio_fn: (1, 1, 2.0, 2.1, {}),
+        journal_fn: (1, 1, 0.5, 0.7, {}),
+    }  # fmt: skip
+    got = own_time_by_component(types.SimpleNamespace(stats=stats))  # type: ignore[arg-type]
+    assert got == pytest.approx({CODEC: 1.3, TRIO: 2.1, JOURNAL: 0.7, OTHER: 0.05})
+
+
+def test_profile_takes_no_sections() -> None:
+    assert main(["--profile", "agent"]) == 2

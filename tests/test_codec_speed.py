@@ -1,0 +1,88 @@
+"""The codec's fast paths (issue 12 item 3) keep the wire bytes and the policy unchanged.
+
+A ``JsonValue`` field is handed to the JSON encoder as it is (no walk of cattrs' dispatch over
+every element); what such a field may hold that is not plain JSON is still unstructured by its
+own type. The policy check that replaced a canonical spelling where the spelling was unused
+walks containers of every kind, subclasses too.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import json
+import math
+from typing import Any, NamedTuple
+
+import attrs
+import pytest
+
+from dagnats_trio.protocol import (
+    CommitAction,
+    CommitRecord,
+    JsonPolicyError,
+    ModelRecord,
+    check_json,
+    converter,
+    decode_record,
+    encode_record,
+)
+
+
+def test_a_json_value_field_is_handed_on_as_it_is() -> None:
+    state = {"messages": [{"role": "user", "content": "hi"}], "n": [1, 2.5, None, True]}
+    assert converter.unstructure(state, unstructure_as=Any) is state
+    rec = CommitRecord(1, 1, "c", "n", CommitAction.CONTINUE, state=state)
+    raw = converter.unstructure(rec)
+    assert raw["state"] is state
+    data = encode_record(rec)
+    assert json.loads(data)["state"] == state
+    assert decode_record(data) == rec
+
+
+@attrs.frozen
+class _Point:
+    x: int
+    y: int
+
+
+class _Colour(enum.Enum):
+    RED = "red"
+
+
+class _Pair(NamedTuple):
+    a: int
+    b: str
+
+
+def test_what_is_not_plain_json_in_a_json_field_is_still_unstructured() -> None:
+    response = {"at": _Point(1, 2), "colours": [_Colour.RED], "pair": _Pair(1, "b"), "t": (1,)}
+    data = encode_record(ModelRecord(0, 1, "c", 0, response))
+    assert json.loads(data)["response"] == {
+        "at": {"x": 1, "y": 2},
+        "colours": ["red"],
+        "pair": [1, "b"],
+        "t": [1],
+    }
+
+
+def test_an_object_no_converter_knows_is_still_an_error() -> None:
+    with pytest.raises(TypeError):
+        encode_record(ModelRecord(0, 1, "c", 0, {"x": object()}))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": collections.OrderedDict(x=math.nan)},
+        [_Pair(1, "b"), _Pair(2, "\ud800")],
+        {"a": collections.OrderedDict({1: "non-string key"})},
+    ],
+)
+def test_the_policy_walks_container_subclasses(value: Any) -> None:
+    with pytest.raises(JsonPolicyError):
+        check_json(value)
+
+
+def test_plain_containers_pass_the_policy() -> None:
+    check_json({"a": collections.OrderedDict(x=[1, 2.5, "s", None, True])})
