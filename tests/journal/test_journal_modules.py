@@ -1,9 +1,11 @@
 """The journal package's shape (issue 11 item 5): one fenced writer, small modules.
 
 Fencing is the most dangerous code of the runtime; a second copy of it could drift from the
-first. Every fenced append (a publish with an expected last subject sequence) outside the
-transport layers is made in ``journal/_fencing.py``, and the handle no longer holds the claim
-protocol, the reads or the tool runner beside its calls.
+first. Every fenced append (a publish with an expected last subject sequence) made by the
+journal's writers (the journal itself, the worker, the bridge) is made in
+``journal/_fencing.py``, and the handle no longer holds the claim protocol, the reads or the
+tool runner beside its calls. (Other parts may fence writes of their own, such as the engine's
+run index; those are not journal records.)
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from pathlib import Path
 import dagnats_trio
 
 PACKAGE = Path(dagnats_trio.__file__).parent
-#: The layers that implement the publish itself (they define the keyword, they do not fence).
-TRANSPORT_DIRS = ("transport", "nats")
+#: The parts that write journal records: the journal, and the two that settle through it.
+JOURNAL_WRITERS = ("journal", "worker", "bridge")
 #: Lines a journal module may have; the replay rules (pure, one idea) are the named exception.
 MAX_JOURNAL_MODULE_LINES = 450
 ONE_IDEA_MODULES = ("_replay.py",)
@@ -25,7 +27,7 @@ def _fenced_publishers() -> list[str]:
     found: list[str] = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE)
-        if rel.parts[0] in TRANSPORT_DIRS:
+        if rel.parts[0] not in JOURNAL_WRITERS:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
