@@ -14,6 +14,7 @@ from dagnats_trio.inputs import (
     SubmissionStatus,
     place_inputs,
 )
+from dagnats_trio.inputs._store import SubmissionStore  # the index as a crash left it
 from dagnats_trio.protocol import InputPlacedRecord
 from dagnats_trio.transport import Transport
 
@@ -128,7 +129,7 @@ async def test_a_recorded_placement_of_an_earlier_iteration_is_not_placed_again(
     assert ids(await place_inputs(first, service, Mode.STEER, state=PlacementState())) == ["a"]
     # Iteration 1 committed, but its ``done`` was lost, and the index still lists the input
     # (a crash before the index update): the next iteration must not place it again.
-    await service._index_add(run_id, STEP, "a", Mode.STEER)
+    await SubmissionStore(transport).index_add(run_id, STEP, "a", Mode.STEER)
     assert (await service.get(run_id, STEP, "a")).status is SubmissionStatus.PLACED
 
     nxt = await FakeJournal.open(transport, run_id, STEP, iteration=2)
