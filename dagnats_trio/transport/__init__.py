@@ -50,15 +50,17 @@ from ._sim_faults import SimFaults
 from ._sim_server import SimServer
 
 if TYPE_CHECKING:
-    from ._nats import NatsDelivery, NatsTransport
+    from ._nats import NatsTransport
     from ._nats_connect import open_nats_py_transport
+    from ._nats_pull import NatsDelivery
     from ._trio_nats import TrioNatsDelivery, TrioNatsTransport, open_trio_nats_transport
 else:
     # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
-            "._nats": ("NatsDelivery", "NatsTransport"),
+            "._nats": ("NatsTransport",),
+            "._nats_pull": ("NatsDelivery",),
             "._nats_connect": ("open_nats_py_transport",),
             "._trio_nats": (
                 "TrioNatsDelivery",

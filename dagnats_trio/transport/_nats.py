@@ -52,7 +52,7 @@ from ._jetstream import (
 from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
 from ._nats_batch import gather, send_batch
 from ._nats_hop import hand_over, headers_of, run_shielded
-from ._nats_pull import PullInbox, PullRequest, status_error
+from ._nats_pull import NatsDelivery, PullInbox, PullRequest, status_error
 
 T = TypeVar("T")
 
@@ -69,67 +69,6 @@ FETCH_GRACE_S = 1.0
 #: Taken off a pull request's ``expires`` so the server ends it before the fetch's own deadline
 #: (nats-py does the same).
 PULL_EXPIRES_MARGIN_NS = 100_000
-
-
-# ---------------------------------------------------------------------------------------------
-# Deliveries.
-# ---------------------------------------------------------------------------------------------
-
-
-@final
-class NatsDelivery:
-    """One delivery from a pull consumer; settles by publishing to the message's reply subject."""
-
-    __slots__ = ("_reply", "_settled", "_transport", "data", "headers", "num_delivered",
-                 "stream_seq", "subject")  # fmt: skip
-
-    def __init__(self, transport: NatsTransport, msg: Msg) -> None:
-        meta = msg.metadata
-        self.subject: str = msg.subject
-        self.data: bytes = msg.data
-        self.headers: Headers = headers_of(msg)
-        self.stream_seq: int = meta.sequence.stream
-        self.num_delivered: int = meta.num_delivered
-        self._reply: str = msg.reply
-        self._transport = transport
-        self._settled = False
-
-    def __repr__(self) -> str:
-        return (
-            f"NatsDelivery(subject={self.subject!r}, stream_seq={self.stream_seq}, "
-            f"num_delivered={self.num_delivered})"
-        )
-
-    async def ack(self) -> None:
-        if self._settled:
-            return
-        await self._transport._request(self._reply, b"+ACK", None, "ack")
-        self._settled = True
-
-    async def ack_nowait(self) -> None:
-        if self._settled:
-            return
-        await self._transport.core_publish(self._reply, b"+ACK")
-        self._settled = True
-
-    async def nak(self, delay_s: float | None = None) -> None:
-        if self._settled:
-            return
-        payload = b"-NAK"
-        if delay_s is not None and delay_s > 0:
-            payload += b" " + json.dumps({"delay": ns(delay_s)}).encode()
-        await self._transport.core_publish(self._reply, payload)
-        self._settled = True
-
-    async def in_progress(self) -> None:
-        if not self._settled:
-            await self._transport.core_publish(self._reply, b"+WPI")
-
-    async def term(self) -> None:
-        if self._settled:
-            return
-        await self._transport.core_publish(self._reply, b"+TERM")
-        self._settled = True
 
 
 @final

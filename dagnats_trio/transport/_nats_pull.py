@@ -1,4 +1,5 @@
-"""Pull inboxes of ``NatsTransport``: deliveries handed from nats-py's read loop to Trio.
+"""Pull inboxes of ``NatsTransport``: deliveries handed from nats-py's read loop to Trio, and
+the :class:`NatsDelivery` each becomes.
 
 A fetch publishes a pull request whose reply subject is the consumer's inbox; the server answers
 with deliveries and ends the request with a status message. :class:`PullInbox` keeps what came
@@ -8,13 +9,19 @@ delivery that arrives late.
 
 from __future__ import annotations
 
+import json
 from collections import deque
+from typing import TYPE_CHECKING, final
 
 import trio
 from nats.aio.msg import Msg
 
-from ._interface import TransportError
-from ._jetstream import api_error
+from ._interface import Headers, TransportError
+from ._jetstream import api_error, ns
+from ._nats_hop import headers_of
+
+if TYPE_CHECKING:
+    from ._nats import NatsTransport
 
 STATUS = "Status"
 
@@ -111,3 +118,59 @@ class PullInbox:
     def take(self, batch: int) -> list[Msg]:
         ready = self.ready
         return [ready.popleft() for _ in range(min(batch, len(ready)))]
+
+
+@final
+class NatsDelivery:
+    """One delivery from a pull consumer; settles by publishing to the message's reply subject."""
+
+    __slots__ = ("_reply", "_settled", "_transport", "data", "headers", "num_delivered",
+                 "stream_seq", "subject")  # fmt: skip
+
+    def __init__(self, transport: NatsTransport, msg: Msg) -> None:
+        meta = msg.metadata
+        self.subject: str = msg.subject
+        self.data: bytes = msg.data
+        self.headers: Headers = headers_of(msg)
+        self.stream_seq: int = meta.sequence.stream
+        self.num_delivered: int = meta.num_delivered
+        self._reply: str = msg.reply
+        self._transport = transport
+        self._settled = False
+
+    def __repr__(self) -> str:
+        return (
+            f"NatsDelivery(subject={self.subject!r}, stream_seq={self.stream_seq}, "
+            f"num_delivered={self.num_delivered})"
+        )
+
+    async def ack(self) -> None:
+        if self._settled:
+            return
+        await self._transport._request(self._reply, b"+ACK", None, "ack")
+        self._settled = True
+
+    async def ack_nowait(self) -> None:
+        if self._settled:
+            return
+        await self._transport.core_publish(self._reply, b"+ACK")
+        self._settled = True
+
+    async def nak(self, delay_s: float | None = None) -> None:
+        if self._settled:
+            return
+        payload = b"-NAK"
+        if delay_s is not None and delay_s > 0:
+            payload += b" " + json.dumps({"delay": ns(delay_s)}).encode()
+        await self._transport.core_publish(self._reply, payload)
+        self._settled = True
+
+    async def in_progress(self) -> None:
+        if not self._settled:
+            await self._transport.core_publish(self._reply, b"+WPI")
+
+    async def term(self) -> None:
+        if self._settled:
+            return
+        await self._transport.core_publish(self._reply, b"+TERM")
+        self._settled = True

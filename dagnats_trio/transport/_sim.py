@@ -47,7 +47,6 @@ from ._interface import (
     StoredMsg,
     StreamSpec,
     TemporarilyUnavailable,
-    TransportError,
     TransportTimeout,
     WrongLastSequence,
     check_batch,
@@ -58,8 +57,8 @@ from ._sim_batch import MSG_ID_HEADER, batch_from, check_batch_streams, last_msg
 from ._sim_delivery import SimDelivery
 from ._sim_faults import SimFaults
 from ._sim_server import SimServer
-from ._sim_state import CoreSub, ReplySlot, SimBucket, SimConsumer, SimStream, Watcher
-from ._sim_subjects import check_publish_subject, subjects_overlap
+from ._sim_state import CoreSub, ReplySlot, Watcher
+from ._sim_subjects import check_publish_subject
 
 if TYPE_CHECKING:
     from ._interface import Transport
@@ -319,25 +318,7 @@ class SimTransport:
         if config.backoff_s and 0 < config.max_deliver <= len(config.backoff_s):
             raise ValueError("max_deliver must be -1 or larger than the length of backoff_s")
         await self._call()
-        server = self._server
-        stream = server._stream(config.stream)
-        if stream.spec.work_queue:
-            for (name, durable), other in server._consumers.items():
-                if (
-                    name == config.stream
-                    and durable != config.durable
-                    and subjects_overlap(other.config.filter_subject, config.filter_subject)
-                ):
-                    raise TransportError(
-                        f"consumer {config.durable!r}: filter {config.filter_subject!r} overlaps "
-                        f"consumer {durable!r} on work-queue stream {config.stream!r}"
-                    )
-        existing = server._consumers.get((config.stream, config.durable))
-        if existing is None:
-            server._consumers[(config.stream, config.durable)] = SimConsumer(config)
-        else:
-            existing.config = config
-        server._notify()
+        self._server._ensure_consumer(config)
 
     async def fetch(
         self, stream: str, durable: str, batch: int, timeout_s: float
@@ -431,31 +412,12 @@ class SimTransport:
     async def ensure_stream(self, spec: StreamSpec, replicas: int = 1) -> None:
         _check_replicas(replicas)
         await self._call()
-        server = self._server
-        for other in server._streams.values():
-            if other.spec.name == spec.name:
-                continue
-            for mine in spec.subjects:
-                for theirs in other.spec.subjects:
-                    if subjects_overlap(mine, theirs):
-                        raise TransportError(
-                            f"stream {spec.name!r}: subject {mine!r} overlaps {theirs!r} of "
-                            f"stream {other.spec.name!r}"
-                        )
-        existing = server._streams.get(spec.name)
-        if existing is None:
-            server._streams[spec.name] = SimStream(spec)
-        else:
-            existing.spec = spec
+        self._server._ensure_stream(spec)
 
     async def ensure_bucket(self, spec: BucketSpec, replicas: int = 1) -> None:
         _check_replicas(replicas)
         await self._call()
-        existing = self._server._buckets.get(spec.name)
-        if existing is None:
-            self._server._buckets[spec.name] = SimBucket(spec)
-        else:
-            existing.spec = spec
+        self._server._ensure_bucket(spec)
 
     async def aclose(self) -> None:
         if self._closed:

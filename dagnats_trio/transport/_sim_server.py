@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, final
 
 import trio
 
-from ._interface import CoreMsg, NotProvisioned
+from ._interface import (
+    BucketSpec,
+    ConsumerConfig,
+    CoreMsg,
+    NotProvisioned,
+    StreamSpec,
+    TransportError,
+)
 from ._sim_faults import SimFaults
 from ._sim_state import (
     CoreSub,
@@ -22,7 +29,7 @@ from ._sim_state import (
     SimMsg,
     SimStream,
 )
-from ._sim_subjects import subject_matches
+from ._sim_subjects import subject_matches, subjects_overlap
 
 if TYPE_CHECKING:
     from ._sim import SimTransport
@@ -56,6 +63,53 @@ class SimServer:
         """Wake every fetch waiting for something to change."""
         self._changed.set()
         self._changed = trio.Event()
+
+    def _ensure_stream(self, spec: StreamSpec) -> None:
+        """Create the stream, or give an existing one ``spec`` (its messages stay)."""
+        for other in self._streams.values():
+            if other.spec.name == spec.name:
+                continue
+            for mine in spec.subjects:
+                for theirs in other.spec.subjects:
+                    if subjects_overlap(mine, theirs):
+                        raise TransportError(
+                            f"stream {spec.name!r}: subject {mine!r} overlaps {theirs!r} of "
+                            f"stream {other.spec.name!r}"
+                        )
+        existing = self._streams.get(spec.name)
+        if existing is None:
+            self._streams[spec.name] = SimStream(spec)
+        else:
+            existing.spec = spec
+
+    def _ensure_bucket(self, spec: BucketSpec) -> None:
+        existing = self._buckets.get(spec.name)
+        if existing is None:
+            self._buckets[spec.name] = SimBucket(spec)
+        else:
+            existing.spec = spec
+
+    def _ensure_consumer(self, config: ConsumerConfig) -> None:
+        """Create the durable, or give it ``config``; a work-queue stream refuses overlapping
+        filters, as nats-server does."""
+        stream = self._stream(config.stream)
+        if stream.spec.work_queue:
+            for (name, durable), other in self._consumers.items():
+                if (
+                    name == config.stream
+                    and durable != config.durable
+                    and subjects_overlap(other.config.filter_subject, config.filter_subject)
+                ):
+                    raise TransportError(
+                        f"consumer {config.durable!r}: filter {config.filter_subject!r} overlaps "
+                        f"consumer {durable!r} on work-queue stream {config.stream!r}"
+                    )
+        existing = self._consumers.get((config.stream, config.durable))
+        if existing is None:
+            self._consumers[(config.stream, config.durable)] = SimConsumer(config)
+        else:
+            existing.config = config
+        self._notify()
 
     def _stream(self, name: str) -> SimStream:
         stream = self._streams.get(name)
