@@ -2,7 +2,8 @@
 
 This is the journal's write path under a leader change: every append carries the expected last
 subject sequence; a failed or unanswered append is retried, but only after checking whether the
-tail already is our own record (the publish was stored and its ack lost).
+tail already is our own record (the publish was stored and its ack lost). Atomic batches of
+several records do the same across a second step-down: each is stored whole, once.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import trio
 
 from dagnats_trio.server import NatsCluster
 from dagnats_trio.transport import (
+    BatchMsg,
     StoredMsg,
     StreamSpec,
     TemporarilyUnavailable,
@@ -31,6 +33,11 @@ STREAM = "CLUSTER_APPENDS"
 SUBJECT = "appends.run1.step1"
 RECORDS = 60
 STEP_DOWN_AT = 20
+#: Batches appended after the single records, of BATCH_RECORDS each, with a step-down before
+#: batch BATCH_STEP_DOWN_AT.
+BATCHES = 12
+BATCH_RECORDS = 3
+BATCH_STEP_DOWN_AT = 4
 REPLICAS = 3
 REQUEST_TIMEOUT_S = 2.0
 #: Attempts per append (and per tail read) before the test gives up on the cluster.
@@ -66,6 +73,24 @@ async def fenced_append(t: Transport, data: bytes, last_seq: int) -> int:
     raise AssertionError(f"append after {last_seq} did not succeed in {MAX_ATTEMPTS} attempts")
 
 
+async def fenced_batch(t: Transport, batch: int, last_seq: int) -> int:
+    """Append batch ``batch`` after ``last_seq``; returns the sequence of its last record. A
+    retry of a batch that was stored (its answer lost) is recognised by its last msg id."""
+    msgs = [
+        BatchMsg(SUBJECT, f"batch-{batch}.{i}".encode(), msg_id=f"batch-{batch}.{i}")
+        for i in range(BATCH_RECORDS)
+    ]
+    for _ in range(MAX_ATTEMPTS):
+        try:
+            ack = await t.publish_batch(msgs, expected_last_subject_seq=last_seq)
+        except Retriable:
+            await trio.sleep(RETRY_PAUSE_S)
+            continue
+        assert ack.count == BATCH_RECORDS
+        return ack.last_seq
+    raise AssertionError(f"batch after {last_seq} did not succeed in {MAX_ATTEMPTS} attempts")
+
+
 async def api(t: Transport, subject: str) -> dict[str, Any]:
     for _ in range(MAX_ATTEMPTS):
         try:
@@ -95,7 +120,9 @@ async def test_fenced_appends_survive_a_leader_step_down(
         async with open_transport(
             nats_cluster.urls, name="cluster-test", request_timeout_s=REQUEST_TIMEOUT_S
         ) as t:
-            await t.ensure_stream(StreamSpec(STREAM, ("appends.>",)), replicas=REPLICAS)
+            await t.ensure_stream(
+                StreamSpec(STREAM, ("appends.>",), allow_atomic=True), replicas=REPLICAS
+            )
             info = await api(t, f"$JS.API.STREAM.INFO.{STREAM}")
             assert info["config"]["num_replicas"] == REPLICAS
             first_leader = await leader(t)
@@ -122,3 +149,16 @@ async def test_fenced_appends_survive_a_leader_step_down(
             # A stale writer is still fenced after the move.
             with pytest.raises(WrongLastSequence):
                 await t.publish(SUBJECT, b"zombie", expected_last_subject_seq=RECORDS - 1)
+
+            # Atomic batches across a second step-down: each stored whole, once, in order.
+            for b in range(BATCHES):
+                if b == BATCH_STEP_DOWN_AT:
+                    reply = await api(t, f"$JS.API.STREAM.LEADER.STEPDOWN.{STREAM}")
+                    assert reply.get("success") is True, reply
+                last_seq = await fenced_batch(t, b, last_seq)
+            total = RECORDS + BATCHES * BATCH_RECORDS
+            stored = await t.read_subject(STREAM, SUBJECT, RECORDS + 1, total)
+            assert [m.data for m in stored] == [
+                f"batch-{b}.{i}".encode() for b in range(BATCHES) for i in range(BATCH_RECORDS)
+            ]
+            assert [m.seq for m in stored] == list(range(RECORDS + 1, total + 1))  # no gap
