@@ -26,17 +26,9 @@ from ._agent import (
     agent_workflow,
     expected_answer,
 )
-from ._crash import (
-    CRASH_SEAMS,
-    CrashPlan,
-    CrashReport,
-    CrashRun,
-    crash_test,
-    crash_test_async,
-    draw_crash_schedule,
-    retrying,
-    wait_finished,
-)
+from ._crash import crash_test, crash_test_async
+from ._crash_plan import CRASH_SEAMS, CrashPlan, CrashReport, CrashRun, draw_crash_schedule
+from ._harness import retrying, wait_finished
 from ._seam_faults import (
     NODE_KINDS,
     ArmFn,

@@ -14,63 +14,49 @@ when it ends and once more after every stalled holder woke:
 
 The seed fixes the schedule, the ids and Trio's scheduling order: the same seed gives the same
 trace hash. The fault hook, the trace and the seeded scheduler are the chaos soak's own
-(:class:`SeamFaults`, :class:`Trace`, :func:`deterministic_scheduling`).
+(:class:`SeamFaults`, :class:`Trace`, :func:`deterministic_scheduling`). The schedule and the
+report are :mod:`._crash_plan`; the harness calls that retry through faults, :mod:`._harness`.
 """
 
 from __future__ import annotations
 
 import functools
-import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from typing import Any, Final, TypeVar, final
+from typing import Any, Final
 
 import attrs
 import trio
 import trio.testing
 
 from dagnats_trio._env import RuntimeEnv, deterministic_env
-from dagnats_trio._seams import Seam, ToolStart, install_hook, observe_tool_starts
+from dagnats_trio._seams import ToolStart, install_hook, observe_tool_starts
 from dagnats_trio.api import Service
-from dagnats_trio.api.service import WAIT_FOR_RUN_MAX_S, RunWaitTimeout
+from dagnats_trio.api.service import RunWaitTimeout
 from dagnats_trio.engine import Engine, RunSnapshot
 from dagnats_trio.journal import check, read_journal
 from dagnats_trio.protocol import JsonValue
 from dagnats_trio.transport import (
     SimServer,
-    TemporarilyUnavailable,
     Transport,
-    TransportTimeout,
     provision,
 )
 from dagnats_trio.worker import Handler, Worker
 
-from ._seam_faults import Fault, FaultKind, SeamFaults, deterministic_scheduling
+from ._crash_plan import (
+    CRASH_STALL_ACK_WAITS_MAX,
+    CrashPlan,
+    CrashReport,
+    CrashRun,
+    draw_crash_schedule,
+)
+from ._harness import retrying, wait_finished
+from ._seam_faults import FaultKind, SeamFaults, deterministic_scheduling
 from ._trace import Trace
-
-T = TypeVar("T")
 
 #: Opens one more connection to the server the crash test runs on.
 Connect = Callable[[], AbstractAsyncContextManager[Transport]]
 
-#: Every seam a holder or an engine reaches, in the order they are reached.
-CRASH_SEAMS: Final = (
-    Seam.BEFORE_CLAIM,
-    Seam.AFTER_CLAIM,
-    Seam.AFTER_TOOL_INTENT,
-    Seam.INSIDE_TOOL,
-    Seam.AFTER_TOOL_RESULT,
-    Seam.AFTER_COMMIT,
-    Seam.AFTER_LIFECYCLE_EVENT,
-    Seam.ENGINE_AFTER_DISPATCH_SAVED,
-)
-#: Faults a run gets after the coverage runs (drawn uniformly from this tuple).
-CRASH_FAULT_COUNTS: Final = (0, 1, 1, 2)
-#: A stall lasts this many AckWaits of the stalled party (below 1: no successor takes over).
-CRASH_STALL_ACK_WAITS_MIN: Final = 0.5
-CRASH_STALL_ACK_WAITS_MAX: Final = 3.0
-#: Digits kept of drawn floats, so the schedule prints (and hashes) the same everywhere.
-CRASH_FLOAT_DIGITS: Final = 3
 #: Short AckWaits: a stall past them hands the task (or event) to a successor.
 CRASH_WORKER_ACK_WAIT_S: Final = 2.0
 CRASH_ENGINE_ACK_WAIT_S: Final = 2.0
@@ -79,115 +65,8 @@ CRASH_WORKERS: Final = 2
 CRASH_PARALLEL_RUNS: Final = 4
 #: Bound on one run, from start to its checks (Trio seconds: free on the autojump clock).
 CRASH_RUN_DEADLINE_S: Final = 600.0
-#: Pause between attempts of a harness call that met a transient error.
-HARNESS_RETRY_S: Final = 0.1
-#: Bound on one harness call, retries included.
-HARNESS_CALL_MAX_S: Final = 60.0
 #: After the last run: how long a stalled holder may still sleep past its stall, at most.
 DRAIN_MARGIN_S: Final = 1.0
-
-
-async def retrying(fn: Callable[[], Awaitable[T]]) -> T:
-    """A harness call through a step-down or a lost ack: retried until it answers, for at most
-    ``HARNESS_CALL_MAX_S`` (every call retried here is idempotent)."""
-    with trio.fail_after(HARNESS_CALL_MAX_S):
-        while True:
-            try:
-                return await fn()
-            except (TemporarilyUnavailable, TransportTimeout):
-                await trio.sleep(HARNESS_RETRY_S)
-
-
-async def wait_finished(service: Service, run_id: str, deadline: float) -> RunSnapshot:
-    """The run's snapshot once it finished (raises RunWaitTimeout at ``deadline``)."""
-    while True:
-        remaining = deadline - trio.current_time()
-        if remaining <= 0:
-            raise RunWaitTimeout(run_id, 0)
-        try:
-            return await service.wait_for_run(run_id, min(remaining, WAIT_FOR_RUN_MAX_S))
-        except (TemporarilyUnavailable, TransportTimeout):
-            await trio.sleep(HARNESS_RETRY_S)
-
-
-@final
-@attrs.frozen
-class CrashPlan:
-    index: int
-    run_id: str
-    #: Index into the inputs: this run is compared with that input's crash-free run.
-    input_index: int
-    faults: tuple[Fault, ...]
-
-
-def draw_crash_schedule(
-    seed: int, runs: int, iterations: int, inputs: int = 1
-) -> tuple[CrashPlan, ...]:
-    """The schedule of :func:`crash_test`: the same arguments always give the same plans. The
-    first ``2 * len(CRASH_SEAMS)`` runs get one kill, then one stall, at each seam in turn."""
-    if runs < 1 or iterations < 1 or inputs < 1:
-        raise ValueError("runs, iterations and inputs must each be at least 1")
-    rng = random.Random(seed)
-    coverage = [(kind, seam) for kind in (FaultKind.KILL, FaultKind.STALL) for seam in CRASH_SEAMS]
-    plans = []
-    for index in range(runs):
-        drawn: list[tuple[FaultKind, Seam]] = []
-        if index < len(coverage):
-            drawn.append(coverage[index])
-        for _ in range(rng.choice(CRASH_FAULT_COUNTS)):
-            drawn.append((rng.choice((FaultKind.KILL, FaultKind.STALL)), rng.choice(CRASH_SEAMS)))
-        faults = []
-        for kind, seam in drawn:
-            iteration = rng.randrange(iterations)
-            if kind is FaultKind.STALL:
-                factor = round(
-                    rng.uniform(CRASH_STALL_ACK_WAITS_MIN, CRASH_STALL_ACK_WAITS_MAX),
-                    CRASH_FLOAT_DIGITS,
-                )
-                faults.append(Fault(kind, seam, iteration, stall_ack_waits=factor))
-            else:
-                faults.append(Fault(kind, seam, iteration))
-        run_id = f"crash{seed % 1_000_000:06d}-{index:05d}"
-        plans.append(CrashPlan(index, run_id, index % inputs, tuple(faults)))
-    return tuple(plans)
-
-
-@final
-@attrs.frozen
-class CrashRun:
-    """One run's end as the checks saw it."""
-
-    index: int
-    run_id: str
-    status: str
-    faults: tuple[str, ...]
-    problems: tuple[str, ...]
-
-
-@final
-@attrs.frozen
-class CrashReport:
-    """The verdict of one seed. ``violations`` name the run, the seed and what went wrong."""
-
-    seed: int
-    runs: tuple[CrashRun, ...]
-    fired: Mapping[str, int]
-    unfired: int
-    violations: tuple[str, ...]
-    trace_hash: str
-    trace: tuple[str, ...] = attrs.field(repr=False, eq=False)
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
-
-    def summary(self) -> str:
-        fired = ", ".join(f"{k} {n}" for k, n in sorted(self.fired.items()) if n)
-        verdict = "ok" if self.ok else f"{len(self.violations)} violation(s)"
-        return (
-            f"seed {self.seed}: {len(self.runs)} runs, faults fired: {fired or 'none'}, "
-            f"unfired {self.unfired}: {verdict}; trace={self.trace_hash[:16]}"
-        )
 
 
 @attrs.frozen
