@@ -1,8 +1,8 @@
 """The Trio shell around :class:`ClientProtocol`: one socket at a time, reconnecting.
 
 Shape (trio-websocket's): :func:`open_connection` opens a nursery holding one supervisor task.
-The supervisor connects (:func:`handshake`), then runs a reader, a writer and a pinger until the
-socket fails, and then reconnects with a bounded, jittered backoff, resubscribing everything.
+The supervisor connects (the :class:`Dialer`), then runs a reader, a writer and a pinger until
+the socket fails, and then reconnects with a bounded, jittered backoff, resubscribing everything.
 Callers never await the socket: what they send goes to the :class:`Outbox`, which writes it at
 once or queues it whole for the writer. So a cancelled caller can never leave half a frame, and
 every call is safe to cancel at any await.
@@ -11,11 +11,9 @@ every call is safe to cancel at any await.
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import random as random_module
 import ssl
-from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import final
@@ -23,7 +21,6 @@ from typing import final
 import attrs
 import trio
 
-from ._backoff import backoff_s
 from ._credentials import NkeyAuth
 from ._defaults import (
     CONNECT_TIMEOUT_S,
@@ -32,46 +29,33 @@ from ._defaults import (
     MAX_OUTSTANDING_PINGS,
     MAX_RECONNECT_ROUNDS,
     PING_INTERVAL_S,
-    READ_CHUNK_BYTES,
-    RECONNECT_BACKOFF_MAX_S,
     REQUEST_TIMEOUT_S,
     SOCKET_CLOSE_TIMEOUT_S,
 )
+from ._dialer import SOCKET_ERRORS, Dialer
 from ._encoder import PONG_BYTES
-from ._errors import ProtocolError
 from ._events import Err, Info, Msg, Ping, Pong, Pub, Sub, Unsub
-from ._handshake import ClientSettings, handshake, load_nkey_auth
+from ._handshake import ClientSettings, load_nkey_auth
 from ._headers import NO_RESPONDERS_STATUS, Headers
 from ._mux import RequestMux
 from ._nuid import new_inbox
-from ._outbox import Outbox, direct_fd
-from ._parser import NeedData
+from ._outbox import Outbox
+from ._pings import Pings
 from ._protocol import ClientProtocol
+from ._reader import read_events
 from ._servers import ServerAddress, ServerList, parse_servers
 from ._shell_errors import (
-    AuthorizationError,
     ConnectionClosedError,
     ConnectionLostError,
     NatsTimeoutError,
     NoRespondersError,
-    NoServersError,
     describe,
 )
 from ._subscription import SUBSCRIPTION_BUFFER_MSGS, Subscription
 from ._waiters import PongWaiter
 
-_log = logging.getLogger(__name__)
-
 #: The request mux's subscription id (user subscriptions count up from 2).
 _MUX_SID = "1"
-#: Errors that end one socket's session (the supervisor reconnects).
-_LOSS = (
-    OSError,
-    trio.BrokenResourceError,
-    trio.ClosedResourceError,
-    ProtocolError,
-    ConnectionLostError,
-)
 
 
 @final
@@ -113,14 +97,16 @@ class Connection:
             name=name, user=user, password=password, token=token, tls=tls, nkey=nkey
         )
         self._ping_interval_s = ping_interval_s
-        self._max_outstanding_pings = max_outstanding_pings
-        self._max_reconnect_rounds = max_reconnect_rounds
-        self._connect_timeout_s = connect_timeout_s
-        self._rng = rng
+        self._dialer = Dialer(
+            self._servers,
+            self._settings,
+            connect_timeout_s=connect_timeout_s,
+            max_rounds=max_reconnect_rounds,
+            rng=rng,
+        )
         self._wire = ClientProtocol()
         self._outbox = Outbox()
-        self._pongs: deque[PongWaiter] = deque()
-        self._pings_outstanding = 0
+        self._pings = Pings(max_outstanding_pings)
         self._subs: dict[str, Subscription] = {}
         self._sids = itertools.count(int(_MUX_SID) + 1)
         self._mux = RequestMux()
@@ -139,7 +125,6 @@ class Connection:
         self._close_reason = "the connection is closed"
         self._reconnects = 0
         self._server: ServerAddress | None = None
-        self._last_error: BaseException | None = None
 
     # --- state -------------------------------------------------------------------------------
 
@@ -179,7 +164,7 @@ class Connection:
         return ConnectionStats(
             subscriptions=len(self._subs) - (1 if _MUX_SID in self._subs else 0),
             pending_requests=self._mux.pending,
-            pending_pongs=len(self._pongs),
+            pending_pongs=len(self._pings),
             pending_bytes=self._outbox.pending_bytes,
             reconnects=self._reconnects,
             connected=self._is_connected,
@@ -324,7 +309,7 @@ class Connection:
         self._outbox.write(data)
 
     def _queue_ping(self, waiter: PongWaiter) -> None:
-        self._pongs.append(waiter)
+        self._pings.sent(waiter)
         self._outbox.write_ping()
 
     def _unsubscribe(self, sub: Subscription) -> None:
@@ -345,7 +330,7 @@ class Connection:
             protocol.send(Sub(sub.subject, sub.sid, sub.queue)) for sub in self._subs.values()
         )
         self._outbox.attach(stream, resubscribe)
-        self._pings_outstanding = 0
+        self._pings.new_socket()
         self._is_connected = True
         self._connected.set()
 
@@ -353,12 +338,7 @@ class Connection:
         self._outbox.detach()
         self._is_connected = False
         self._connected = trio.Event()
-        # PINGs already written went down with the socket: their PONGs will never come. PINGs
-        # still queued will be written to the next server, so their waiters stay.
-        keep = self._outbox.pings_queued
-        while len(self._pongs) > keep:
-            waiter = self._pongs.popleft()
-            waiter.done.set()
+        self._pings.socket_lost(still_queued=self._outbox.pings_queued)
 
     async def _session(self, stream: trio.abc.Stream) -> None:
         async with trio.open_nursery() as nursery:
@@ -369,57 +349,12 @@ class Connection:
         assert callable(part)
         try:
             await part(stream)
-        except _LOSS as exc:
-            self._last_error = exc
+        except SOCKET_ERRORS as exc:
+            self._dialer.last_error = exc
         scope.cancel()
 
     async def _reader(self, stream: trio.abc.Stream) -> None:
-        fd = direct_fd(stream)
-        if fd is not None:
-            await self._read_fd(fd)
-            return
-        protocol = self._wire
-        while True:
-            for event in self._events(protocol):
-                self._dispatch(event)
-            data = await stream.receive_some(READ_CHUNK_BYTES)
-            if not data:
-                raise ConnectionLostError("the server closed the connection")
-            protocol.receive_data(data)
-
-    async def _read_fd(self, fd: int) -> None:
-        """The reader on a plain TCP socket: wait until it is readable, then one non-blocking
-        ``os.read`` (cheaper than ``receive_some``, which tries a read first, fails with
-        EAGAIN when the reply is not there yet, and only then waits). After a full chunk more
-        is likely waiting, so it reads again before waiting."""
-        protocol = self._wire
-        full = False
-        while True:
-            for event in self._events(protocol):
-                self._dispatch(event)
-            if not full:
-                await trio.lowlevel.wait_readable(fd)
-            try:
-                data = os.read(fd, READ_CHUNK_BYTES)
-            except BlockingIOError:
-                full = False
-                continue
-            if not data:
-                raise ConnectionLostError("the server closed the connection")
-            full = len(data) == READ_CHUNK_BYTES
-            protocol.receive_data(data)
-            if full:
-                # A busy socket must not starve the other tasks: a checkpoint per chunk.
-                await trio.lowlevel.checkpoint()
-
-    @staticmethod
-    def _events(protocol: ClientProtocol) -> list[object]:
-        out: list[object] = []
-        while True:
-            event = protocol.next_event()
-            if isinstance(event, NeedData):
-                return out
-            out.append(event)
+        await read_events(stream, self._wire, self._dispatch)
 
     def _dispatch(self, event: object) -> None:
         if isinstance(event, Msg):
@@ -435,53 +370,25 @@ class Connection:
         elif isinstance(event, Ping):
             self._queue(PONG_BYTES)
         elif isinstance(event, Pong):
-            self._pings_outstanding = 0
-            if self._pongs:
-                waiter = self._pongs.popleft()
-                waiter.answered = True
-                waiter.done.set()
+            self._pings.pong()
         elif isinstance(event, Err):
             if event.message.lower().startswith("permissions violation"):
-                self._last_error = ConnectionLostError(event.message)
+                self._dialer.last_error = ConnectionLostError(event.message)
                 return
             raise ConnectionLostError(f"-ERR {event.message}")
 
     async def _pinger(self, stream: trio.abc.Stream) -> None:
         while True:
             await trio.sleep(self._ping_interval_s)
-            if self._pings_outstanding >= self._max_outstanding_pings:
-                raise ConnectionLostError(
-                    f"stale connection: {self._pings_outstanding} PINGs without a PONG"
-                )
-            self._pings_outstanding += 1
-            self._queue_ping(PongWaiter())
+            self._queue_ping(self._pings.keepalive())
 
     # --- internals: the supervisor -----------------------------------------------------------
 
-    async def _connect_round(self) -> tuple[ServerAddress, trio.abc.Stream, ClientProtocol] | None:
-        for server in self._servers:
-            try:
-                with trio.fail_after(self._connect_timeout_s):
-                    stream, protocol = await handshake(server, self._settings)
-            except (*_LOSS, AuthorizationError, trio.TooSlowError) as exc:
-                self._last_error = exc
-                continue
-            return server, stream, protocol
-        return None
-
     async def _connect_first(self) -> trio.abc.Stream:
-        """The first connection: every server tried once, in order; :class:`NoServersError`
-        (or :class:`AuthorizationError`) if none takes us."""
-        first = await self._connect_round()
-        if first is None:
-            error = self._last_error
-            if isinstance(error, AuthorizationError):
-                raise error
-            urls = ", ".join(self._servers.urls)
-            raise NoServersError(f"no server answered ({urls}): {describe(error)}") from error
-        server, stream, protocol = first
-        self._attach(server, protocol, stream)
-        return stream
+        """The first connection (see :meth:`Dialer.first`), attached."""
+        reached = await self._dialer.first()
+        self._attach(reached.server, reached.protocol, reached.stream)
+        return reached.stream
 
     async def _supervise(self, stream: trio.abc.Stream) -> None:
         """The supervisor: run sessions, the first on ``stream`` (from
@@ -494,40 +401,13 @@ class Connection:
                     self._detach()
                     with trio.CancelScope(shield=True), trio.move_on_after(SOCKET_CLOSE_TIMEOUT_S):
                         await stream.aclose()
-                found = None
-                down_since = trio.current_time()
-                urls = ", ".join(self._servers.urls)
-                # Once per outage, not per attempt: an operator sees the outage and its end.
-                _log.warning(
-                    "NATS is unreachable (%s): reconnecting, with rounds up to %.0f s apart, "
-                    "%s; calls fail meanwhile",
-                    urls,
-                    RECONNECT_BACKOFF_MAX_S,
-                    "for as long as it takes"
-                    if self._max_reconnect_rounds < 0
-                    else f"for {self._max_reconnect_rounds} rounds",
-                )
-                rounds = (
-                    itertools.count()
-                    if self._max_reconnect_rounds < 0
-                    else range(self._max_reconnect_rounds)
-                )
-                for round_index in rounds:
-                    found = await self._connect_round()
-                    if found is not None:
-                        break
-                    await trio.sleep(backoff_s(round_index, self._rng))
-                if found is None:
-                    self._close(f"gave up reconnecting: {describe(self._last_error)}")
+                reached = await self._dialer.again()
+                if reached is None:
+                    self._close(f"gave up reconnecting: {describe(self._dialer.last_error)}")
                     return
-                server, stream, protocol = found
-                self._attach(server, protocol, stream)
+                self._attach(reached.server, reached.protocol, reached.stream)
+                stream = reached.stream
                 self._reconnects += 1
-                _log.warning(
-                    "NATS is back (%s) after %.1f s unreachable",
-                    server.url,
-                    trio.current_time() - down_since,
-                )
         finally:
             self._close(self._close_reason)
 
@@ -542,8 +422,7 @@ class Connection:
         for sub in list(self._subs.values()):
             sub._close()
         self._subs.clear()
-        while self._pongs:
-            self._pongs.popleft().done.set()
+        self._pings.close()
         self._mux.wake_all()
 
 

@@ -42,7 +42,7 @@ WORKFLOW: Final = "outage-wf"
 #: Where each client says that NATS is unreachable and that it is back.
 TRANSPORT_LOGGER: Final = {
     "nats-py": "dagnats_trio.transport._nats_connect",
-    "native": "dagnats_trio.nats._connection",
+    "native": "dagnats_trio.nats._dialer",
 }
 
 
