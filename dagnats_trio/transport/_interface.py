@@ -390,6 +390,11 @@ class Transport(Protocol):
     async def kv_get(self, bucket: str, key: str) -> KvEntry | None:
         """The current value, or None when absent or deleted."""
 
+    async def kv_get_many(self, bucket: str, keys: Sequence[str]) -> dict[str, KvEntry]:
+        """The current values of ``keys`` that exist (absent and deleted keys are left out).
+        One round trip per :data:`MAX_LAST_MSGS_SUBJECTS` keys (a batch direct get of the last
+        message of each key's subject), answered by any replica like :meth:`get_last_msgs`."""
+
     async def kv_put(self, bucket: str, key: str, value: bytes) -> int:
         """Unconditional write; returns the new revision."""
 

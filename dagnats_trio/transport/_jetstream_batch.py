@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, final
 
 import attrs
+import trio
 
 from ._interface import (
     BATCH_COMMIT_HEADER,
@@ -33,6 +34,7 @@ from ._interface import (
     MAX_LAST_MSGS_SUBJECTS,
     BatchAck,
     BatchMsg,
+    KvEntry,
     NotProvisioned,
     StoredMsg,
     TemporarilyUnavailable,
@@ -47,8 +49,12 @@ from ._jetstream import (
     MSG_ID,
     NoResponders,
     api_error,
+    check_key,
     check_name,
+    is_delete_marker,
     json_error,
+    kv_prefix,
+    kv_stream,
 )
 
 #: Random bytes in a batch id (hex-encoded; the server takes ids up to 64 characters).
@@ -235,6 +241,20 @@ class JetStreamBatches(ABC):
                 f"{what}: the answer exceeds the server's byte limit ({pending} left out)"
             )
         return msgs
+
+    async def kv_get_many(self, bucket: str, keys: Sequence[str]) -> dict[str, KvEntry]:
+        stream, prefix = kv_stream(bucket), kv_prefix(bucket)
+        subjects = [prefix + check_key(key) for key in dict.fromkeys(keys)]
+        found: dict[str, KvEntry] = {}
+        for start in range(0, len(subjects), MAX_LAST_MSGS_SUBJECTS):
+            chunk = subjects[start : start + MAX_LAST_MSGS_SUBJECTS]
+            for msg in await self.get_last_msgs(stream, chunk):
+                if not is_delete_marker(msg.headers):
+                    key = msg.subject[len(prefix) :]
+                    found[key] = KvEntry(bucket=bucket, key=key, value=msg.data, revision=msg.seq)
+        if not subjects:
+            await trio.lowlevel.checkpoint()
+        return found
 
     async def get_batch(
         self, stream: str, from_seq: int, max_msgs: int, *, subject: str | None = None

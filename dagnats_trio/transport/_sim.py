@@ -32,6 +32,7 @@ import trio
 
 from ._interface import (
     DEFAULT_REQUEST_TIMEOUT_S,
+    MAX_LAST_MSGS_SUBJECTS,
     BatchAck,
     BatchMsg,
     BucketSpec,
@@ -238,6 +239,20 @@ class SimTransport:
         if item is None or item.value is None:
             return None
         return KvEntry(bucket, key, item.value, item.revision)
+
+    async def kv_get_many(self, bucket: str, keys: Sequence[str]) -> dict[str, KvEntry]:
+        wanted = list(dict.fromkeys(keys))
+        for _ in range(0, len(wanted), MAX_LAST_MSGS_SUBJECTS):
+            await self._call()  # one round trip per chunk, as on a server
+        if not wanted:
+            await trio.lowlevel.checkpoint()
+        items = self._server._bucket(bucket).items
+        found: dict[str, KvEntry] = {}
+        for key in wanted:
+            item = items.get(key)
+            if item is not None and item.value is not None:
+                found[key] = KvEntry(bucket, key, item.value, item.revision)
+        return found
 
     async def kv_put(self, bucket: str, key: str, value: bytes) -> int:
         await self._call()
