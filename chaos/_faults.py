@@ -92,6 +92,11 @@ class Injector(Protocol):
         """Return once no fault armed earlier is still being performed."""
         ...
 
+    async def room(self) -> None:
+        """Return once the injector can take more runs (a cluster's node faults are performed
+        one at a time; the soak waits here before starting a run when it has node faults)."""
+        ...
+
     def notes(self) -> tuple[str, ...]:
         """Lines for the summary (what the node faults did), if any."""
         ...
@@ -140,6 +145,9 @@ class SimInjector:
         }
 
     async def settle(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def room(self) -> None:
         await trio.lowlevel.checkpoint()
 
     def notes(self) -> tuple[str, ...]:
@@ -267,6 +275,11 @@ class ProxyInjector:
         await self._step_downs_idle.wait()
         if self._nodes is not None:
             await self._nodes.wait_idle()
+        await trio.lowlevel.checkpoint()
+
+    async def room(self) -> None:
+        if self._nodes is not None:
+            await self._nodes.wait_room()
         await trio.lowlevel.checkpoint()
 
     def notes(self) -> tuple[str, ...]:

@@ -126,6 +126,9 @@ class NodeFaults:
         self._in_flight = 0
         self._idle = trio.Event()
         self._idle.set()
+        #: Set while at most one fault is in flight (none waits behind it).
+        self._room = trio.Event()
+        self._room.set()
         self.done = dict.fromkeys(NODE_KINDS, 0)
         self.on_leader = 0
         #: Client links on the cut-off side, summed over partitions.
@@ -146,6 +149,8 @@ class NodeFaults:
             raise ValueError(f"not a node fault: {fault.kind}")
         self._in_flight += 1
         self._idle = trio.Event() if self._idle.is_set() else self._idle
+        if self._in_flight > 1 and self._room.is_set():
+            self._room = trio.Event()
         try:
             async with self._one_at_a_time:
                 await self._perform(fault)
@@ -153,9 +158,17 @@ class NodeFaults:
             self._in_flight -= 1
             if not self._in_flight:
                 self._idle.set()
+            if self._in_flight <= 1:
+                self._room.set()
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
+
+    async def wait_room(self) -> None:
+        """Return once no fault waits behind the one being performed: the soak starts its next
+        run only then, so that faults do not pile up behind each other and land on runs long
+        after the ones that drew them."""
+        await self._room.wait()
 
     async def _perform(self, fault: Fault) -> None:
         if not self._probe_ready:

@@ -32,6 +32,7 @@ from dagnats_trio.journal import check, read_journal
 from dagnats_trio.protocol import RunStatus
 from dagnats_trio.testing import (
     AGENT_STEP_ID,
+    NODE_KINDS,
     AgentCounters,
     CrashKill,
     FaultKind,
@@ -349,9 +350,15 @@ class _Soak:
     async def _drive(self, faults: SeamFaults) -> None:
         cfg = self.config
         slots = trio.Semaphore(cfg.parallel_runs)
+        # Node faults take seconds each and run one at a time: with them in the schedule, a run
+        # starts only when none waits (on the simulation nothing waits, and the order of events
+        # is left as it was).
+        throttled = any(k in NODE_KINDS for k in self.backend.kinds)
         async with trio.open_nursery() as runs:
             for plan in self.plans:
                 await slots.acquire()
+                if throttled:
+                    await self.backend.injector.room()
                 if cfg.budget_s is not None and trio.current_time() - faults.t0 > cfg.budget_s:
                     slots.release()
                     self.trace.add("budget spent: runs from", plan.index, "not started")
