@@ -10,6 +10,8 @@ is whichever gives up on silence first (a Raft election timeout, a client's ping
 
 ``cut(existing=False)`` holds new connections only and leaves links already up alone: clients
 of a cut-off node stay connected to it (the cut-off side), clients elsewhere cannot reach it.
+``hold_answers()`` holds only what the target sends back: a request reaches the server and is
+acted on, its answer does not come back until the heal (a publish stored whose ack is lost).
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ class TcpProxy:
         self.name = name
         self._target = target
         self._port: int | None = None
-        #: Set while bytes flow on links held by a cut of existing links.
+        #: Set while bytes flow towards the target, and back from it, on links already up.
         self._links_flowing = trio.Event()
         self._links_flowing.set()
+        self._answers_flowing = trio.Event()
+        self._answers_flowing.set()
         #: Set while new connections go through.
         self._dials_flowing = trio.Event()
         self._dials_flowing.set()
@@ -64,11 +68,19 @@ class TcpProxy:
             self._dials_flowing = trio.Event()
         if existing and self._links_flowing.is_set():
             self._links_flowing = trio.Event()
+        if existing:
+            self.hold_answers()
+
+    def hold_answers(self) -> None:
+        """Hold the bytes the target sends back, on every link (new ones too)."""
+        if self._answers_flowing.is_set():
+            self._answers_flowing = trio.Event()
 
     def heal(self) -> None:
         """Let everything held go on."""
         self._dials_flowing.set()
         self._links_flowing.set()
+        self._answers_flowing.set()
 
     async def run(
         self, *, task_status: trio.TaskStatus[TcpProxy] = trio.TASK_STATUS_IGNORED
@@ -95,21 +107,29 @@ class TcpProxy:
                 self.live += 1
                 try:
                     async with trio.open_nursery() as nursery:
-                        nursery.start_soon(self._pump, client, upstream, nursery.cancel_scope)
-                        nursery.start_soon(self._pump, upstream, client, nursery.cancel_scope)
+                        link = nursery.cancel_scope
+                        nursery.start_soon(self._pump, client, upstream, link, False)
+                        nursery.start_soon(self._pump, upstream, client, link, True)
                 finally:
                     self.live -= 1
 
     async def _pump(
-        self, src: trio.SocketStream, dst: trio.SocketStream, link: trio.CancelScope
+        self,
+        src: trio.SocketStream,
+        dst: trio.SocketStream,
+        link: trio.CancelScope,
+        answers: bool,
     ) -> None:
-        """One direction of a link; when either side ends, the whole link ends."""
+        """One direction of a link (``answers``: from the target back to the client); when
+        either side ends, the whole link ends."""
         try:
             while True:
                 data = await src.receive_some(PROXY_READ_BYTES)
                 if not data:
                     return
                 await self._links_flowing.wait()
+                if answers:
+                    await self._answers_flowing.wait()
                 await dst.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return

@@ -125,6 +125,15 @@ async def test_proxy_cut_holds_bytes_and_new_links_until_healed() -> None:
         assert await _receive(a, 3) == b"two"  # held, not lost
         assert await _receive(b, 3) == b"new"
 
+        # Answers held: what the client sends arrives, what comes back waits for the heal.
+        proxy.hold_answers()
+        await a.send_all(b"ask")
+        with trio.move_on_after(SILENCE_S) as silent:
+            await a.receive_some(10)
+        assert silent.cancelled_caught
+        proxy.heal()
+        assert await _receive(a, 3) == b"ask"
+
         # A cut of new links only: links already up go on (clients on the cut-off side).
         proxy.cut(existing=False)
         await a.send_all(b"old")
