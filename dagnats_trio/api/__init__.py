@@ -4,6 +4,7 @@ from ._console import CONSOLE_PREFIX, console_url
 from ._rest_views import (
     JournalEntry,
     JournalPage,
+    NoWorker,
     RunList,
     RunStarted,
     RunSummary,
@@ -11,6 +12,7 @@ from ._rest_views import (
     StepView,
     WorkflowList,
 )
+from ._unserved import UNSERVED_AFTER_S
 from .service import (
     InvalidRequest,
     RunNotFound,
@@ -24,9 +26,11 @@ from .service import (
 
 __all__ = [
     "CONSOLE_PREFIX",
+    "UNSERVED_AFTER_S",
     "InvalidRequest",
     "JournalEntry",
     "JournalPage",
+    "NoWorker",
     "RunList",
     "RunNotFound",
     "RunPage",

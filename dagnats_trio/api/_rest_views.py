@@ -10,6 +10,7 @@ needs.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import final
 
 import attrs
@@ -88,6 +89,18 @@ class RunStarted:
 
 @final
 @attrs.frozen
+class NoWorker:
+    """A running step's task type has not been polled by any worker for a while (the API's
+    ``UNSERVED_AFTER_S``, 30 s): the run will not move until a worker for ``task_type`` starts.
+    ``last_polled_at_ms`` is when one last did (epoch ms; None: none seen)."""
+
+    task_type: str
+    last_polled_at_ms: int | None
+    message: str
+
+
+@final
+@attrs.frozen
 class StepView:
     """One step. ``iteration`` and ``attempt`` are those of the current (or last) dispatch, None
     before the first; ``iterations`` counts finished iterations of a loop step.
@@ -96,7 +109,8 @@ class StepView:
     it waits (``waiting_for``: retry, loop_delay, wait, pause), when its wake-up timer fires
     (``wake_at_ms``) and whether an input wakes it sooner (``wakes_on_input``); the step
     timeout (``timeout_at_ms``) and a loop's ``max_duration`` (``max_duration_at_ms``) keep
-    counting while it waits."""
+    counting while it waits. ``no_worker`` is set on a running step that waits on a task
+    type no worker polls."""
 
     step_id: str
     status: StepStatus
@@ -114,6 +128,7 @@ class StepView:
     wakes_on_input: bool = False
     timeout_at_ms: int | None = None
     max_duration_at_ms: int | None = None
+    no_worker: NoWorker | None = None
 
 
 @final
@@ -196,7 +211,11 @@ def _due(armed: bool, since_ms: int | None, after_ms: int | None) -> int | None:
     return since_ms + after_ms
 
 
-def step_view(step: StepState, definition: WorkflowDef | None = None) -> StepView:
+def step_view(
+    step: StepState,
+    definition: WorkflowDef | None = None,
+    no_worker: NoWorker | None = None,
+) -> StepView:
     dispatch = step.dispatch
     sdef = None
     if definition is not None:
@@ -225,10 +244,14 @@ def step_view(step: StepState, definition: WorkflowDef | None = None) -> StepVie
         wakes_on_input=waiting and step.wait is not None and step.wait.until_input,
         timeout_at_ms=_due(live, dispatched, timeout),
         max_duration_at_ms=_due(live, step.started_at_ms, max_duration),
+        no_worker=no_worker,
     )
 
 
-def run_view(snap: RunSnapshot) -> RunView:
+def run_view(snap: RunSnapshot, unserved: Mapping[str, NoWorker] | None = None) -> RunView:
+    """The run as the API shows it; ``unserved`` (``Service.unserved_steps``) adds the
+    no-worker hints."""
+    hints = unserved or {}
     return RunView(
         run_id=snap.run_id,
         workflow=snap.workflow,
@@ -241,7 +264,9 @@ def run_view(snap: RunSnapshot) -> RunView:
         created_at_ms=snap.created_at_ms,
         updated_at_ms=snap.updated_at_ms,
         finished_at_ms=snap.finished_at_ms,
-        steps=tuple(step_view(s, snap.definition) for s in snap.steps.values()),
+        steps=tuple(
+            step_view(s, snap.definition, hints.get(s.step_id)) for s in snap.steps.values()
+        ),
     )
 
 

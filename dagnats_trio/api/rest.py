@@ -269,7 +269,8 @@ class _Handlers:
         return _json(RunList(tuple(run_summary(s) for s in page.runs), page.next_cursor))
 
     async def get_run(self, request: Request) -> Response:
-        return _json(run_view(await self.service.get_run(request.path_params["run_id"])))
+        snap = await self.service.get_run(request.path_params["run_id"])
+        return _json(run_view(snap, await self.service.unserved_steps(snap)))
 
     async def cancel_run(self, request: Request) -> Response:
         raw = parse_json(await self._body(request), optional=True)

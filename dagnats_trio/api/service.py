@@ -35,7 +35,9 @@ from ..protocol import (
 )
 from ..transport import KeyExists, Transport
 from ._purge import collect_tree, execute_plan, plan_purge, purge_orphan
+from ._rest_views import NoWorker
 from ._run_list import BadCursor, list_runs_page
+from ._unserved import UNSERVED_AFTER_S, unserved_steps
 
 #: Most runs one ``list_runs`` call returns.
 LIST_RUNS_LIMIT_MAX = 1_000
@@ -112,9 +114,19 @@ class RunPage:
 
 @final
 class Service:
-    def __init__(self, transport: Transport, env: RuntimeEnv = DEFAULT_ENV) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        env: RuntimeEnv = DEFAULT_ENV,
+        *,
+        unserved_after_s: float = UNSERVED_AFTER_S,
+    ) -> None:
+        if not unserved_after_s > 0:
+            raise ValueError(f"unserved_after_s must be positive, got {unserved_after_s!r}")
         self.transport = transport
         self.env = env
+        #: How long a dispatched step's task type may go unpolled before the run says so.
+        self.unserved_after_s = unserved_after_s
         # Stores from before the run index get it once (engine.ensure_run_index); hosts do it
         # at start, this is for services embedded without one.
         self._index_ready = False
@@ -199,6 +211,12 @@ class Service:
         if entry is None or entry.value is None:
             raise RunNotFound(run_id)
         return decode_snapshot(entry.value)
+
+    async def unserved_steps(self, snap: RunSnapshot) -> Mapping[str, NoWorker]:
+        """``step id -> hint`` for the run's running steps whose task type no worker has polled
+        for :attr:`unserved_after_s` (``api._unserved``); empty for a run that waits on none."""
+        await trio.lowlevel.checkpoint()
+        return await unserved_steps(self.transport, snap, self.env.wall_ms(), self.unserved_after_s)
 
     async def list_runs(
         self,

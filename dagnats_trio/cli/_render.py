@@ -99,7 +99,13 @@ def run_renderable(run: RunView) -> RenderableType:
             str(s.iterations),
             detail,
         )
-    return Group(head, steps)
+    # A step that waits on a task type nobody polls says so under the table: it will not move.
+    hints = [
+        Text(f"step {s.step_id}: {s.no_worker.message}; start a worker for it", style="yellow")
+        for s in run.steps
+        if s.no_worker is not None
+    ]
+    return Group(head, steps, *hints)
 
 
 def submission_renderable(sub: Submission) -> RenderableType:

@@ -68,7 +68,14 @@ from .runs import (
     decode_run_index_entry,
     encode_run_index_entry,
 )
-from .tasks import TaskMessage, decode_task, encode_task
+from .tasks import (
+    PollMark,
+    TaskMessage,
+    decode_poll_mark,
+    decode_task,
+    encode_poll_mark,
+    encode_task,
+)
 
 __all__ = [
     "ENCODED_REQUEST_ID_PREFIX",
@@ -94,6 +101,7 @@ __all__ = [
     "LifecycleEvent",
     "ModelRecord",
     "ParentRef",
+    "PollMark",
     "Replay",
     "RunEvent",
     "RunHeader",
@@ -117,12 +125,14 @@ __all__ = [
     "converter",
     "decode_event",
     "decode_json",
+    "decode_poll_mark",
     "decode_record",
     "decode_run_header",
     "decode_run_index_entry",
     "decode_task",
     "encode_event",
     "encode_json",
+    "encode_poll_mark",
     "encode_record",
     "encode_run_index_entry",
     "encode_task",

@@ -23,6 +23,9 @@ RUNS_BUCKET = "workflow_runs"
 CHECKPOINTS_BUCKET = "checkpoints"
 SIGNALS_BUCKET = "signals"
 INPUTS_BUCKET = "inputs"
+#: One key per task type: the last time a worker said it polls that type (``worker_poll_key``).
+#: Keys of types no worker serves any more go after :data:`WORKER_POLLS_MAX_AGE_S`.
+WORKER_POLLS_BUCKET = "worker_polls"
 
 ENGINE_DURABLE = "orchestrator"
 TIMER_DURABLE = "timers"
@@ -33,6 +36,7 @@ JOURNAL_MAX_AGE_S = 30 * 24 * 3600.0
 #: carry none, so they live as long as their step.
 INPUTS_DEDUPE_TTL_S = 7 * 24 * 3600
 HISTORY_DUPLICATE_WINDOW_S = 120.0
+WORKER_POLLS_MAX_AGE_S = 24 * 3600.0
 
 
 def history_subject(run_id: str) -> str:
@@ -95,6 +99,10 @@ def signal_key(run_id: str, name: str) -> str:
     return f"{run_id}.{name}"
 
 
+def worker_poll_key(task_type: str) -> str:
+    return f"poll.{task_type}"
+
+
 __all__ = [
     "CHECKPOINTS_BUCKET",
     "DEFS_BUCKET",
@@ -115,6 +123,8 @@ __all__ = [
     "TASK_STREAM",
     "TIMER_DURABLE",
     "TIMER_STREAM",
+    "WORKER_POLLS_BUCKET",
+    "WORKER_POLLS_MAX_AGE_S",
     "cancel_subject",
     "checkpoint_key",
     "history_subject",
@@ -128,4 +138,5 @@ __all__ = [
     "task_subject",
     "timer_subject",
     "worker_durable",
+    "worker_poll_key",
 ]

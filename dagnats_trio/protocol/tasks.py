@@ -1,4 +1,5 @@
-"""Task messages: what the engine publishes on ``task.{task_type}.{run}`` for a worker."""
+"""Task messages: what the engine publishes on ``task.{task_type}.{run}`` for a worker; and the
+mark a worker leaves to say it polls a task type."""
 
 from __future__ import annotations
 
@@ -36,3 +37,23 @@ def encode_task(task: TaskMessage) -> bytes:
 
 def decode_task(data: bytes) -> TaskMessage:
     return from_json(data, TaskMessage, "task message")
+
+
+@final
+@attrs.frozen
+class PollMark:
+    """``worker_polls`` at ``poll.{task_type}``: a worker polled ``task_type`` at ``at_ms`` (its
+    wall clock, epoch ms). Refreshed every few seconds while the worker runs, so a reader can
+    tell a run waiting on a type that nobody serves from one waiting its turn."""
+
+    task_type: str
+    worker_id: str
+    at_ms: int
+
+
+def encode_poll_mark(mark: PollMark) -> bytes:
+    return to_json(mark)
+
+
+def decode_poll_mark(data: bytes) -> PollMark:
+    return from_json(data, PollMark, "poll mark")

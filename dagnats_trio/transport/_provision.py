@@ -23,6 +23,8 @@ from dagnats_trio.protocol.layout import (
     SIGNALS_BUCKET,
     TASK_STREAM,
     TIMER_STREAM,
+    WORKER_POLLS_BUCKET,
+    WORKER_POLLS_MAX_AGE_S,
 )
 
 from ._interface import BucketSpec, StreamSpec, Transport
@@ -47,6 +49,7 @@ BUCKETS: tuple[BucketSpec, ...] = (
     BucketSpec(CHECKPOINTS_BUCKET),
     BucketSpec(SIGNALS_BUCKET),
     BucketSpec(INPUTS_BUCKET, message_ttl=True),
+    BucketSpec(WORKER_POLLS_BUCKET, ttl_s=WORKER_POLLS_MAX_AGE_S),
 )
 
 

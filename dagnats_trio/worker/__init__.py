@@ -34,6 +34,7 @@ from ._lease import (
     lease_schedule,
     task_consumer,
 )
+from ._polls import POLL_MARK_INTERVAL_S, mark_polls
 from ._waits import MAX_WAIT_MS, Delay, Until, UntilInput, WaitArg, WaitSpec, build_wait
 from ._worker import (
     DEFAULT_CONCURRENCY,
@@ -55,6 +56,7 @@ __all__ = [
     "LEASE_GROWTH_FACTOR",
     "MAX_LEASE_S",
     "MAX_WAIT_MS",
+    "POLL_MARK_INTERVAL_S",
     "REPLAY_DELIVERY_TIMEOUT_S",
     "AlreadySettled",
     "CheckpointTooLarge",
@@ -84,6 +86,7 @@ __all__ = [
     "heartbeat_interval_s",
     "lease_schedule",
     "load_golden",
+    "mark_polls",
     "parse_golden",
     "replay_golden",
     "task_consumer",

@@ -39,6 +39,7 @@ from .._defaults import DEFAULT_ACK_WAIT_S
 from ._context import InputsPending, TaskContext, _WorkerShared, error_text
 from ._errors import JournalUnavailable
 from ._lease import heartbeat_interval_s, task_consumer
+from ._polls import POLL_MARK_INTERVAL_S, mark_polls
 
 _log = logging.getLogger(__name__)
 
@@ -69,6 +70,10 @@ class Worker:
     ``InputsQueued`` while inputs are queued. ``on_committed`` (told after each journal commit
     stores, not failures) and ``inputs_pending`` are the raw hooks under that: a given
     ``on_committed`` runs after the marking, a given ``inputs_pending`` replaces the check.
+
+    While it runs, the worker marks each of its task types as polled every
+    ``poll_mark_interval_s`` (``_polls``), so the API can tell a run that waits on a type nobody
+    serves.
     """
 
     def __init__(
@@ -84,6 +89,7 @@ class Worker:
         on_committed: OnCommitted | None = None,
         inputs_pending: InputsPending | None = None,
         inputs: InputsService | None = None,
+        poll_mark_interval_s: float = POLL_MARK_INTERVAL_S,
     ) -> None:
         if not handlers:
             raise ValueError("a worker needs at least one handler")
@@ -100,6 +106,11 @@ class Worker:
             or ack_wait_s <= 0
         ):
             raise ValueError(f"ack_wait_s must be a positive number of seconds, got {ack_wait_s!r}")
+        if not poll_mark_interval_s > 0:
+            raise ValueError(
+                f"poll_mark_interval_s must be a positive number, got {poll_mark_interval_s!r}"
+            )
+        self._poll_mark_interval_s = poll_mark_interval_s
         self._transport = transport
         self._handlers = dict(handlers)
         self._concurrency = concurrency
@@ -140,6 +151,14 @@ class Worker:
         ):
             nursery.start_soon(self._listen_for_cancels, cancels)
             nursery.start_soon(self._keep_alive)
+            nursery.start_soon(
+                mark_polls,
+                self._transport,
+                self._handlers,
+                self._worker_id,
+                self._services.env,
+                self._poll_mark_interval_s,
+            )
             for task_type in self._handlers:
                 nursery.start_soon(self._pull, task_type, slots, nursery)
             task_status.started()

@@ -16,7 +16,7 @@ import attrs
 import httpx
 import trio
 
-from dagnats_trio.api import Service
+from dagnats_trio.api import UNSERVED_AFTER_S, Service
 from dagnats_trio.api.rest import create_app
 from dagnats_trio.api.server import ApiServer
 from dagnats_trio.engine import Engine
@@ -89,8 +89,10 @@ async def register_workflows(service: Service) -> None:
 
 
 @asynccontextmanager
-async def open_stack(transport: Transport, token: str | None) -> AsyncIterator[Stack]:
-    service = Service(transport)
+async def open_stack(
+    transport: Transport, token: str | None, *, unserved_after_s: float = UNSERVED_AFTER_S
+) -> AsyncIterator[Stack]:
+    service = Service(transport, unserved_after_s=unserved_after_s)
     inputs = InputsService(transport)
     await register_workflows(service)
     app = create_app(
