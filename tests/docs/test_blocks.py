@@ -62,6 +62,7 @@ RUN: dict[tuple[str, str], str] = {
         "from dagnats_trio.testing import replay_golden",
     ): "tests/cli/test_golden.py::test_the_upgrading_doc_example_runs",
     ("docs/nats-client.md", "import ssl"): "tests/nats_client/test_docs.py",
+    ("docs/nats-client.md", "import os"): "tests/nats_client/test_docs.py",
     ("docs/jetstream.md", "import secrets"): "tests/transport/test_jetstream_doc.py",
     ("docs/nats-client.md", "import secrets"): "tests/nats_client/test_docs.py",
     (
