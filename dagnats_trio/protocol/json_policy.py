@@ -173,13 +173,23 @@ def check_json(value: Any, *, where: str = "value") -> None:
             pairs = enumerate(item)
         for key, child in pairs:
             kind = type(child)
-            if kind is dict or kind is list or kind is tuple:
+            # The common kinds are settled here without a call; the rest by _check_scalar.
+            if kind is str:
+                if child.isascii():
+                    continue
+            elif kind is dict or kind is list or kind is tuple:
                 stack.append((child, depth + 1, (path, key)))
-            elif kind is not str and isinstance(child, dict | list | tuple):
+                continue
+            elif kind is bool or child is None:
+                continue
+            elif kind is int:
+                if JSON_INT_MIN <= child <= JSON_INT_MAX:
+                    continue
+            elif isinstance(child, dict | list | tuple):
                 # A subclass of a container (an OrderedDict, a named tuple) is walked too.
                 stack.append((child, depth + 1, (path, key)))
-            elif kind is not bool and child is not None:
-                _check_scalar(child, where, (path, key))
+                continue
+            _check_scalar(child, where, (path, key))
 
 
 def _check_scalar(item: Any, where: str, path: Any) -> None:
