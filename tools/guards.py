@@ -461,40 +461,28 @@ class RunResult:
     output: str
 
 
+def _git(*args: str) -> str:
+    """``git args`` in the checkout; its output (file names as the file system spells them)."""
+    out = subprocess.run(
+        ["git", *args], cwd=REPO, check=True, capture_output=True, timeout=SETUP_TIMEOUT_S
+    ).stdout
+    return os.fsdecode(out)
+
+
 def _copy_tree(dest: Path) -> str:
     """Copy the checkout to ``dest``; return its commit (with ``+dirty`` for local changes)."""
-    files = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        timeout=SETUP_TIMEOUT_S,
-    ).stdout.split(b"\0")
-    for raw in files:
-        if not raw:
+    files = _git("ls-files", "-z", "--cached", "--others", "--exclude-standard").split("\0")
+    for name in files:
+        if not name:
             continue
-        rel = Path(os.fsdecode(raw))
+        rel = Path(name)
         src = REPO / rel
         if not src.is_file():  # deleted in the working tree
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dest / rel)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=SETUP_TIMEOUT_S,
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=SETUP_TIMEOUT_S,
-    ).stdout.strip()
+    commit = _git("rev-parse", "--short", "HEAD").strip()
+    dirty = _git("status", "--porcelain", "--untracked-files=no").strip()
     return commit + ("+dirty" if dirty else "")
 
 
