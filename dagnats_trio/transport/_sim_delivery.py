@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, final
 
 import attrs
-import trio
 
 from ._interface import Headers
 
 if TYPE_CHECKING:
     from ._sim import SimTransport
+    from ._sim_server import SimServer
 
 
 @final
@@ -31,34 +31,31 @@ class SimDelivery:
     _stream: str = attrs.field(repr=False)
     _durable: str = attrs.field(repr=False)
 
+    def _server(self) -> SimServer:
+        return self._conn.server
+
     async def ack(self) -> None:
         await self._conn._call()
-        self._conn._server._settle(self._stream, self._durable, self.stream_seq, remove=True)
+        self._server()._settle(self._stream, self._durable, self.stream_seq, remove=True)
 
     async def ack_nowait(self) -> None:
         if not await self._conn._fire_and_forget():
             return
-        self._conn._server._settle(self._stream, self._durable, self.stream_seq, remove=True)
+        self._server()._settle(self._stream, self._durable, self.stream_seq, remove=True)
 
     async def nak(self, delay_s: float | None = None) -> None:
         if not await self._conn._fire_and_forget():
             return
-        server = self._conn._server
-        pending = server._pending(self._stream, self._durable, self.stream_seq)
-        if pending is not None:
-            pending.due = trio.current_time() + (delay_s or 0.0)
-            server._notify()
+        self._server()._redeliver_after(
+            self._stream, self._durable, self.stream_seq, delay_s or 0.0
+        )
 
     async def in_progress(self) -> None:
         if not await self._conn._fire_and_forget():
             return
-        server = self._conn._server
-        pending = server._pending(self._stream, self._durable, self.stream_seq)
-        consumer = server._consumers.get((self._stream, self._durable))
-        if pending is not None and consumer is not None:
-            pending.due = trio.current_time() + consumer.config.ack_wait_for(pending.delivered)
+        self._server()._restart_ack_wait(self._stream, self._durable, self.stream_seq)
 
     async def term(self) -> None:
         if not await self._conn._fire_and_forget():
             return
-        self._conn._server._settle(self._stream, self._durable, self.stream_seq, remove=True)
+        self._server()._settle(self._stream, self._durable, self.stream_seq, remove=True)

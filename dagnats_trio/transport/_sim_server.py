@@ -188,6 +188,20 @@ class SimServer:
         if remove and stream is not None and stream.spec.work_queue:
             stream.remove(seq)
 
+    def _redeliver_after(self, stream_name: str, durable: str, seq: int, delay_s: float) -> None:
+        """A nak: the pending delivery becomes deliverable again after ``delay_s``."""
+        pending = self._pending(stream_name, durable, seq)
+        if pending is not None:
+            pending.due = trio.current_time() + delay_s
+            self._notify()
+
+    def _restart_ack_wait(self, stream_name: str, durable: str, seq: int) -> None:
+        """An in-progress: the pending delivery's AckWait starts again."""
+        pending = self._pending(stream_name, durable, seq)
+        consumer = self._consumers.get((stream_name, durable))
+        if pending is not None and consumer is not None:
+            pending.due = trio.current_time() + consumer.config.ack_wait_for(pending.delivered)
+
     def _pending(self, stream_name: str, durable: str, seq: int) -> Pending | None:
         consumer = self._consumers.get((stream_name, durable))
         return None if consumer is None else consumer.pending.get(seq)
