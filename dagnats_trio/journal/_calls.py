@@ -39,6 +39,24 @@ ModelFn = Callable[[], Awaitable[JsonValue] | JsonValue]
 GroupCall = tuple[ToolCall, Replay, ToolFn]
 
 
+@final
+class CallGuard:
+    """One task at a time, in the style of Trio's ``ConflictDetector``: replay matches calls by
+    position, so calls from several tasks would be recorded in one order and replayed in another."""
+
+    def __init__(self, msg: str) -> None:
+        self._msg = msg
+        self._held = False
+
+    def __enter__(self) -> None:
+        if self._held:
+            raise trio.BusyResourceError(self._msg)
+        self._held = True
+
+    def __exit__(self, *exc: object) -> None:
+        self._held = False
+
+
 async def call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)``, awaited when it returns an awaitable: ``j.model`` and ``j.tool`` accept
     plain functions as well as coroutine functions (and lambdas wrapping either)."""

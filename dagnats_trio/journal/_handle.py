@@ -28,6 +28,7 @@ from dagnats_trio.protocol import (
 from dagnats_trio.transport import Transport
 
 from ._calls import (
+    CallGuard,
     GroupCall,
     ModelFn,
     ToolCall,
@@ -61,24 +62,6 @@ from ._replay import (
 )
 from ._tool_run import ToolRunner
 
-
-class _Guard:
-    """One task at a time, in the style of Trio's ``ConflictDetector``: replay matches calls by
-    position, so calls from several tasks would be recorded in one order and replayed in another."""
-
-    def __init__(self, msg: str) -> None:
-        self._msg = msg
-        self._held = False
-
-    def __enter__(self) -> None:
-        if self._held:
-            raise trio.BusyResourceError(self._msg)
-        self._held = True
-
-    def __exit__(self, *exc: object) -> None:
-        self._held = False
-
-
 _UNSET: Any = object()
 
 
@@ -104,7 +87,7 @@ class Journal:
         self._view = view
         self._on_committed = on_committed
         self._tools = ToolRunner(task=task, holder=holder, writer=writer)
-        self._guard = _Guard("another task is using this journal handle")
+        self._guard = CallGuard("another task is using this journal handle")
         self._next_call = view.call_offset
         self._consumed: frozenset[int] = frozenset()
         self._placed: list[InputPlacedRecord] = list(view.placed)
@@ -158,13 +141,16 @@ class Journal:
     async def load_state(self) -> JsonValue:
         """The state of record: the last ``set_state`` of this delivery, else the state of the
         commit this iteration started from (one get by sequence at most, then cached)."""
+        if self._pending_state is not _UNSET or self._base_state is not _UNSET:
+            await trio.lowlevel.checkpoint()  # known: no read, so no other scheduler pass
+        return await self._state_of_record()
+
+    async def _state_of_record(self) -> JsonValue:
+        """:meth:`load_state` without a checkpoint: the commit's append right after yields."""
         if self._pending_state is not _UNSET:
-            await trio.lowlevel.checkpoint()
             return self._pending_state
         if self._base_state is _UNSET:
             self._base_state = await load_commit_state(self._transport, self._task)
-        else:
-            await trio.lowlevel.checkpoint()
         return self._base_state
 
     def set_state(self, state: JsonValue) -> None:
@@ -420,7 +406,7 @@ class Journal:
         pause_ms: int | None = None,
     ) -> int:
         t = self._task
-        state = await self.load_state()
+        state = await self._state_of_record()
         commit = CommitRecord(
             t.iteration,
             t.attempt,
