@@ -8,11 +8,9 @@ conventions) are the ones ``NatsTransport`` uses, so both pass one conformance s
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import ssl
-from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Any, final
@@ -21,16 +19,11 @@ import trio
 
 from ..nats import (
     Connection,
-    ConnectionClosedError,
     Msg,
     NatsError,
-    NatsTimeoutError,
-    NoRespondersError,
     ProtocolError,
-    Subscription,
     open_connection,
 )
-from ..nats import Headers as WireHeaders
 from ._interface import (
     DEFAULT_REQUEST_TIMEOUT_S,
     Closed,
@@ -41,22 +34,25 @@ from ._interface import (
     KvEntry,
     TemporarilyUnavailable,
     TransportError,
-    TransportTimeout,
 )
 from ._jetstream import (
     JetStreamOverRequests,
-    NoResponders,
     api_error,
     check_name,
-    is_delete_marker,
     json_error,
-    kv_prefix,
     kv_stream,
     ns,
     watch_filter,
 )
 from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
 from ._trio_nats_batch import gather, send_uncommitted
+from ._trio_nats_msgs import (
+    CoreMessages,
+    KvEntries,
+    Pull,
+    map_error,
+    wire_headers,
+)
 
 #: Deadline of the first connection to a server.
 CONNECT_TIMEOUT_S = 5.0
@@ -77,162 +73,6 @@ WATCH_INACTIVE_THRESHOLD_S = 60.0
 _PULL_END_STATUSES = frozenset({404, 408})
 
 
-def _map_error(exc: Exception, what: str) -> TransportError:
-    if isinstance(exc, TransportError):
-        return exc
-    if isinstance(exc, NoRespondersError):
-        return NoResponders(f"{what}: no responders")
-    if isinstance(exc, NatsTimeoutError):
-        return TransportTimeout(f"{what}: no answer in time")
-    if isinstance(exc, ConnectionClosedError):
-        return Closed(f"{what}: connection closed")
-    return TransportError(f"{what}: {exc}")
-
-
-def _headers_dict(headers: WireHeaders | None) -> dict[str, str]:
-    return dict(headers.fields) if headers is not None else {}
-
-
-def _wire_headers(headers: Mapping[str, str] | None) -> WireHeaders | None:
-    return WireHeaders(fields=tuple(headers.items())) if headers else None
-
-
-def ack_metadata(reply: str) -> tuple[int, int]:
-    """``(num_delivered, stream_seq)`` from a ``$JS.ACK`` reply subject (both token layouts)."""
-    tokens = reply.split(".")
-    if len(tokens) == 9 and tokens[:2] == ["$JS", "ACK"]:
-        return int(tokens[4]), int(tokens[5])
-    if len(tokens) >= 12 and tokens[:2] == ["$JS", "ACK"]:
-        return int(tokens[6]), int(tokens[7])
-    raise TransportError(f"not a JetStream delivery: reply subject {reply!r}")
-
-
-@final
-class TrioNatsDelivery:
-    """One delivery from a pull consumer; settles by publishing to its ``$JS.ACK`` subject."""
-
-    __slots__ = ("_reply", "_settled", "_transport", "data", "headers", "num_delivered",
-                 "stream_seq", "subject")  # fmt: skip
-
-    def __init__(self, transport: TrioNatsTransport, msg: Msg) -> None:
-        assert msg.reply is not None
-        self.subject: str = msg.subject
-        self.data: bytes = msg.payload
-        self.headers: Headers = _headers_dict(msg.headers)
-        self.num_delivered, self.stream_seq = ack_metadata(msg.reply)
-        self._reply: str = msg.reply
-        self._transport = transport
-        self._settled = False
-
-    def __repr__(self) -> str:
-        return (
-            f"TrioNatsDelivery(subject={self.subject!r}, stream_seq={self.stream_seq}, "
-            f"num_delivered={self.num_delivered})"
-        )
-
-    async def ack(self) -> None:
-        if self._settled:
-            await trio.lowlevel.checkpoint()
-            return
-        await self._transport._raw_request(self._reply, b"+ACK", None, "ack")
-        self._settled = True
-
-    async def ack_nowait(self) -> None:
-        await self._settle(b"+ACK", "ack")
-
-    async def nak(self, delay_s: float | None = None) -> None:
-        payload = b"-NAK"
-        if delay_s is not None and delay_s > 0:
-            payload += b" " + json.dumps({"delay": ns(delay_s)}).encode()
-        await self._settle(payload, "nak")
-
-    async def in_progress(self) -> None:
-        if self._settled:
-            await trio.lowlevel.checkpoint()
-            return
-        await self._transport.core_publish(self._reply, b"+WPI")
-
-    async def term(self) -> None:
-        await self._settle(b"+TERM", "term")
-
-    async def _settle(self, payload: bytes, what: str) -> None:
-        if self._settled:
-            await trio.lowlevel.checkpoint()
-            return
-        await self._transport.core_publish(self._reply, payload)
-        self._settled = True
-
-
-class _Pull:
-    """One durable's pull inbox: a wildcard subscription; each fetch asks on its own token, so
-    a late end-of-request status of an earlier fetch is told apart from this one's."""
-
-    def __init__(self, sub: Subscription, prefix: str, next_subject: str) -> None:
-        self.sub = sub
-        self.prefix = prefix
-        self.next_subject = next_subject
-        self.tokens = itertools.count(1)
-        self.taken: deque[Msg] = deque()
-
-    def hand_out(self, transport: TrioNatsTransport, batch: int) -> list[Delivery]:
-        """Up to ``batch`` of the deliveries taken from the inbox, oldest first."""
-        out: list[Delivery] = []
-        while self.taken and len(out) < batch:
-            out.append(TrioNatsDelivery(transport, self.taken.popleft()))
-        return out
-
-
-@final
-class _CoreMessages:
-    """A subscription's messages as :class:`CoreMsg` (an iterator, not an async generator, so
-    a consumer that stops early leaves nothing to finalise)."""
-
-    def __init__(self, sub: Subscription) -> None:
-        self._sub = sub
-
-    def __aiter__(self) -> _CoreMessages:
-        return self
-
-    async def __anext__(self) -> CoreMsg:
-        msg = await self._sub.__anext__()
-        return CoreMsg(
-            subject=msg.subject,
-            data=msg.payload,
-            headers=_headers_dict(msg.headers),
-            reply=msg.reply,
-        )
-
-
-@final
-class _KvEntries:
-    """A watch consumer's deliveries as :class:`KvEntry` (delete markers have no value)."""
-
-    def __init__(self, sub: Subscription, bucket: str, prefix: str) -> None:
-        self._sub = sub
-        self._bucket = bucket
-        self._prefix = prefix
-        self._strip = len(kv_prefix(bucket))
-
-    def __aiter__(self) -> _KvEntries:
-        return self
-
-    async def __anext__(self) -> KvEntry:
-        while True:
-            msg = await self._sub.__anext__()
-            if msg.status is not None or msg.reply is None:
-                continue  # heartbeats and flow control are not asked for
-            key = msg.subject[self._strip :]
-            if not key.startswith(self._prefix):
-                continue
-            headers = _headers_dict(msg.headers)
-            return KvEntry(
-                bucket=self._bucket,
-                key=key,
-                value=None if is_delete_marker(headers) else msg.payload,
-                revision=ack_metadata(msg.reply)[1],
-            )
-
-
 @final
 class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
     """The :class:`~dagnats_trio.transport.Transport` on the native client."""
@@ -242,7 +82,7 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
         self._timeout_s = request_timeout_s
         self._round_trips = 0
         self._closed = False
-        self._pulls: dict[tuple[str, str], _Pull] = {}
+        self._pulls: dict[tuple[str, str], Pull] = {}
         self._pull_lock = trio.Lock()
         self._stack = AsyncExitStack()
 
@@ -291,11 +131,11 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
             return await self._conn.request(
                 subject,
                 payload,
-                headers=_wire_headers(headers),
+                headers=wire_headers(headers),
                 timeout_s=self._timeout_s if timeout_s is None else timeout_s,
             )
         except (NatsError, ProtocolError) as exc:
-            raise _map_error(exc, what) from None
+            raise map_error(exc, what) from None
 
     async def _js_request(
         self,
@@ -312,7 +152,7 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
         try:
             await send_uncommitted(self._conn, wire[:-1])
         except (NatsError, ProtocolError) as exc:
-            raise _map_error(exc, what) from None
+            raise map_error(exc, what) from None
         commit = wire[-1]
         return await self._js_request(commit.subject, commit.data, commit.headers, what)
 
@@ -331,7 +171,7 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
                 what=what,
             )
         except (NatsError, ProtocolError) as exc:
-            raise _map_error(exc, what) from None
+            raise map_error(exc, what) from None
 
     # --- key-value -----------------------------------------------------------------------------
 
@@ -363,7 +203,7 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
             name = answer["name"]
 
             try:
-                yield _KvEntries(sub, bucket, prefix)
+                yield KvEntries(sub, bucket, prefix)
             finally:
                 with (
                     trio.CancelScope(shield=True),
@@ -393,7 +233,7 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
             f"ensure consumer {stream}/{durable}",
         )
 
-    async def _pull(self, stream: str, durable: str) -> _Pull:
+    async def _pull(self, stream: str, durable: str) -> Pull:
         key = (stream, durable)
         pull = self._pulls.get(key)
         if pull is not None:
@@ -407,7 +247,7 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
                 sub = await self._stack.enter_async_context(
                     self._conn.subscribe(prefix + ".*", max_buffered_msgs=PULL_BUFFER_MSGS)
                 )
-                pull = _Pull(sub, prefix, f"$JS.API.CONSUMER.MSG.NEXT.{api}")
+                pull = Pull(sub, prefix, f"$JS.API.CONSUMER.MSG.NEXT.{api}")
                 self._pulls[key] = pull
             return pull
 
@@ -437,7 +277,7 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
         try:
             await self._conn.publish(pull.next_subject, json.dumps(body).encode(), reply=reply)
         except (NatsError, ProtocolError) as exc:
-            raise _map_error(exc, what) from None
+            raise map_error(exc, what) from None
         # Deliveries wait in ``pull.taken`` until returned: a fetch cancelled while waiting
         # for more leaves them to the next fetch instead of losing them until their AckWait.
         with trio.move_on_after(timeout_s + FETCH_GRACE_S):
@@ -464,9 +304,9 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
         what = f"publish {subject!r}"
         self._check_open(what)
         try:
-            await self._conn.publish(subject, data, headers=_wire_headers(headers))
+            await self._conn.publish(subject, data, headers=wire_headers(headers))
         except (NatsError, ProtocolError) as exc:
-            raise _map_error(exc, what) from None
+            raise map_error(exc, what) from None
 
     @asynccontextmanager
     async def subscribe(
@@ -479,9 +319,9 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
             try:
                 await self._conn.flush(timeout_s=self._timeout_s)
             except NatsError as exc:
-                raise _map_error(exc, what) from None
+                raise map_error(exc, what) from None
 
-            yield _CoreMessages(sub)
+            yield CoreMessages(sub)
 
     async def respond(self, msg: CoreMsg, data: bytes) -> None:
         if msg.reply is None:

@@ -15,13 +15,9 @@ from collections.abc import Sequence
 import trio
 
 from ..nats import Connection, Msg
-from ..nats import Headers as WireHeaders
 from ._interface import Closed, TransportError, TransportTimeout
 from ._jetstream_batch import DirectReply, WireMsg
-
-
-def _wire_headers(headers: dict[str, str]) -> WireHeaders | None:
-    return WireHeaders(fields=tuple(headers.items())) if headers else None
+from ._trio_nats_msgs import headers_dict, wire_headers
 
 
 def direct_reply(msg: Msg) -> DirectReply:
@@ -29,7 +25,7 @@ def direct_reply(msg: Msg) -> DirectReply:
     headers = msg.headers
     return DirectReply(
         data=msg.payload,
-        headers=dict(headers.fields) if headers is not None else {},
+        headers=headers_dict(headers),
         status=msg.status,
         description=headers.description if headers is not None else "",
     )
@@ -39,7 +35,7 @@ async def send_uncommitted(conn: Connection, wire: Sequence[WireMsg]) -> None:
     """Queue the messages of a batch before its commit, with no reply subject: the server
     answers none of them, and holds them until the commit (or abandons them)."""
     for msg in wire:
-        await conn.publish(msg.subject, msg.data, headers=_wire_headers(msg.headers))
+        await conn.publish(msg.subject, msg.data, headers=wire_headers(msg.headers))
 
 
 async def gather(
