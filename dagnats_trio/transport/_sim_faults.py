@@ -6,7 +6,8 @@ Mutable on purpose, shared by every connection of one :class:`~._sim_server.SimS
 - ``unavailable_until``: until this Trio time every JetStream call (streams, KV, consumers, acks)
   raises :class:`TemporarilyUnavailable`, as during a stream-leader step-down; core NATS works;
 - ``lose_next_publish_acks(n, subject)``: the next ``n`` stream publishes matching ``subject`` are
-  stored, then the caller gets :class:`TransportTimeout` (a lost publish ack);
+  stored, then the caller gets :class:`TransportTimeout` (a lost publish ack); an atomic batch
+  counts as one publish, on its last message's subject;
 - ``drop_next(durable, n)``: the next ``n`` deliveries of that consumer vanish on the way: they
   count as delivered and stay pending, so they come back after the AckWait;
 - ``duplicate_next(durable, n)``: the next ``n`` deliveries of that consumer become deliverable

@@ -18,6 +18,7 @@ from dagnats_trio.protocol.layout import (
     journal_subject,
 )
 from dagnats_trio.transport import (
+    BatchMsg,
     BucketSpec,
     Closed,
     ConsumerConfig,
@@ -107,6 +108,34 @@ async def test_lost_publish_ack_stores_the_message(
         await sim.publish(subject, b"mine", expected_last_subject_seq=0)
     assert sim.faults.lose_publish_acks == 0
     assert await sim.publish(subject, b"next", expected_last_subject_seq=tail.seq) > tail.seq
+
+
+async def test_lost_batch_ack_stores_the_batch_and_a_retry_finds_it(
+    sim: SimTransport, autojump_clock: MockClock
+) -> None:
+    subject = journal_subject("run1", "step")
+    msgs = [BatchMsg(subject, f"r{i}".encode(), msg_id=f"b1.{i}") for i in range(3)]
+    sim.faults.lose_next_publish_acks(1, subject="journal.>")
+    with pytest.raises(TransportTimeout):
+        await sim.publish_batch(msgs, expected_last_subject_seq=0)
+    stored = await sim.read_subject(JOURNAL_STREAM, subject, 1, 10)
+    assert [m.data for m in stored] == [b"r0", b"r1", b"r2"]
+    # The writer's retry of the same batch learns where it was stored; nothing is stored twice.
+    ack = await sim.publish_batch(msgs, expected_last_subject_seq=0)
+    assert list(ack.seqs) == [m.seq for m in stored]
+    assert len(await sim.read_subject(JOURNAL_STREAM, subject, 1, 10)) == 3
+
+
+async def test_batch_while_unavailable_stores_nothing(
+    sim: SimTransport, autojump_clock: MockClock
+) -> None:
+    subject = journal_subject("run1", "step")
+    sim.faults.unavailable_for(5.0)
+    with pytest.raises(TemporarilyUnavailable):
+        await sim.publish_batch([BatchMsg(subject, b"a"), BatchMsg(subject, b"b")])
+    await trio.sleep(5.0)
+    assert await sim.get_last_msg(JOURNAL_STREAM, subject) is None
+    assert (await sim.publish_batch([BatchMsg(subject, b"a")])).count == 1
 
 
 async def test_dropped_delivery_comes_back_after_ack_wait(
