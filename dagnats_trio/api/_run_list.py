@@ -32,7 +32,7 @@ import attrs
 
 from ..engine import RunSnapshot, decode_snapshot, drop_active
 from ..protocol import DecodeError, RunIndexEntry, RunStatus, decode_run_index_entry, layout
-from ..transport import MAX_GET_BATCH_MSGS, StoredMsg, Transport
+from ..transport import MAX_GET_BATCH_MSGS, StoredMsg, Transport, TransportError
 
 log = logging.getLogger("dagnats_trio.api.run_list")
 
@@ -152,13 +152,22 @@ async def _list_running(
             if snap is None:
                 continue  # being created (the marker goes first), or being purged
             if snap.status.finished:
-                await drop_active(transport, e.run_id)  # stale: its removal was interrupted
+                await _repair(transport, e.run_id)
                 continue
             runs.append(snap)
             if len(runs) == limit:
                 more = bool(markers) or seq != chunk[-1][0]
                 return Listed(tuple(runs), f"{ACTIVE_CURSOR_PREFIX}{seq}" if more else None)
     return Listed(tuple(runs), None)
+
+
+async def _repair(transport: Transport, run_id: str) -> None:
+    """Remove the stale marker of a finished run (its removal was interrupted); a failure
+    here leaves it for the next listing and does not fail this one."""
+    try:
+        await drop_active(transport, run_id)
+    except TransportError as exc:
+        log.warning("run %s: stale active marker not removed (%s)", run_id, exc)
 
 
 # --- the reads -----------------------------------------------------------------------------------
