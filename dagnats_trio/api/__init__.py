@@ -12,7 +12,7 @@ from ._rest_views import (
     StepView,
     WorkflowList,
 )
-from ._unserved import UNSERVED_AFTER_S
+from ._unserved import UNSERVED_AFTER_S, no_worker_verdict
 from .service import (
     InvalidRequest,
     RunNotFound,
@@ -45,4 +45,5 @@ __all__ = [
     "WorkflowList",
     "WorkflowNotFound",
     "console_url",
+    "no_worker_verdict",
 ]

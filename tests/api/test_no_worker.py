@@ -1,20 +1,28 @@
 """A run waiting on a task type that no worker polls says so (issue 13): ``no_worker`` on the
 step in ``GET /runs/{id}``, gone once a worker for the type polls, never on a served type.
 
-Real nats-server; the bounds are shortened (the API's to :data:`UNSERVED_TEST_S`, the worker's
-mark interval to :data:`MARK_TEST_S`) so the test does not wait the production 30 s.
+On a real nats-server, then on SimTransport; the bounds are shortened (the API's to
+:data:`UNSERVED_TEST_S`, the worker's mark interval to :data:`MARK_TEST_S`) so the test does
+not wait the production 30 s.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
-from dagnats_trio.transport import NatsTransport
+from dagnats_trio.api import no_worker_verdict
+from dagnats_trio.transport import (
+    Transport,
+    open_nats_transport,
+    open_sim_transport,
+    provision,
+)
 from dagnats_trio.worker import TaskContext, Worker
 
 from ._stack import Stack, open_stack, unique
@@ -67,20 +75,28 @@ def _blocking(release: trio.Event) -> Callable[[TaskContext], Any]:
     return handler
 
 
-async def test_unserved_task_type_is_named_until_a_worker_polls(
-    nats_transport: NatsTransport,
-) -> None:
+@pytest.fixture(params=["nats", "sim"])
+async def transport(request: pytest.FixtureRequest, nats_url: str) -> AsyncIterator[Transport]:
+    if request.param == "nats":
+        async with open_nats_transport(nats_url, name="pytest-no-worker") as nats:
+            await provision(nats)
+            yield nats
+    else:
+        async with open_sim_transport() as sim:
+            await provision(sim)
+            yield sim
+
+
+async def test_unserved_task_type_is_named_until_a_worker_polls(transport: Transport) -> None:
     nobody = unique("nobody_task")
     served = unique("served_task")
     release = trio.Event()
     async with (
-        open_stack(nats_transport, None, unserved_after_s=UNSERVED_TEST_S) as api,
+        open_stack(transport, None, unserved_after_s=UNSERVED_TEST_S) as api,
         trio.open_nursery() as nursery,
     ):
         await nursery.start(
-            Worker(
-                nats_transport, {served: _blocking(release)}, poll_mark_interval_s=MARK_TEST_S
-            ).run
+            Worker(transport, {served: _blocking(release)}, poll_mark_interval_s=MARK_TEST_S).run
         )
         lonely = await _start(api, nobody)
         busy = await _start(api, served)
@@ -120,12 +136,26 @@ async def test_unserved_task_type_is_named_until_a_worker_polls(
         # A worker for the lonely type starts polling: the hint goes (its handler holds the
         # step, so the step is still running when it does).
         await nursery.start(
-            Worker(
-                nats_transport, {nobody: _blocking(release)}, poll_mark_interval_s=MARK_TEST_S
-            ).run
+            Worker(transport, {nobody: _blocking(release)}, poll_mark_interval_s=MARK_TEST_S).run
         )
         cleared = await _until(api, lonely, lambda s: s.get("no_worker") is None)
         assert cleared["status"] == "running"
         print(f"hint after {waited:.1f} s (bound {UNSERVED_TEST_S} s); {reads} served reads clean")
         release.set()
         nursery.cancel_scope.cancel()
+
+
+def test_the_verdict_waits_for_the_bound_from_dispatch_and_from_the_last_poll() -> None:
+    """The pure rule under the hint, at its edges (bound 30 s, times in ms)."""
+    bound_s = 30.0
+    now = 1_000_000
+    # A fresh dispatch gets the bound for a worker to come, mark or none.
+    assert no_worker_verdict("t", None, now - 29_999, now, bound_s) is None
+    # A recent poll: served.
+    assert no_worker_verdict("t", now - 29_999, now - 60_000, now, bound_s) is None
+    never = no_worker_verdict("t", None, now - 30_000, now, bound_s)
+    assert never is not None and never.last_polled_at_ms is None
+    assert never.message == "no worker has polled task type 't' (none seen)"
+    gone = no_worker_verdict("t", now - 45_000, now - 60_000, now, bound_s)
+    assert gone is not None and gone.last_polled_at_ms == now - 45_000
+    assert gone.message == "no worker has polled task type 't' for 45 s"
