@@ -111,6 +111,8 @@ class Client:
         limit: int = 100,
         cursor: str | None = None,
     ) -> RunPage:
+        """Runs newest first (by start); pass ``next_cursor`` back, with the same filters, for
+        the next, older page (docs/listing.md)."""
         return await self.service.list_runs(workflow, status, limit, cursor)
 
     async def wait(self, run_id: str, timeout_s: float) -> RunSnapshot:
