@@ -25,7 +25,14 @@ from typing import final
 import attrs
 import trio
 
-from dagnats_trio.server import CLUSTER_SIZE, NatsCluster, NatsServer, RouteLayout, node_name
+from dagnats_trio.server import (
+    CLUSTER_SIZE,
+    NatsCluster,
+    NatsServer,
+    RouteLayout,
+    free_port,
+    node_name,
+)
 from dagnats_trio.server import open_nats_cluster as _open_nats_cluster
 from dagnats_trio.testing import NODE_KINDS, Fault, FaultKind, Target
 from dagnats_trio.transport import StreamSpec, Transport, TransportError
@@ -83,7 +90,7 @@ class ProxiedCluster:
 @asynccontextmanager
 async def open_proxied_cluster() -> AsyncIterator[ProxiedCluster]:
     """A running 3-node cluster whose routes and clients go through proxies of this process."""
-    listen = RouteLayout.direct().listen_ports
+    listen = tuple(free_port() for _ in range(CLUSTER_SIZE))
     async with trio.open_nursery() as nursery:
         routes: dict[tuple[int, int], TcpProxy] = {}
         for i in range(CLUSTER_SIZE):

@@ -45,6 +45,11 @@ LIST_RUNS_LIMIT_MAX = 1_000
 LIST_RUNS_LIMIT_DEFAULT = 100
 #: Longest ``wait_for_run`` a caller may ask for.
 WAIT_FOR_RUN_MAX_S = 3_600.0
+#: Longest ``wait_for_run`` trusts one watch before it reads the run again and opens a new one.
+#: A watch is an ephemeral consumer on one node: a node killed, restarted or cut off takes it
+#: along and nothing tells the watcher (the cluster chaos soak saw finished runs waited on
+#: past their bound).
+WAIT_FOR_RUN_RESYNC_S = 5.0
 #: Prefix of the run snapshot keys in ``workflow_runs``.
 RUN_KEY_PREFIX = "run."
 #: Prefix of idempotency keys in ``workflow_runs`` (value: the run id they started).
@@ -327,18 +332,27 @@ class Service:
             raise InvalidRequest(f"timeout must be in (0, {WAIT_FOR_RUN_MAX_S}] seconds")
         key = layout.run_key(check_id("run_id", run_id))
         with trio.move_on_after(timeout_s):
-            # Watch first, then read: a change between the two is seen by the watch.
-            async with self.transport.kv_watch(layout.RUNS_BUCKET, key) as changes:
-                snap = await self.get_run(run_id)
+            while True:
+                with trio.move_on_after(WAIT_FOR_RUN_RESYNC_S):
+                    snap = await self._watch_until_finished(run_id, key)
+                    if snap is not None:
+                        return snap
+                    await trio.sleep_forever()  # a watch that ended: the next read is due
+        raise RunWaitTimeout(run_id, timeout_s)
+
+    async def _watch_until_finished(self, run_id: str, key: str) -> RunSnapshot | None:
+        # Watch first, then read: a change between the two is seen by the watch.
+        async with self.transport.kv_watch(layout.RUNS_BUCKET, key) as changes:
+            snap = await self.get_run(run_id)
+            if snap.status.finished:
+                return snap
+            async for entry in changes:
+                if entry.key != key or entry.value is None:
+                    continue
+                snap = decode_snapshot(entry.value)
                 if snap.status.finished:
                     return snap
-                async for entry in changes:
-                    if entry.key != key or entry.value is None:
-                        continue
-                    snap = decode_snapshot(entry.value)
-                    if snap.status.finished:
-                        return snap
-        raise RunWaitTimeout(run_id, timeout_s)
+        return None
 
 
 def idempotency_kv_key(key: str) -> str:
