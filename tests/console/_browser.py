@@ -24,7 +24,7 @@ import pytest
 import trio
 from playwright.async_api import Page, async_playwright, expect
 
-from dagnats_trio.api import Service, console_url
+from dagnats_trio.api import UNSERVED_AFTER_S, Service, console_url
 from dagnats_trio.api.rest import create_app
 from dagnats_trio.api.server import ApiServer
 from dagnats_trio.engine import Engine
@@ -174,10 +174,12 @@ class ConsoleStack:
 
 
 @asynccontextmanager
-async def open_console_stack(server: NatsServer) -> AsyncIterator[ConsoleStack]:
+async def open_console_stack(
+    server: NatsServer, *, unserved_after_s: float = UNSERVED_AFTER_S
+) -> AsyncIterator[ConsoleStack]:
     async with open_nats_transport(server.url, name="pytest-console") as transport:
         await provision(transport)
-        service = Service(transport)
+        service = Service(transport, unserved_after_s=unserved_after_s)
         inputs = InputsService(transport)
         app = create_app(
             service, inputs, transport, token=TOKEN, poll_interval_s=API_POLL_INTERVAL_S

@@ -383,7 +383,9 @@ function runPage(main, runId, signal) {
       el("td", {}, when(s.started_at_ms)), el("td", {}, took(s.started_at_ms, s.finished_at_ms)),
       timersCell(s),
       el("td", {}, s.child_run_id ? el("a", { href: `#/runs/${enc(s.child_run_id)}`, class: "mono" }, s.child_run_id) : ""),
-      el("td", { class: "error" }, [s.error, s.reason].filter(Boolean).join(" · ")),
+      el("td", { class: "error" }, [s.error, s.reason].filter(Boolean).join(" · "),
+        // A running step whose task type no worker polls: it will not move until one starts.
+        s.no_worker ? el("div", { class: "no-worker", "data-hint": "no_worker" }, s.no_worker.message) : ""),
       el("td", {}, s.status === "pending" ? "" :
         el("a", { href: `#/runs/${enc(runId)}/steps/${enc(s.step_id)}`, class: "journal-link" }, "journal →")))));
     input.textContent = json(run.input);
