@@ -350,6 +350,39 @@ GUARDS: tuple[Guard, ...] = (
         ],
     ),
     _g(
+        "Settlement of a plain step: only while the holder may write",
+        "settle_delivery: deleted holder.check_writable() before a plain step's lifecycle event",
+        [("holder.check_writable() t = holder.task", "t = holder.task")],
+        ["tests/journal/test_settle.py::test_a_fenced_plain_holder_publishes_nothing"],
+    ),
+    _g(
+        "A lost lease cancels the delivery",
+        "DeliveryState.lose_lease: records why, but no longer cancels the delivery's scope",
+        [
+            (
+                "self.lease_lost_because = because if self.scope is not None: self.scope.cancel()",
+                "self.lease_lost_because = because",
+            )
+        ],
+        [
+            "tests/worker/test_delivery_nursery.py::test_a_helper_is_cancelled_when_the_lease_is_lost"
+        ],
+    ),
+    _g(
+        "The run's cancellation cancels the delivery",
+        "DeliveryState.cancel: marks the holder cancelled, but no longer cancels its scope",
+        [
+            (
+                "self.cancelled = True if self.scope is not None: self.scope.cancel()",
+                "self.cancelled = True",
+            )
+        ],
+        [
+            "tests/worker/test_delivery_nursery.py::test_a_helper_is_cancelled_with_the_run",
+            f"{WN}::test_cancel_announcement_cancels_the_handler",
+        ],
+    ),
+    _g(
         "Model: read the tail first",
         "Journal.model: the tail check before the call replaced by a bare checkpoint",
         [
