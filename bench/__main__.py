@@ -19,6 +19,7 @@ from collections.abc import Callable
 SECTIONS: dict[str, str] = {
     "loop": "bench.loop",
     "agent": "bench.agent",
+    "journal_open": "bench.journal_open",
     "append": "bench.append",
     "takeover": "bench.takeover",
     "client": "bench.client",

@@ -11,7 +11,7 @@ import statistics
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import trio
@@ -59,6 +59,33 @@ class Counts:
         )
 
 
+#: Transport calls that the server stores before it answers (durable writes; an atomic batch
+#: is one, stored and fsynced whole).
+WRITE_CALLS = frozenset(
+    {"publish", "publish_batch", "kv_put", "kv_create", "kv_update", "kv_delete"}
+)
+
+
+class CountingWrites:
+    """A transport that counts the durable writes made through it (``writes``), and passes
+    every call on. The benchmark's own view: the product's code sees a transport like any."""
+
+    def __init__(self, inner: Transport) -> None:
+        self._inner = inner
+        self.writes = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in WRITE_CALLS:
+            return attr
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.writes += 1
+            return await attr(*args, **kwargs)
+
+        return counted
+
+
 class Stack:
     """Start runs and wait for their end; see the module docstring."""
 
@@ -89,6 +116,10 @@ class Stack:
         return Counts(
             self.engine_tp.round_trips, self.worker_tp.round_trips, self.client_tp.round_trips
         )
+
+    def writes(self) -> Counts:
+        """Durable writes of each side so far (see :class:`CountingWrites`)."""
+        return Counts(*(_writes_of(tp) for tp in (self.engine_tp, self.worker_tp, self.client_tp)))
 
     async def _watch(self, *, task_status: trio.TaskStatus[None]) -> None:
         async with self.client_tp.kv_watch(RUNS_BUCKET, _RUN_KEY_PREFIX) as changes:
@@ -130,11 +161,14 @@ async def open_stack(
     """The stack on one server; ``open_transport`` picks the client (nats-py by default)."""
     async with (
         open_nats_server(sync_always=sync_always) as server,
-        open_transport(server.url, name="bench-engine") as engine_tp,
-        open_transport(server.url, name="bench-worker") as worker_tp,
-        open_transport(server.url, name="bench-client") as client_tp,
+        open_transport(server.url, name="bench-engine") as engine_raw,
+        open_transport(server.url, name="bench-worker") as worker_raw,
+        open_transport(server.url, name="bench-client") as client_raw,
         trio.open_nursery() as nursery,
     ):
+        engine_tp, worker_tp, client_tp = (
+            cast(Transport, CountingWrites(tp)) for tp in (engine_raw, worker_raw, client_raw)
+        )
         await provision(client_tp)
         stack = Stack(engine_tp, worker_tp, client_tp)
         for wf in workflows:
@@ -151,6 +185,10 @@ async def open_stack(
         await nursery.start(stack._watch)
         yield stack
         nursery.cancel_scope.cancel()
+
+
+def _writes_of(tp: Transport) -> int:
+    return tp.writes if isinstance(tp, CountingWrites) else 0
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -12,9 +12,16 @@ from __future__ import annotations
 
 import time
 
+import attrs
 import trio
 
-from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expected_answer
+from dagnats_trio.testing import (
+    AGENT_TASK,
+    DEFAULT_SCRIPT,
+    ScriptedAgent,
+    agent_workflow,
+    expected_answer,
+)
 
 from ._stack import Counts, Stack, open_stack, percentile
 
@@ -26,37 +33,63 @@ BURST_RUNS = 50
 
 #: What the spec requires, and which of it must wait on the critical path.
 MIN_ROUND_TRIPS_DERIVATION = """
-A round trip is a request that waits for the server's answer, as NatsTransport counts it.
+A round trip is a request that waits for the server's answer, as the transport counts it. A
+durable write is one that the server stores (and, with sync_interval always, fsyncs) before it
+answers: a publish, an atomic batch of publishes (stored whole or not at all, fsynced once), a
+KV write. Acks are neither (sent without waiting).
 
-Per tool iteration of a journal step (model call + tool call):
+Per tool iteration of a journal step (model call + tool call), the scripted agent pairing its
+records (Journal.model(fn, then_tool=...), Journal.tool(..., then_continue=...)):
  worker  pull request       counted, but left waiting before the task is stored, so the task
                             arrives with no request on the critical path.
          tail read          required: "reads the journal tail from the stream leader" (the Stale
                             check, and the sequence the claim is fenced on). In the fast path the
                             tail IS the previous commit, so it is also the state read by
                             journal_seq: one get, not two.
-         claim              required: a fenced append; it needs the tail's sequence.
+         claim              WRITE 1. Required: Journal() appends it before it returns; it fences
+                            every earlier claim and counts toward the restart limit, so it cannot
+                            wait for a later record.
          model tail read    required: "reads the tail first, so a holder that is already fenced
                             does not spend a model call". It cannot overlap the call (that would
                             spend it) nor the claim (a read racing the claim says nothing about
-                            what came after the claim), and nothing else is in flight then.
-         model record       required: fenced append (each append needs the previous one's
-         tool intent        sequence, and the stream's sequence is shared by every run, so no
-         tool result        two appends of one writer can be pipelined).
-         commit             required: fenced append, before the event.
-         lifecycle event    required: stored before the task is acked (the event carries the
-                            commit's sequence, so it also waits for the commit).
+                            what came after the claim).
+         model record       WRITE 2: one atomic batch, fenced on the claim's sequence. The intent
+         + tool intent      follows from the response by a plain function the journal calls
+                            (then_tool), so no handler code runs between the two records: a crash
+                            before the batch is stored leaves neither (the model is asked again,
+                            as after a crash before the response was recorded), after it both.
+                            The intent is stored before the tool starts, as the spec requires.
+         tool result        WRITE 3: one atomic batch, fenced on the intent's sequence. The
+         + commit           state of record follows from the result by a plain function
+                            (then_continue), so again no handler code runs between them: before
+                            the batch, the intent is open (an unsafe tool is answered
+                            interrupted, never started twice); after it, the iteration is done.
+                            The commit is stored before the event, as the spec requires.
+         lifecycle event    WRITE 4: required, on the history stream (a batch holds one stream's
+                            records, so it cannot ride the journal's batch); it carries the
+                            commit's sequence, so it also waits for the commit.
          task ack           NOT a round trip: sent without waiting (ack_nowait) once the event is
                             stored; a lost ack is a redelivery that the journal answers with
                             Committed and the stream's msg id / the engine's acceptance rule drop.
  engine  pull request       counted, left waiting, as for the worker.
-         snapshot CAS       required: the dispatch is saved before the task is published.
-         task publish       required: stored before the event is acked (else a crash after the
+         snapshot CAS       WRITE 5: the dispatch is saved before the task is published (the KV
+                            bucket is a stream of its own: no batch with the task).
+         task publish       WRITE 6: stored before the event is acked (else a crash after the
                             ack would lose the dispatch).
          event ack          NOT a round trip: ack_nowait after the task is stored; a lost ack is
                             a redelivery that the snapshot's outbox replays idempotently.
- => 12 counted per tool iteration (10 waited on + 2 pull requests); an answer iteration has no
-    intent, result or next task: worker 7, engine 2 (CAS + pull).
+ => 6 durable writes per tool iteration (was 8: model record, tool intent, tool result and commit
+    were 4 writes, now 2 batches); 10 round trips counted (8 waited on + 2 pull requests; was 12).
+    An answer iteration has no intent, result or next task: worker 7 round trips (pull, tail,
+    claim, model tail read, model record, commit, event: 4 writes), engine 2 (CAS + pull).
+
+What the other two writes would take (not done, and why): the claim cannot be deferred into the
+first batch (Journal() must append it before returning, and the restart limit counts claims that
+crashed before writing anything else); the lifecycle event and the engine's CAS and task publish
+live on three other streams, and the spec has the worker publish the event after the commit and
+the engine save each dispatch before publishing its task, so a fifth write would have to come
+from the engine handling a journal step's continue without its full round (a protocol change the
+spec does not describe).
 
 Per run (3 tool iterations, 1 answer iteration):
  client  definition read + snapshot create + workflow.started      3  (the definition may be
@@ -66,17 +99,27 @@ Per run (3 tool iterations, 1 answer iteration):
  engine  workflow.started: pull + snapshot read + CAS + task        4  (the read: the engine does
                                                                        not know the revision the
                                                                        service created)
- worker  3 x 9 (tool iterations) + 7 (answer)                       34
+ worker  3 x 7 (tool iterations) + 7 (answer)                       28
  engine  3 x step.continue (pull + CAS + task) + step.completed     11
          (pull + CAS)
- => 52 counted, of which 9 are pull requests left waiting: 43 on the critical path.
+ => 46 counted, of which 9 are pull requests left waiting: 37 on the critical path.
 """
 #: Requests counted per run at the floor of MIN_ROUND_TRIPS_DERIVATION.
-MIN_ROUND_TRIPS_PER_RUN = 3 + 4 + (3 * 9 + 7) + (3 * 3 + 2)
+MIN_ROUND_TRIPS_PER_RUN = 3 + 4 + (3 * 7 + 7) + (3 * 3 + 2)
 #: Of those, the pull requests (one per delivery), left waiting before their message arrives.
 PULLS_PER_RUN = 5 + 4
-#: Per tool iteration: worker 8 waited on + 1 pull, engine 2 waited on + 1 pull.
-MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 12
+#: Per tool iteration: worker 6 waited on + 1 pull, engine 2 waited on + 1 pull.
+MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 10
+#: Durable writes per tool iteration (worker: claim, model + intent batch, result + commit batch,
+#: lifecycle event; engine: snapshot CAS, task publish); issue 12 counted 8 before the batches.
+DURABLE_WRITES_PER_TOOL_ITERATION = 6
+#: Writes per tool iteration are measured, not derived: runs of the script, and of a script
+#: with its tool turns twice (``LONG_SCRIPT``), each this many times; the difference in durable
+#: writes per run over the difference in tool iterations is what one tool iteration costs.
+WRITES_RUNS = 5
+LONG_AGENT_TASK = "bench-agent-long"
+LONG_AGENT_WORKFLOW = "bench-agent-long"
+LONG_SCRIPT = (*DEFAULT_SCRIPT[:-1], *DEFAULT_SCRIPT[:-1], DEFAULT_SCRIPT[-1])
 
 #: Peers' published figures on this 2-core machine, same 4-model-call, 3-tool-call run.
 PEERS = (
@@ -105,6 +148,23 @@ async def _sequential(stack: Stack, seconds: float) -> tuple[list[float], Counts
     return times, stack.counts() - before, cpu_ms_per_run
 
 
+async def _writes_per_tool_iteration(stack: Stack) -> tuple[float, Counts]:
+    """Durable writes one tool iteration costs (worker + engine), measured as the difference
+    between the long and the default script; and the default script's writes per run."""
+    per_run: list[Counts] = []
+    for workflow, script in ((AGENT_WORKFLOW, DEFAULT_SCRIPT), (LONG_AGENT_WORKFLOW, LONG_SCRIPT)):
+        before = stack.writes()
+        for _ in range(WRITES_RUNS):
+            snap = await stack.run(workflow, {"task": "deploy"})
+            if snap.outputs().get("agent") != expected_answer(script):
+                raise RuntimeError(f"wrong answer {snap.outputs()!r}")
+        per_run.append(stack.writes() - before)
+    tools = [sum(1 for t in s if t.tool is not None) for s in (DEFAULT_SCRIPT, LONG_SCRIPT)]
+    extra = per_run[1] - per_run[0]
+    per_tool = (extra.engine + extra.worker) / WRITES_RUNS / (tools[1] - tools[0])
+    return per_tool, per_run[0]
+
+
 async def _burst(stack: Stack) -> float:
     answer = expected_answer()
     start = time.perf_counter()
@@ -120,19 +180,33 @@ async def _burst(stack: Stack) -> float:
     return BURST_RUNS / (time.perf_counter() - start)
 
 
-async def _measure(
-    sync_always: bool, seconds: float
-) -> tuple[list[float], Counts, float, float, float]:
+@attrs.frozen
+class _Measured:
+    times: list[float]
+    counts: Counts
+    cpu_ms: float
+    rate: float
+    floor_us: float
+    writes_per_tool_iteration: float
+    writes_per_run: Counts
+
+
+async def _measure(sync_always: bool, seconds: float) -> _Measured:
     agent = ScriptedAgent()
+    long_agent = ScriptedAgent(LONG_SCRIPT, task=LONG_AGENT_TASK)
     async with open_stack(
         sync_always=sync_always,
-        handlers={AGENT_TASK: agent.turn},
-        workflows=[agent_workflow(AGENT_WORKFLOW)],
+        handlers={AGENT_TASK: agent.turn, LONG_AGENT_TASK: long_agent.turn},
+        workflows=[
+            agent_workflow(AGENT_WORKFLOW),
+            agent_workflow(LONG_AGENT_WORKFLOW, task=LONG_AGENT_TASK),
+        ],
     ) as stack:
         floor_us = await stack.publish_floor_us()
         times, counts, cpu_ms = await _sequential(stack, seconds)
         rate = await _burst(stack)
-        return times, counts, cpu_ms, rate, floor_us
+        per_tool, per_run = await _writes_per_tool_iteration(stack)
+        return _Measured(times, counts, cpu_ms, rate, floor_us, per_tool, per_run)
 
 
 def run(*, quick: bool = False) -> dict[str, float]:
@@ -144,7 +218,8 @@ def run(*, quick: bool = False) -> dict[str, float]:
         (True, "single node, sync_interval always", "agent_fsync"),
         (False, "sync_interval default (a cluster relies on replicas)", "agent"),
     ):
-        times, counts, cpu_ms, rate, floor_us = trio.run(_measure, sync_always, seconds)
+        m = trio.run(_measure, sync_always, seconds)
+        times, counts, cpu_ms, rate, floor_us = m.times, m.counts, m.cpu_ms, m.rate, m.floor_us
         n = len(times)
         p50, p99 = percentile(times, 50), percentile(times, 99)
         per = (counts.engine / n, counts.worker / n, counts.client / n)
@@ -158,6 +233,12 @@ def run(*, quick: bool = False) -> dict[str, float]:
               f"({waited} waited on + {PULLS_PER_RUN} pull requests; "
               f"{MIN_ROUND_TRIPS_PER_TOOL_ITERATION} per tool iteration)")  # fmt: skip
         print(f"    {BURST_RUNS} runs at once: {rate:.0f} runs/s")
+        w = m.writes_per_run
+        print(f"    durable writes per tool iteration: {m.writes_per_tool_iteration:.1f} measured "
+              f"(worker + engine; derivation {DURABLE_WRITES_PER_TOOL_ITERATION}, issue 12 "
+              f"started at 8); per run {(w.engine + w.worker + w.client) / WRITES_RUNS:.1f} "
+              f"(engine {w.engine / WRITES_RUNS:.1f}, worker {w.worker / WRITES_RUNS:.1f}, "
+              f"client {w.client / WRITES_RUNS:.1f})")  # fmt: skip
         # The ratio: p50 against the spec's waited round trips, each priced at the floor (a raw
         # JetStream publish on the same connection, measured in this run). 1.0 would mean the
         # run costs nothing but its required round trips.
@@ -172,6 +253,7 @@ def run(*, quick: bool = False) -> dict[str, float]:
         figures[f"{key}_cpu_ms_per_run"] = round(cpu_ms, 2)
         figures[f"{key}_round_trips_per_run"] = round(total, 1)
         figures[f"{key}_burst_runs_per_s"] = round(rate, 1)
+        figures[f"{key}_writes_per_tool_iteration"] = round(m.writes_per_tool_iteration, 2)
     figures["agent_min_round_trips_per_run"] = MIN_ROUND_TRIPS_PER_RUN
     print("  peers' published figures (not measured here), same run on this 2-core machine:")
     for name, figure in PEERS:

@@ -50,9 +50,12 @@ async def check_step(
     snap = await service.get_run(run_id)
     step = snap.steps[step_id]
     settled = step.status.finished
-    records, unreadable = await read_journal_for_audit(transport, run_id, step_id)
+    records, unreadable, batches = await read_journal_for_audit(transport, run_id, step_id)
     report = check(
-        records, engine_iterations=step.iterations if settled else None, unreadable=unreadable
+        records,
+        engine_iterations=step.iterations if settled else None,
+        unreadable=unreadable,
+        batches=batches,
     )
     return JournalCheck(
         ok=report.ok,

@@ -1,11 +1,12 @@
 """The REST journal reader: pages of records, and a live server-sent event stream.
 
-Reads go through :meth:`Transport.read_subject` (direct gets by sequence, answered by the stream
-leader) from a cursor, never through a JetStream consumer: a consumer per read leaks, and a
-follower may stay connected for hours. Live delivery wakes on a core subscription to the
-journal subject (every JetStream publish is also a core message) and otherwise polls on a short
-bounded interval, so a lost wake-up costs at most one interval. The record decoder is the one
-every journal reader shares (:func:`dagnats_trio.protocol.decode_record`).
+Reads go through :meth:`Transport.get_batch` (a batch direct get: one request streams a page,
+answered by any replica; a lagging one answers a shorter page, never one with a gap, as a
+replica stores a prefix of the stream) from a cursor, never through a JetStream consumer: a
+consumer per read leaks, and a follower may stay connected for hours. Live delivery wakes on a
+core subscription to the journal subject (every JetStream publish is also a core message) and
+otherwise polls on a short bounded interval, so a lost wake-up costs at most one interval. The
+record decoder is the one every journal reader shares (:func:`dagnats_trio.protocol.decode_record`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import final
 import trio
 
 from ..protocol import (
+    BATCH_HEADER,
     RECORD_TYPE_HEADER,
     DecodeError,
     JournalRecord,
@@ -54,20 +56,24 @@ MAX_SEQ = 2**63 - 1
 
 def entry_of(msg: StoredMsg) -> JournalEntry:
     """A stored record as the API shows it; an undecodable body is reported, not fatal."""
+    batch = msg.headers.get(BATCH_HEADER)
     try:
         record = decode_record(msg.data)
     except DecodeError as exc:
         kind = msg.headers.get(RECORD_TYPE_HEADER, "unknown")
-        return JournalEntry(seq=msg.seq, type=kind, record=None, error=str(exc))
+        return JournalEntry(seq=msg.seq, type=kind, record=None, error=str(exc), batch=batch)
     body = converter.unstructure(record, unstructure_as=JournalRecord)
-    return JournalEntry(seq=msg.seq, type=record.TYPE, record=body)
+    return JournalEntry(seq=msg.seq, type=record.TYPE, record=body, batch=batch)
 
 
 async def read_page(
     transport: Transport, run_id: str, step_id: str, from_seq: int, limit: int
 ) -> JournalPage:
-    msgs = await transport.read_subject(
-        layout.JOURNAL_STREAM, layout.journal_subject(run_id, step_id), max(from_seq, 1), limit
+    msgs = await transport.get_batch(
+        layout.JOURNAL_STREAM,
+        max(from_seq, 1),
+        limit,
+        subject=layout.journal_subject(run_id, step_id),
     )
     entries = tuple(entry_of(m) for m in msgs)
     following = entries[-1].seq + 1 if entries else max(from_seq, 1)

@@ -181,12 +181,14 @@ class SignalAccepted:
 @attrs.frozen
 class JournalEntry:
     """One journal record. ``record`` is the decoded body (its ``type`` names the kind); a body
-    that does not decode has ``record`` None and says why in ``error``."""
+    that does not decode has ``record`` None and says why in ``error``. ``batch`` is ``k/n``
+    for a record stored as the k-th of an atomic batch of n (None: stored alone)."""
 
     seq: int
     type: str
     record: JsonValue
     error: str | None = None
+    batch: str | None = None
 
 
 @final

@@ -202,7 +202,10 @@ async def check_run(api: ApiClient, run_id: str) -> RunCheck:
         records, problems = decode_entries(entries)
         settled = step.status is not StepStatus.RUNNING
         report = check(
-            records, engine_iterations=step.iterations if settled else None, unreadable=problems
+            records,
+            engine_iterations=step.iterations if settled else None,
+            unreadable=problems,
+            batches={e.seq: e.batch for e in entries if e.batch is not None},
         )
         out.append(StepCheck(step.step_id, report, settled))
     return RunCheck(run, tuple(out))

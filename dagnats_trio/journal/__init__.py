@@ -36,7 +36,7 @@ from ._replay import (
 from .check import UNDECODABLE_RULE, CheckReport, Unreadable, Violation, check
 
 if TYPE_CHECKING:
-    from ._calls import GroupCall, ModelFn, ToolCall, ToolFn
+    from ._calls import GroupCall, ModelFn, NextTool, ThenContinue, ThenTool, ToolCall, ToolFn
     from ._committed import CommittedIteration, OnCommitted
     from ._events import publish_lifecycle
     from ._golden import (
@@ -60,7 +60,12 @@ if TYPE_CHECKING:
         check_restart_limit,
         open_journal,
     )
-    from ._reads import load_commit_state, read_journal, read_journal_for_audit
+    from ._reads import (
+        READ_PAGE_RECORDS,
+        load_commit_state,
+        read_journal,
+        read_journal_for_audit,
+    )
     from ._settle import SettleRequest, settle_delivery
 else:
     # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
@@ -68,14 +73,27 @@ else:
         __name__,
         {
             "._events": ("publish_lifecycle",),
-            "._calls": ("GroupCall", "ModelFn", "ToolCall", "ToolFn"),
+            "._calls": (
+                "GroupCall",
+                "ModelFn",
+                "NextTool",
+                "ThenContinue",
+                "ThenTool",
+                "ToolCall",
+                "ToolFn",
+            ),
             "._committed": ("CommittedIteration", "OnCommitted"),
             "._handle": ("Journal",),
             "._open": (
                 "check_restart_limit",
                 "open_journal",
             ),
-            "._reads": ("load_commit_state", "read_journal", "read_journal_for_audit"),
+            "._reads": (
+                "READ_PAGE_RECORDS",
+                "load_commit_state",
+                "read_journal",
+                "read_journal_for_audit",
+            ),
             "._golden": (
                 "Finding",
                 "GoldenDelivery",
@@ -101,6 +119,7 @@ __all__ = [
     "MAX_CALLS_PER_ITERATION",
     "MAX_RESTART_LIMIT",
     "MIN_RESTART_LIMIT",
+    "READ_PAGE_RECORDS",
     "RESTART_LIMIT_REASON",
     "UNDECODABLE_RULE",
     "UNREADABLE_REASON",
@@ -121,6 +140,7 @@ __all__ = [
     "JournalSettled",
     "JournalUnreadable",
     "ModelFn",
+    "NextTool",
     "OnCommitted",
     "Replay",
     "ReplayMismatch",
@@ -132,6 +152,8 @@ __all__ = [
     "Settlement",
     "Stale",
     "TaskIdentity",
+    "ThenContinue",
+    "ThenTool",
     "ToolCall",
     "ToolFn",
     "ToolOutputNotJson",

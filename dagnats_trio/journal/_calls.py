@@ -31,10 +31,24 @@ class ToolCall:
     call_id: str | None = None
 
 
+@final
+@attrs.frozen
+class NextTool:
+    """The tool call a model response leads to (``Journal.model(fn, then_tool=...)``): its
+    intent is stored with the response, one atomic batch, before ``Journal.tool`` runs it."""
+
+    call: ToolCall
+    replay: Replay
+
+
 #: A tool: ``fn(call)`` returning the output, or an awaitable of it (plain functions welcome).
 ToolFn = Callable[[ToolCall], Awaitable[JsonValue] | JsonValue]
 #: A model request: ``fn()`` returning the response, or an awaitable of it.
 ModelFn = Callable[[], Awaitable[JsonValue] | JsonValue]
+#: From a model response to the tool call it leads to (None: no tool call follows).
+ThenTool = Callable[[JsonValue], NextTool | None]
+#: From a tool's result to the state the iteration continues with.
+ThenContinue = Callable[[ToolResult], JsonValue]
 #: One ``(call, replay, fn)`` of a parallel group.
 GroupCall = tuple[ToolCall, Replay, ToolFn]
 
@@ -136,8 +150,13 @@ def tool_result(output: JsonValue) -> ToolResult:
     return ToolResult(output=output)
 
 
+def not_json(result: ToolResult) -> bool:
+    """True when ``result`` records a tool's output that was not JSON."""
+    return result.error is not None and result.error.startswith(NOT_JSON_ERROR_PREFIX)
+
+
 def raise_if_not_json(result: ToolResult) -> ToolResult:
     """``result``, unless it records output that was not JSON: then :class:`ToolOutputNotJson`."""
-    if result.error is not None and result.error.startswith(NOT_JSON_ERROR_PREFIX):
+    if not_json(result):
         raise ToolOutputNotJson(result.error)
     return result

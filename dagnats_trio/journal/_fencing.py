@@ -5,6 +5,15 @@ saw, so a holder whose tail moved (a successor claimed) stores nothing and is fe
 publish ack is resolved by reading the tail: the record stored is ours only when its bytes are
 exactly the ones we sent; anything else fences. The journal handle, its claim and the failure of
 an unreadable journal all write through a :class:`FencedWriter`.
+
+Records that may be written again without harm (a model response, a safe tool's result) can be
+*held* (:meth:`FencedWriter.hold`): they are stored with the next append, the records and it as
+one JetStream atomic batch fenced on the same last sequence, so the batch is stored whole or not
+at all. A crash before that leaves the journal as if the held records had never been made; the
+replay rules then ask the model again or run the safe tool again, which the spec allows for both
+(a new attempt runs them fresh too). Nothing that may not run twice is ever held: a tool intent
+is the last record of its batch, stored before its tool starts; an unsafe tool's result is
+written at once.
 """
 
 from __future__ import annotations
@@ -13,7 +22,9 @@ from typing import final
 
 import trio
 
+from dagnats_trio._seams import Seam
 from dagnats_trio.protocol import (
+    BATCH_HEADER,
     ClaimRecord,
     DecodeError,
     JournalRecord,
@@ -22,6 +33,7 @@ from dagnats_trio.protocol import (
     record_headers,
 )
 from dagnats_trio.transport import (
+    BatchMsg,
     StoredMsg,
     TemporarilyUnavailable,
     TransientRetry,
@@ -79,6 +91,7 @@ class FencedWriter:
         self._claim_id = claim_id
         self._last_seq = last_seq
         self._lock = trio.Lock()
+        self._held: list[JournalRecord] = []
 
     @property
     def claim_id(self) -> str:
@@ -89,41 +102,114 @@ class FencedWriter:
         """The last sequence this writer saw (the tail it claimed after, then each append)."""
         return self._last_seq
 
-    async def append(self, record: JournalRecord) -> int:
-        """Append ``record`` after the last sequence seen; raises :class:`Fenced` on a lost tail
-        (and the holder is fenced), :class:`HolderKilled` once the holder is dead."""
+    @property
+    def holding(self) -> bool:
+        """True while records are held for the next append."""
+        return bool(self._held)
+
+    def hold(self, record: JournalRecord) -> None:
+        """Keep ``record`` to be stored with the next append, in one atomic batch (only records
+        that may be made again without harm: see the module's docstring)."""
         self._holder.check_writable()
-        data = encode_record(record)
-        headers = record_headers(record)
+        self._held.append(record)
+
+    async def append(self, record: JournalRecord) -> int:
+        """Append ``record`` after the last sequence seen (after the records held, as one
+        atomic batch); raises :class:`Fenced` on a lost tail (and the holder is fenced),
+        :class:`HolderKilled` once the holder is dead. Returns ``record``'s sequence."""
+        self._holder.check_writable()
         await self._acquire_lock()
+        records, self._held = [*self._held, record], []
         try:
-            backoff = TransientRetry()
-            while True:
-                self._holder.check_writable()
-                try:
-                    seq = await self._transport.publish(
-                        self._subject,
-                        data,
-                        headers=headers,
-                        expected_last_subject_seq=self._last_seq,
-                    )
-                except WrongLastSequence:
-                    return await self._after_lost_tail(data)
-                except (TemporarilyUnavailable, TransportTimeout):
-                    if not await backoff.pause():
-                        raise
-                    tail = await read_tail(self._transport, self._subject)
-                    if tail is not None and tail.seq > self._last_seq:
-                        # Stored before the error, or someone else wrote: never write twice.
-                        return await self._after_lost_tail(data, tail)
-                    continue
-                self._last_seq = seq
-                return seq
+            return await self._write_locked(records)
         finally:
             self._lock.release()
 
+    async def flush(self) -> int:
+        """Store the records held, if any (one batch); returns the last sequence seen."""
+        await self._acquire_lock()
+        records, self._held = self._held, []
+        try:
+            if records:
+                await self._write_locked(records)
+            return self._last_seq
+        finally:
+            self._lock.release()
+
+    async def _write_locked(self, records: list[JournalRecord]) -> int:
+        if len(records) == 1:
+            return await self._publish_one(records[0])
+        return await self._publish_batch(records)
+
+    async def _publish_one(self, record: JournalRecord) -> int:
+        data = encode_record(record)
+        headers = record_headers(record)
+        backoff = TransientRetry()
+        while True:
+            self._holder.check_writable()
+            try:
+                seq = await self._transport.publish(
+                    self._subject,
+                    data,
+                    headers=headers,
+                    expected_last_subject_seq=self._last_seq,
+                )
+            except WrongLastSequence:
+                return await self._after_lost_tail(data)
+            except (TemporarilyUnavailable, TransportTimeout):
+                if not await backoff.pause():
+                    raise
+                tail = await read_tail(self._transport, self._subject)
+                if tail is not None and tail.seq > self._last_seq:
+                    # Stored before the error, or someone else wrote: never write twice.
+                    return await self._after_lost_tail(data, tail)
+                continue
+            self._last_seq = seq
+            return seq
+
+    async def _publish_batch(self, records: list[JournalRecord]) -> int:
+        """The records as one atomic batch, fenced on the last sequence seen. Each carries
+        :data:`BATCH_HEADER` (its place in the batch), so the audit can see the batch whole.
+        A lost answer is resolved as for one record, on the batch's last record: the server
+        stores a batch whole or not at all, so its last record at the tail, exactly as sent,
+        means the whole batch is ours."""
+        n = len(records)
+        msgs = [
+            BatchMsg(
+                self._subject,
+                encode_record(rec),
+                headers={**record_headers(rec), BATCH_HEADER: f"{k + 1}/{n}"},
+            )
+            for k, rec in enumerate(records)
+        ]
+        last = msgs[-1].data
+        await self._holder.seam(Seam.INSIDE_BATCH)
+        backoff = TransientRetry()
+        while True:
+            self._holder.check_writable()
+            try:
+                ack = await self._transport.publish_batch(
+                    msgs, expected_last_subject_seq=self._last_seq
+                )
+            except WrongLastSequence:
+                return await self._after_lost_tail(last)
+            except (TemporarilyUnavailable, TransportTimeout):
+                if not await backoff.pause():
+                    raise
+                tail = await read_tail(self._transport, self._subject)
+                if tail is not None and tail.seq > self._last_seq:
+                    return await self._after_lost_tail(last, tail)
+                continue
+            self._last_seq = ack.last_seq
+            return ack.last_seq
+
     async def check_tail(self) -> None:
-        """Read the tail before spending a model request: a fenced holder spends nothing."""
+        """Before spending a model request, make sure this holder still holds the tail: a fenced
+        holder spends nothing. With records held, storing them is that proof (a fenced append
+        succeeds only on the tail), so they are written instead of reading the tail."""
+        if self._held:
+            await self.flush()
+            return
         tail = await read_tail(self._transport, self._subject)
         if tail is None or tail.seq != self._last_seq:
             why = self._moved(tail)

@@ -23,7 +23,7 @@ from dagnats_trio.protocol import (
 )
 
 from .._defaults import MAX_RESTART_LIMIT
-from ._calls import ToolCall, ToolFn
+from ._calls import ThenContinue, ThenTool, ToolCall, ToolFn
 from ._replay import (
     RESTART_LIMIT_REASON,
     Entry,
@@ -190,7 +190,11 @@ class GoldenJournal:
         canonical_json(state)
         self._state = state
 
-    async def model(self, fn: Callable[[], Awaitable[JsonValue]]) -> JsonValue:
+    async def model(
+        self, fn: Callable[[], Awaitable[JsonValue]], *, then_tool: ThenTool | None = None
+    ) -> JsonValue:
+        """The recorded response (``then_tool`` changes nothing on replay: the intent it would
+        have paired is the next recorded call, answered by ``tool``)."""
         await trio.lowlevel.checkpoint()
         pos = self._next_call
         decision = decide_model(self._d.view, pos)
@@ -203,7 +207,23 @@ class GoldenJournal:
         self._next_call = pos + 1
         return decision.response
 
-    async def tool(self, call: ToolCall, replay: Replay, fn: ToolFn) -> ToolResult:
+    async def tool(
+        self,
+        call: ToolCall,
+        replay: Replay,
+        fn: ToolFn,
+        *,
+        then_continue: ThenContinue | None = None,
+    ) -> ToolResult:
+        """The recorded result; with ``then_continue``, the iteration then commits a continue
+        with the state it gives, as the live journal does."""
+        result = await self._tool(call, replay)
+        if then_continue is not None:
+            self.set_state(then_continue(result))
+            await self.settle(CommitAction.CONTINUE)
+        return result
+
+    async def _tool(self, call: ToolCall, replay: Replay) -> ToolResult:
         await trio.lowlevel.checkpoint()
         pos = self._next_call
         input_json = canonical_json(call.input)

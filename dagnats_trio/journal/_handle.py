@@ -22,7 +22,6 @@ from dagnats_trio.protocol import (
     JsonValue,
     ModelRecord,
     Replay,
-    ToolIntentRecord,
     Wait,
 )
 from dagnats_trio.transport import Transport
@@ -31,12 +30,13 @@ from ._calls import (
     CallGuard,
     GroupCall,
     ModelFn,
+    ThenContinue,
+    ThenTool,
     ToolCall,
     ToolFn,
     call_maybe_async,
     check_group_call,
     check_tool_args,
-    raise_if_not_json,
     require_json,
     require_json_value,
 )
@@ -45,6 +45,7 @@ from ._errors import CallLimitExceeded, ReplayMismatch
 from ._events import publish_lifecycle
 from ._fencing import FencedWriter
 from ._holder import DeliveryState, Settlement
+from ._pairs import Pairing, intent_record, plan_intent
 from ._reads import load_commit_state
 from ._replay import (
     MAX_CALLS_PER_ITERATION,
@@ -98,6 +99,7 @@ class Journal:
         elif task.journal_seq is None:
             self._base_state = None
         self._closed = False
+        self._pairs = Pairing(writer, self._tools)
 
     # --- identity (the inputs service's JournalWriter protocol) ------------------------------
 
@@ -203,13 +205,15 @@ class Journal:
 
     # --- calls --------------------------------------------------------------------------------
 
-    async def model(self, fn: ModelFn) -> JsonValue:
+    async def model(self, fn: ModelFn, *, then_tool: ThenTool | None = None) -> JsonValue:
         """The response this attempt recorded at this position, else a new request, recorded.
 
-        A failed request records nothing and does not use up the position.
+        A failed request records nothing and does not use up the position. ``then_tool`` (see
+        ``_pairs``) stores a new response with the intent of the call it leads to, one batch.
         """
         with self._guard:
             self._check_open()
+            self._pairs.check_none_planned("model")
             pos = self._position()
             decision = decide_model(self._view, pos)
             if decision.action is ModelAction.MISMATCH:
@@ -223,17 +227,39 @@ class Journal:
             response = await call_maybe_async(fn)
             require_json_value("model response", response)
             t = self._task
-            await self._writer.append(
-                ModelRecord(t.iteration, t.attempt, self._claim_id, pos, response)
-            )
+            record = ModelRecord(t.iteration, t.attempt, self._claim_id, pos, response)
+            try:
+                planned = plan_intent(self._view, self._consumed, t, self._claim_id, pos + 1,
+                                      then_tool, response)  # fmt: skip
+            except BaseException:
+                await self._writer.append(record)  # the response is kept whatever the plan did
+                self._next_call = pos + 1
+                raise
+            if planned is None:
+                await self._writer.append(record)
+                self._next_call = pos + 1
+                return response
+            self._writer.hold(record)
+            await self._writer.append(planned)
             self._next_call = pos + 1
+            self._pairs.planned = planned
+            await self._holder.seam(Seam.AFTER_TOOL_INTENT)
             return response
 
-    async def tool(self, call: ToolCall, replay: Replay, fn: ToolFn) -> ToolResult:
+    async def tool(
+        self,
+        call: ToolCall,
+        replay: Replay,
+        fn: ToolFn,
+        *,
+        then_continue: ThenContinue | None = None,
+    ) -> ToolResult:
         """Run a tool call durably: intent before ``fn``, result after; see ``decide_tool``.
 
         The tool's own exception is its result's ``error``. Output that is not JSON is recorded
         as an error result and raised as :class:`ToolOutputNotJson` (on replay too).
+        ``then_continue`` (see ``_pairs``) ends the iteration: the result and a continue commit
+        carrying the state it gives, one batch, then the event (as ``tc.continue_()``).
         """
         check_tool_args(call, replay)
         with self._guard:
@@ -245,38 +271,37 @@ class Journal:
             )
             if decision.action is ToolAction.MISMATCH:
                 raise ReplayMismatch(decision.reason)
+            intent = intent_record(self._task, self._claim_id, pos, call, replay)
+            paired = self._pairs.take(intent, decision.action)
             if decision.action is ToolAction.REUSE:
                 await trio.lowlevel.checkpoint()  # as in model(): a reuse does no I/O
             self._consumed = consumed
             self._next_call = pos + 1
-            t = self._task
-            key = call_key(t.run_id, t.step_id, t.iteration, pos)
-            intent = ToolIntentRecord(
-                t.iteration,
-                t.attempt,
-                self._claim_id,
-                pos,
-                call.name,
-                call.input,
-                replay,
-                key,
-                call_id=call.call_id,
-            )
             if decision.action is ToolAction.REUSE:
                 assert decision.result is not None
-                return raise_if_not_json(decision.result)
+                return await self._then(pos, decision.result, then_continue, write=False)
             if decision.action is ToolAction.RECORD:
                 assert decision.result is not None
                 if decision.write_intent:
                     await self._writer.append(intent)
-                await self._tools.record_result(pos, decision.result)
-                return raise_if_not_json(decision.result)
-            if decision.action is ToolAction.RUN:
+                return await self._then(pos, decision.result, then_continue, write=True)
+            if decision.action is ToolAction.RUN and not paired:
                 await self._writer.append(intent)
                 await self._holder.seam(Seam.AFTER_TOOL_INTENT)
-            result = await self._tools.run(pos, attrs.evolve(call, key=key), fn, replay)
-            await self._tools.record_result(pos, result)
-            return raise_if_not_json(result)
+            result = await self._tools.run(pos, attrs.evolve(call, key=intent.key), fn, replay)
+            return await self._then(pos, result, then_continue, write=True)
+
+    async def _then(
+        self, pos: int, result: ToolResult, then_continue: ThenContinue | None, *, write: bool
+    ) -> ToolResult:
+        return await self._pairs.then(
+            pos,
+            result,
+            then_continue,
+            write=write,
+            set_state=self.set_state,
+            commit=lambda: self._settle(CommitAction.CONTINUE),
+        )
 
     async def tools(
         self, calls: Sequence[GroupCall], *, cancel_on_error: bool = False
@@ -285,19 +310,19 @@ class Journal:
         calls). Returns their results in the order of ``calls``.
 
         The group takes ``len(calls)`` consecutive positions. Every intent is recorded before
-        any function starts (fenced appends, one after the other: the transports have no atomic
-        batch); then the functions run in a nursery, each result recorded as it finishes, in
-        completion order. Replay matches each member by its position in the group and its name
-        and input (and the model's call id when both have one): see ``decide_group``. With
-        ``cancel_on_error``, the first member whose function raises cancels the ones still
-        running; each is recorded as an interrupted result naming that member in
-        ``cancelled_by``. A member whose output is not JSON gets an error result (the group does
-        not raise for it). The handle's guard is held for the whole group; members write
-        through it.
+        any function starts (fenced appends, one after the other); then the functions run in a
+        nursery, each result recorded as it finishes, in completion order. Replay matches each
+        member by its position in the group and its name and input (and the model's call id
+        when both have one): see ``decide_group``. With ``cancel_on_error``, the first member
+        whose function raises cancels the ones still running; each is recorded as an
+        interrupted result naming that member in ``cancelled_by``. A member whose output is not
+        JSON gets an error result (the group does not raise for it). The handle's guard is held
+        for the whole group; members write through it.
         """
         members = [check_group_call(c) for c in calls]
         with self._guard:
             self._check_open()
+            self._pairs.check_none_planned("tools")
             n = len(members)
             first = self._position()
             if first + n > MAX_CALLS_PER_ITERATION:
@@ -320,21 +345,9 @@ class Journal:
             for k, d in enumerate(decisions):
                 if d.action is ToolAction.RUN or (d.action is ToolAction.RECORD and d.write_intent):
                     call, replay, _ = members[k]
-                    await self._writer.append(
-                        ToolIntentRecord(
-                            t.iteration,
-                            t.attempt,
-                            self._claim_id,
-                            first + k,
-                            call.name,
-                            call.input,
-                            replay,
-                            keys[k],
-                            group=first,
-                            group_size=n,
-                            call_id=call.call_id,
-                        )
-                    )
+                    rec = intent_record(t, self._claim_id, first + k, call, replay, group=first,
+                                        group_size=n)  # fmt: skip
+                    await self._writer.append(rec)
                     await self._holder.seam(Seam.AFTER_TOOL_INTENT)
             # 2. What the journal answers: finished calls, honoured starts, interruptions.
             results: list[ToolResult | None] = [None] * n
@@ -406,6 +419,7 @@ class Journal:
         pause_ms: int | None = None,
     ) -> int:
         t = self._task
+        self._pairs.hold_unrun()
         state = await self._state_of_record()
         commit = CommitRecord(
             t.iteration,
@@ -423,6 +437,8 @@ class Journal:
         )
         seq = await self._writer.append(commit)
         self._closed = True
+        if self._pairs.result_held:
+            await self._holder.seam(Seam.AFTER_TOOL_RESULT)  # stored with the commit
         await self._holder.seam(Seam.AFTER_COMMIT)
         if action is not CommitAction.FAIL:
             ids = tuple(p.request_id for p in self._placed)

@@ -1,7 +1,8 @@
 """Reading a step's journal: the tail, pages of records, the commit a task starts from.
 
-Reads only (never a consumer: direct gets by subject and sequence), so every one is retried on
-a transient failure. The handle, the claim protocol and the audit all read through here.
+Reads only (never a consumer: direct gets by subject and sequence, a page of records per
+request), so every one is retried on a transient failure. The handle, the claim protocol and
+the audit all read through here.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
 from dagnats_trio.protocol import (
+    BATCH_HEADER,
     CommitRecord,
     DecodeError,
     JournalRecord,
@@ -69,13 +71,18 @@ async def read_entries(
 async def _read_msgs(
     transport: Transport, subject: str, from_seq: int, to_seq: int
 ) -> list[StoredMsg]:
+    """The records of ``subject`` from ``from_seq`` to ``to_seq`` (a sequence the leader showed
+    holding a record of the subject), a page of :data:`READ_PAGE_RECORDS` per request (a batch
+    direct get streams the page). A batch get may be answered by a replica that lags the leader;
+    a replica stores a prefix of the stream, so a short read is finished from the leader, one
+    direct get per record, never read with a gap."""
     out: list[StoredMsg] = []
     seq = max(from_seq, 1)
     while seq <= to_seq:
         page: list[StoredMsg] = await retry_read(
             "read",
             functools.partial(
-                transport.read_subject, JOURNAL_STREAM, subject, seq, READ_PAGE_RECORDS
+                transport.get_batch, JOURNAL_STREAM, seq, READ_PAGE_RECORDS, subject=subject
             ),
         )
         for msg in page:
@@ -85,34 +92,61 @@ async def _read_msgs(
         if len(page) < READ_PAGE_RECORDS:
             break
         seq = page[-1].seq + 1
+    if not out or out[-1].seq != to_seq:
+        seq = out[-1].seq + 1 if out else max(from_seq, 1)
+        out.extend(await _read_from_leader(transport, subject, seq, to_seq))
+    return out
+
+
+async def _read_from_leader(
+    transport: Transport, subject: str, from_seq: int, to_seq: int
+) -> list[StoredMsg]:
+    out: list[StoredMsg] = []
+    seq = from_seq
+    while seq <= to_seq:
+        page: list[StoredMsg] = await retry_read(
+            "read",
+            functools.partial(
+                transport.read_subject, JOURNAL_STREAM, subject, seq, READ_PAGE_RECORDS
+            ),
+        )
+        out.extend(m for m in page if m.seq <= to_seq)
+        if len(page) < READ_PAGE_RECORDS or page[-1].seq >= to_seq:
+            break
+        seq = page[-1].seq + 1
     return out
 
 
 async def read_journal_for_audit(
     transport: Transport, run_id: str, step_id: str
-) -> tuple[list[Entry], list[Unreadable]]:
-    """Every record of one step's journal that decodes, and every one that does not: for the
-    audit, where a bad record is a finding to report with its sequence, not the end of the read
-    (:func:`read_journal` raises :class:`JournalCorrupt` at the first)."""
+) -> tuple[list[Entry], list[Unreadable], dict[int, str]]:
+    """Every record of one step's journal that decodes, every one that does not, and the batch
+    mark of each stored in an atomic batch (by sequence): for the audit, where a bad record is
+    a finding to report with its sequence, not the end of the read (:func:`read_journal`
+    raises :class:`JournalCorrupt` at the first)."""
     subject = journal_subject(run_id, step_id)
     tail = await read_tail(transport, subject)
     if tail is None:
-        return [], []
+        return [], [], {}
     records: list[Entry] = []
     unreadable: list[Unreadable] = []
+    batches: dict[int, str] = {}
     for msg in await _read_msgs(transport, subject, 1, tail.seq):
+        mark = msg.headers.get(BATCH_HEADER)
+        if mark is not None:
+            batches[msg.seq] = mark
         try:
             records.append((msg.seq, decode_record(msg.data)))
         except DecodeError as exc:
             unreadable.append(Unreadable(msg.seq, str(exc)))
-    return records, unreadable
+    return records, unreadable, batches
 
 
 async def read_journal(
     transport: Transport, run_id: str, step_id: str
 ) -> list[tuple[int, JournalRecord]]:
     """Every record of one step's journal, in order: the one reader every tool shares (never a
-    consumer: one direct get per record)."""
+    consumer: a page of records per request)."""
     return await read_entries(transport, journal_subject(run_id, step_id), 1)
 
 

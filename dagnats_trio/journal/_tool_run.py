@@ -81,22 +81,24 @@ class ToolRunner:
         await self._holder.seam(Seam.INSIDE_TOOL)
         return result
 
+    def result_record(self, pos: int, result: ToolResult) -> ToolResultRecord:
+        """The ``tool.result`` record of the call at ``pos``."""
+        t = self._task
+        return ToolResultRecord(
+            t.iteration,
+            t.attempt,
+            self._writer.claim_id,
+            pos,
+            output=result.output,
+            error=result.error,
+            interrupted=result.interrupted,
+            partial=list(result.partial),
+            cancelled_by=result.cancelled_by,
+        )
+
     async def record_result(self, pos: int, result: ToolResult) -> None:
         """Append the ``tool.result`` record of the call at ``pos``."""
-        t = self._task
-        await self._writer.append(
-            ToolResultRecord(
-                t.iteration,
-                t.attempt,
-                self._writer.claim_id,
-                pos,
-                output=result.output,
-                error=result.error,
-                interrupted=result.interrupted,
-                partial=list(result.partial),
-                cancelled_by=result.cancelled_by,
-            )
-        )
+        await self._writer.append(self.result_record(pos, result))
         await self._holder.seam(Seam.AFTER_TOOL_RESULT)
 
     async def output(self, chunk: JsonValue) -> None:

@@ -28,6 +28,12 @@ The rules, precisely (``rule`` names in parentheses):
 0. Decoding. Every stored record decodes; one that does not (not JSON, not an object, an
    unknown ``type``, a missing or mistyped field, an empty body) is ``undecodable`` at its
    sequence, and the other rules run over the records that did decode.
+7. Batches. Records stored as one atomic batch carry their place in it, ``k/n`` (the
+   ``Dagnats-Batch`` header; ``batches`` maps a sequence to it). The server stores a batch whole
+   or not at all, so its records are found together: ``1/n`` to ``n/n`` in order with nothing of
+   the subject between them (``batch-broken``), none a claim and all written under one claim
+   (``batch-claims``). A record without a mark was stored alone, as every record of a journal
+   written before batches existed.
 5. Iterations. ``engine_iterations``, the engine's count of ended iterations of the step
    (``StepState.iterations``), equals the continue plus complete commits
    (``iteration-count``).
@@ -35,7 +41,7 @@ The rules, precisely (``rule`` names in parentheses):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import final
 
 import attrs
@@ -145,13 +151,56 @@ def _group_started(
         group_started.setdefault((rec.claim_id, rec.iteration, rec.attempt, group), seq)
 
 
+def _parse_mark(mark: str) -> tuple[int, int] | None:
+    k, sep, n = mark.partition("/")
+    if not sep or not k.isdigit() or not n.isdigit() or not 1 <= int(k) <= int(n):
+        return None
+    return int(k), int(n)
+
+
+def _check_batches(
+    records: Sequence[tuple[int, JournalRecord]],
+    batches: Mapping[int, str],
+    bad: Callable[[str, int | None, str], None],
+) -> None:
+    """Rule 7: every batch found whole, in order, under one claim, without a claim in it."""
+    open_at: int | None = None  # the sequence of the batch's first record
+    want = (0, 0)  # the next (k, n) expected inside an open batch
+    claim = ""
+    for seq, rec in records:
+        mark = batches.get(seq)
+        parsed = _parse_mark(mark) if mark is not None else None
+        if mark is not None and parsed is None:
+            bad("batch-broken", seq, f"unreadable batch mark {mark!r}")
+        if open_at is not None and parsed != want:
+            bad("batch-broken", open_at, f"a batch of {want[1]} records stops at record "
+                                         f"{want[0] - 1} (seq {seq} is not its next)")  # fmt: skip
+            open_at = None
+        if parsed is None:
+            continue
+        k, n = parsed
+        if open_at is None:
+            if k != 1:
+                bad("batch-broken", seq, f"record {k}/{n} of a batch without its first")
+                continue
+            open_at, claim = seq, rec.claim_id
+        if isinstance(rec, ClaimRecord) or rec.claim_id != claim:
+            bad("batch-claims", seq, f"{rec.TYPE} in a batch begun by claim {claim!r}")
+        open_at, want = (None, (0, 0)) if k == n else (open_at, (k + 1, n))
+    if open_at is not None:
+        bad("batch-broken", open_at, f"a batch of {want[1]} records ends the journal at "
+                                     f"record {want[0] - 1}")  # fmt: skip
+
+
 def check(
     records: Sequence[tuple[int, JournalRecord]],
     engine_iterations: int | None = None,
     unreadable: Sequence[Unreadable] = (),
+    batches: Mapping[int, str] | None = None,
 ) -> CheckReport:
     """Audit one step's journal (records in sequence order, and the stored records that did not
-    decode, each a violation); see the module for the rules."""
+    decode, each a violation; ``batches``: the batch mark of each record stored in a batch, by
+    sequence); see the module for the rules."""
     out: list[Violation] = [Violation(UNDECODABLE_RULE, u.seq, u.problem) for u in unreadable]
 
     def bad(rule: str, seq: int | None, message: str) -> None:
@@ -297,6 +346,8 @@ def check(
                 if rec.action is CommitAction.CONTINUE:
                     continued.add(i)
 
+    if batches:
+        _check_batches(records, batches, bad)
     if engine_iterations is not None and engine_iterations != ended_count:
         bad(
             "iteration-count",

@@ -45,6 +45,7 @@ from .ids import (
 from .json_policy import MAX_JSON_DEPTH, JsonPolicyError, check_json, decode_json, encode_json
 from .params import is_ascii_digits, parse_decimal
 from .records import (
+    BATCH_HEADER,
     RECORD_TYPE_HEADER,
     ClaimRecord,
     CommitAction,
@@ -78,6 +79,7 @@ from .tasks import (
 )
 
 __all__ = [
+    "BATCH_HEADER",
     "ENCODED_REQUEST_ID_PREFIX",
     "ID_MAX_CHARS",
     "ID_RULE",

@@ -17,6 +17,10 @@ from .common import Wait
 
 #: Header carrying the record kind, so a reader can filter without decoding the body.
 RECORD_TYPE_HEADER = "Dagnats-Record"
+#: Header on each record stored in an atomic batch: ``k/n``, its place in a batch of ``n``
+#: records (stored whole or not at all, at consecutive sequences). Absent on a record stored
+#: alone, as on every record written before batches existed.
+BATCH_HEADER = "Dagnats-Batch"
 
 
 class Replay(enum.Enum):

@@ -8,12 +8,13 @@ harness sees whether an unsafe tool started twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, final
 
 import attrs
 import trio
 
-from ..journal import Journal, Replay, ToolCall
+from ..journal import Journal, NextTool, Replay, ToolCall, ToolResult
 from ..protocol import JsonValue
 from ..worker import Handler, TaskContext
 
@@ -104,12 +105,16 @@ class ScriptedAgent:
         *,
         task: str = AGENT_TASK,
         counters: AgentCounters | None = None,
+        paired: bool = True,
     ) -> None:
         if not script or script[-1].tool is not None:
             raise ValueError("a script must end with an answer")
         self.script = script
         self.task = task
         self.counters = counters if counters is not None else AgentCounters()
+        #: Store the model response with the tool intent, and the tool result with the commit,
+        #: as atomic batches (``then_tool`` / ``then_continue``); False writes each alone.
+        self.paired = paired
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -120,7 +125,10 @@ class ScriptedAgent:
         history = await tc.load_checkpoint()
         if history is None:
             history = [{"role": "user", "content": tc.input}]
-        reply = await j.model(lambda: self._model(tc.run_id, history))
+        if self.paired:
+            reply = await j.model(lambda: self._model(tc.run_id, history), then_tool=self._next)
+        else:
+            reply = await j.model(lambda: self._model(tc.run_id, history))
         turn = self._turn_of(reply)
         if turn.tool is None:
             tools = [h["name"] for h in history if h.get("role") == "tool"]
@@ -129,16 +137,30 @@ class ScriptedAgent:
             await tc.checkpoint([*history, {"role": "assistant", "content": reply}])
             await tc.complete(answer)
             return
+        said = [*history, {"role": "assistant", "content": reply}]
+        if self.paired:
+            # The result and the continue commit carrying the new history: one batch.
+            await self._tool(j, tc.run_id, turn, then=lambda r: [*said, self._entry(turn, r)])
+            return
         result = await self._tool(j, tc.run_id, turn)
-        entry = {
+        await tc.checkpoint([*said, self._entry(turn, result)])
+        await tc.continue_()
+
+    def _entry(self, turn: Turn, result: ToolResult) -> JsonValue:
+        return {
             "role": "tool",
             "name": turn.tool,
             "output": result.output,
             "error": result.error,
             "interrupted": result.interrupted,
         }
-        await tc.checkpoint([*history, {"role": "assistant", "content": reply}, entry])
-        await tc.continue_()
+
+    def _next(self, reply: JsonValue) -> NextTool | None:
+        """The tool call a reply leads to: its intent is stored with the reply (one batch)."""
+        turn = self._turn_of(reply)
+        if turn.tool is None:
+            return None
+        return NextTool(ToolCall(turn.tool, turn.input), turn.replay)
 
     async def _model(self, run_id: str, history: list[JsonValue]) -> JsonValue:
         self.counters._bump(self.counters.model_requests, run_id)
@@ -154,7 +176,13 @@ class ScriptedAgent:
                 return t
         raise ValueError(f"the model named an unknown tool {reply['tool']!r}")
 
-    async def _tool(self, j: Journal, run_id: str, turn: Turn) -> Any:
+    async def _tool(
+        self,
+        j: Journal,
+        run_id: str,
+        turn: Turn,
+        then: Callable[[ToolResult], JsonValue] | None = None,
+    ) -> ToolResult:
         assert turn.tool is not None
         name = turn.tool
 
@@ -164,4 +192,4 @@ class ScriptedAgent:
             self.counters._bump(self.counters.tool_effects, (run_id, name))
             return {"tool": name, "key": call.key, "ok": True}
 
-        return await j.tool(ToolCall(name, turn.input), turn.replay, run)
+        return await j.tool(ToolCall(name, turn.input), turn.replay, run, then_continue=then)

@@ -44,13 +44,14 @@ SPEC_SEAMS = (
 )
 
 
-def test_the_rows_cover_the_specs_48_cases() -> None:
-    want = {Case(s, m, i) for s, m, i in itertools.product(SPEC_SEAMS, Mode, (0, 1, 2))}
+def test_the_rows_cover_the_specs_48_cases_and_a_crash_inside_a_batch() -> None:
+    spec = {Case(s, m, i) for s, m, i in itertools.product(SPEC_SEAMS, Mode, (0, 1, 2))}
+    batch = {Case(Seam.INSIDE_BATCH, m, i) for m, i in itertools.product(Mode, (0, 1, 2))}
     rows = [c for seam, mode in ROWS for c in cases_for(seam, mode)]
     assert ITERATIONS == (0, 1, 2)
-    assert len(want) == 48
-    assert len(rows) == len(set(rows)) == 48
-    assert set(rows) == set(ALL_CASES) == want
+    assert len(spec) == 48
+    assert len(rows) == len(set(rows)) == 54
+    assert set(rows) == set(ALL_CASES) == spec | batch
     assert set(SEAMS) == set(Seam)
 
 

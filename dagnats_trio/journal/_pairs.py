@@ -1,0 +1,175 @@
+"""Records stored in pairs, as one atomic batch: what the handle needs to pair them.
+
+A model response is stored with the intent of the tool call it leads to (``then_tool``), so
+the two cost one durable write; a tool's result is stored with the continue commit that ends
+its iteration (``then_continue``). Both pairs are made without handler code between the two
+records (the ``then_`` functions are plain functions the journal calls), so a crash leaves the
+journal exactly as it would have without the pairing: before the batch, nothing of it; after,
+both. The replay rules see the same records in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import final
+
+from dagnats_trio.protocol import JsonValue, Replay, ToolIntentRecord
+
+from ._calls import (
+    NextTool,
+    ThenContinue,
+    ThenTool,
+    ToolCall,
+    check_tool_args,
+    not_json,
+    raise_if_not_json,
+    require_json,
+)
+from ._errors import ReplayMismatch
+from ._fencing import FencedWriter
+from ._replay import (
+    MAX_CALLS_PER_ITERATION,
+    ReplayView,
+    TaskIdentity,
+    ToolAction,
+    ToolResult,
+    call_key,
+    decide_tool,
+)
+from ._tool_run import ToolRunner
+
+#: The error of a tool call whose intent was stored with the model response and that the
+#: handler never ran before the iteration ended.
+UNRUN_ERROR = "not run: the handler ended the iteration without calling tool() for this intent"
+
+
+def plan_intent(
+    view: ReplayView,
+    consumed: frozenset[int],
+    task: TaskIdentity,
+    claim_id: str,
+    pos: int,
+    then_tool: ThenTool | None,
+    response: JsonValue,
+) -> ToolIntentRecord | None:
+    """The intent to store with a new model response: the call ``then_tool`` names, at
+    ``pos``, when the replay rules would run it (a call they would answer from the journal, an
+    honoured start of an earlier attempt say, is left to ``tool`` as before); else None."""
+    if then_tool is None:
+        return None
+    nxt = then_tool(response)
+    if nxt is None:
+        return None
+    if not isinstance(nxt, NextTool):
+        raise TypeError(f"then_tool must return a NextTool or None, got {nxt!r}")
+    check_tool_args(nxt.call, nxt.replay)
+    if pos >= MAX_CALLS_PER_ITERATION:
+        return None  # tool() raises CallLimitExceeded, as without the pairing
+    input_json = require_json("tool input", nxt.call.input)
+    decision, _ = decide_tool(view, consumed, pos, nxt.call.name, input_json, nxt.replay)
+    if decision.action is not ToolAction.RUN:
+        return None
+    return intent_record(task, claim_id, pos, nxt.call, nxt.replay)
+
+
+def intent_record(
+    task: TaskIdentity,
+    claim_id: str,
+    pos: int,
+    call: ToolCall,
+    replay: Replay,
+    *,
+    group: int | None = None,
+    group_size: int | None = None,
+) -> ToolIntentRecord:
+    """The ``tool.intent`` record of ``call`` at ``pos`` (the one shape every path writes)."""
+    return ToolIntentRecord(
+        task.iteration,
+        task.attempt,
+        claim_id,
+        pos,
+        call.name,
+        call.input,
+        replay,
+        call_key(task.run_id, task.step_id, task.iteration, pos),
+        group=group,
+        group_size=group_size,
+        call_id=call.call_id,
+    )
+
+
+def unrun_result() -> ToolResult:
+    """The result recorded, with the commit, for a paired intent the handler never ran."""
+    return ToolResult(error=UNRUN_ERROR, interrupted=True)
+
+
+@final
+class Pairing:
+    """The pairs of one journal handle: the intent stored with the last model response and not
+    yet run, and whether a tool result waits to be stored with the commit."""
+
+    def __init__(self, writer: FencedWriter, tools: ToolRunner) -> None:
+        self._writer = writer
+        self._tools = tools
+        self.planned: ToolIntentRecord | None = None
+        #: A result held for the commit's batch: its seam is reached once the commit is stored.
+        self.result_held = False
+
+    def check_none_planned(self, what: str) -> None:
+        if self.planned is not None:
+            raise ReplayMismatch(
+                f"the intent of {self.planned.name!r} was recorded at position "
+                f"{self.planned.call} with the model response; run it with tool() before "
+                f"{what}()"
+            )
+
+    def take(self, intent: ToolIntentRecord, action: ToolAction) -> bool:
+        """True when ``intent`` was stored with the model response (it runs without being
+        written again); :class:`ReplayMismatch`, writing nothing, when another call was."""
+        planned = self.planned
+        if planned is None:
+            return False
+        if action is not ToolAction.RUN or planned != intent:
+            raise ReplayMismatch(
+                f"the intent recorded with the model response at position {planned.call} is "
+                f"{planned.name!r} with another input or declaration; this call is "
+                f"{intent.name!r} at position {intent.call}"
+            )
+        self.planned = None
+        return True
+
+    def hold_unrun(self) -> None:
+        """Before a commit: a paired intent the handler never ran is answered, interrupted, in
+        the commit's batch, so no committed attempt leaves an intent open."""
+        if self.planned is not None:
+            self._writer.hold(self._tools.result_record(self.planned.call, unrun_result()))
+            self.planned = None
+
+    async def then(
+        self,
+        pos: int,
+        result: ToolResult,
+        then_continue: ThenContinue | None,
+        *,
+        write: bool,
+        set_state: Callable[[JsonValue], None],
+        commit: Callable[[], Awaitable[int]],
+    ) -> ToolResult:
+        """Record ``result`` (when ``write``) and, with ``then_continue``, commit a continue in
+        the same batch. Output that is not JSON, or a ``then_continue`` that raises, gets the
+        result stored alone and no commit: the handler decides what follows."""
+        if then_continue is None or not_json(result):
+            if write:
+                await self._tools.record_result(pos, result)
+            return raise_if_not_json(result)
+        try:
+            set_state(then_continue(result))
+        except BaseException:
+            if write:
+                await self._tools.record_result(pos, result)
+            raise
+        if write:
+            self._writer.hold(self._tools.result_record(pos, result))
+            self.result_held = True
+        await commit()
+        return result

@@ -1,0 +1,317 @@
+"""Records stored in pairs as atomic batches (issue 12 item 2), on a real nats-server and on
+SimTransport: a model response with the tool intent it leads to (``then_tool``), a tool result
+with the continue commit (``then_continue``). A crash inside a batch stores none of it; a crash
+after it finds all of it; a zombie's batch is fenced whole. Journal check sees the batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from dagnats_trio._seams import Seam, SeamContext, install_hook
+from dagnats_trio.journal import (
+    DeliveryState,
+    Fenced,
+    HolderKilled,
+    Journal,
+    NextTool,
+    Replay,
+    ReplayMismatch,
+    ScriptedModel,
+    Settlement,
+    TaskIdentity,
+    ToolCall,
+    ToolResult,
+    check,
+    open_journal,
+    read_journal_for_audit,
+)
+from dagnats_trio.protocol import (
+    BATCH_HEADER,
+    RECORD_TYPE_HEADER,
+    CommitAction,
+    CommitRecord,
+    ModelRecord,
+    StepContinue,
+    TaskMessage,
+    ToolIntentRecord,
+    ToolResultRecord,
+    encode_record,
+    record_headers,
+)
+from dagnats_trio.protocol.layout import JOURNAL_STREAM, journal_subject
+from dagnats_trio.transport import BatchAck, BatchMsg, Headers, Transport, TrioNatsTransport
+
+from ._helpers import history, make_task, uid
+
+CALL = ToolCall("send_message", {"to": "ops"})
+REPLY = {"tool": "send_message"}
+
+
+class CountWrites:
+    """Wraps a transport and counts its durable writes: publishes and atomic batches."""
+
+    def __init__(self, inner: Transport) -> None:
+        self._inner = inner
+        self.writes = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def publish(self, subject: str, data: bytes, **kw: Any) -> int:
+        self.writes += 1
+        seq: int = await self._inner.publish(subject, data, **kw)
+        return seq
+
+    async def publish_batch(self, msgs: list[BatchMsg], **kw: Any) -> BatchAck:
+        self.writes += 1
+        ack: BatchAck = await self._inner.publish_batch(msgs, **kw)
+        return ack
+
+
+def then_tool(reply: Any) -> NextTool | None:
+    return NextTool(CALL, Replay.UNSAFE) if reply.get("tool") else None
+
+
+def counting(starts: dict[str, int]) -> Any:
+    async def fn(call: ToolCall) -> Any:
+        starts[call.name] = starts.get(call.name, 0) + 1
+        await trio.lowlevel.checkpoint()
+        return {"sent": call.key}
+
+    return fn
+
+
+def state_of(result: ToolResult) -> Any:
+    return {"result": result.output, "interrupted": result.interrupted}
+
+
+async def stored(t: Transport, task: TaskMessage) -> list[tuple[str, str | None]]:
+    """(record type, batch mark) of every stored record of the task's journal, in order."""
+    msgs = await t.read_subject(JOURNAL_STREAM, journal_subject(task.run_id, task.step_id), 1, 1000)
+    return [(m.headers[RECORD_TYPE_HEADER], m.headers.get(BATCH_HEADER)) for m in msgs]
+
+
+async def audit_ok(t: Transport, task: TaskMessage) -> None:
+    records, unreadable, batches = await read_journal_for_audit(t, task.run_id, task.step_id)
+    report = check(records, unreadable=unreadable, batches=batches)
+    assert report.ok, report.render()
+
+
+async def paired_turn(j: Journal, model: ScriptedModel, starts: dict[str, int]) -> ToolResult:
+    await j.model(model, then_tool=then_tool)
+    return await j.tool(CALL, Replay.UNSAFE, counting(starts), then_continue=state_of)
+
+
+async def test_a_paired_turn_is_a_claim_and_two_batches(transport: Transport) -> None:
+    task = make_task(uid())
+    counted = CountWrites(transport)
+    holder = DeliveryState(TaskIdentity.of(task))
+    model, starts = ScriptedModel([REPLY]), {}
+    j = await open_journal(counted, task, holder=holder)  # type: ignore[arg-type]
+    result = await paired_turn(j, model, starts)
+    assert starts == {"send_message": 1} and model.requests == 1 and not result.interrupted
+    # claim, (model + intent), (result + commit), lifecycle event: four durable writes, not six.
+    assert counted.writes == 4
+    assert await stored(transport, task) == [
+        ("claim", None),
+        ("model", "1/2"),
+        ("tool.intent", "2/2"),
+        ("tool.result", "1/2"),
+        ("commit", "2/2"),
+    ]
+    assert holder.settlement is Settlement.ACK
+    records, _, _ = await read_journal_for_audit(transport, task.run_id, task.step_id)
+    commit_seq, commit = records[-1]
+    assert isinstance(commit, CommitRecord) and commit.action is CommitAction.CONTINUE
+    assert commit.state == {"result": {"sent": f"{task.run_id}.agent.0.1"}, "interrupted": False}
+    (event,) = await history(transport, task.run_id)
+    assert isinstance(event, StepContinue) and event.journal_seq == commit_seq
+    await audit_ok(transport, task)
+
+
+async def test_seams_of_a_paired_turn(transport: Transport) -> None:
+    seen: list[Seam] = []
+
+    async def hook(ctx: SeamContext) -> None:
+        seen.append(ctx.seam)
+
+    task = make_task(uid())
+    with install_hook(hook):
+        j = await open_journal(transport, task)
+        await paired_turn(j, ScriptedModel([REPLY]), {})
+    assert seen == [
+        Seam.BEFORE_CLAIM,
+        Seam.AFTER_CLAIM,
+        Seam.INSIDE_BATCH,
+        Seam.AFTER_TOOL_INTENT,
+        Seam.INSIDE_TOOL,
+        Seam.INSIDE_BATCH,
+        Seam.AFTER_TOOL_RESULT,  # stored with the commit
+        Seam.AFTER_COMMIT,
+        Seam.AFTER_LIFECYCLE_EVENT,
+    ]
+
+
+def kill_at(seam: Seam, nth: int = 1) -> Any:
+    reached = [0]
+
+    async def hook(ctx: SeamContext) -> None:
+        if ctx.seam is seam:
+            reached[0] += 1
+            if reached[0] == nth:
+                raise RuntimeError(f"kill at {seam.value}")
+
+    return hook
+
+
+async def test_a_crash_inside_the_model_batch_stores_none_of_it(transport: Transport) -> None:
+    task = make_task(uid())
+    model, starts = ScriptedModel([REPLY, REPLY]), {}
+    with install_hook(kill_at(Seam.INSIDE_BATCH)):
+        j = await open_journal(transport, task)
+        with pytest.raises(HolderKilled):
+            await paired_turn(j, model, starts)
+    assert await stored(transport, task) == [("claim", None)]
+    j2 = await open_journal(transport, task)
+    await paired_turn(j2, model, starts)
+    # the response was lost with its batch: asked again; the unsafe tool started once
+    assert model.requests == 2 and starts == {"send_message": 1}
+    assert [k for k, _ in await stored(transport, task)] == [
+        "claim", "claim", "model", "tool.intent", "tool.result", "commit"
+    ]  # fmt: skip
+    await audit_ok(transport, task)
+
+
+async def test_a_crash_inside_the_commit_batch_leaves_the_intent_open(
+    transport: Transport,
+) -> None:
+    task = make_task(uid())
+    model, starts = ScriptedModel([REPLY]), {}
+    with install_hook(kill_at(Seam.INSIDE_BATCH, nth=2)):
+        j = await open_journal(transport, task)
+        with pytest.raises(HolderKilled):
+            await paired_turn(j, model, starts)
+    assert [k for k, _ in await stored(transport, task)] == ["claim", "model", "tool.intent"]
+    j2 = await open_journal(transport, task)
+    result = await paired_turn(j2, model, starts)
+    # the model answer is reused; the unsafe intent without a result is answered interrupted
+    assert model.requests == 1 and starts == {"send_message": 1} and result.interrupted
+    await audit_ok(transport, task)
+
+
+async def test_a_batch_stored_whole_is_found_whole(transport: Transport) -> None:
+    """Killed right after the model + intent batch was stored: the successor finds both."""
+    task = make_task(uid())
+    model, starts = ScriptedModel([REPLY]), {}
+    with install_hook(kill_at(Seam.AFTER_TOOL_INTENT)):
+        j = await open_journal(transport, task)
+        with pytest.raises(HolderKilled):
+            await paired_turn(j, model, starts)
+    j2 = await open_journal(transport, task)
+    result = await paired_turn(j2, model, starts)
+    assert model.requests == 1 and starts == {} and result.interrupted
+    await audit_ok(transport, task)
+
+
+async def test_a_zombies_batch_is_fenced_whole(transport: Transport) -> None:
+    task = make_task(uid())
+    model, starts = ScriptedModel([REPLY]), {}
+    holder = DeliveryState(TaskIdentity.of(task))
+    zombie = await open_journal(transport, task, holder=holder)
+    await zombie.model(model, then_tool=then_tool)
+    successor = await open_journal(transport, task)  # claims: the zombie lost the tail
+    with pytest.raises(Fenced):
+        await zombie.tool(CALL, Replay.UNSAFE, counting(starts), then_continue=state_of)
+    # The zombie ran its tool (the spec allows that); its result and commit stored nothing.
+    assert starts == {"send_message": 1} and holder.fenced
+    assert [k for k, _ in await stored(transport, task)] == [
+        "claim", "model", "tool.intent", "claim"
+    ]  # fmt: skip
+    result = await paired_turn(successor, model, starts)  # the response is reused
+    assert result.interrupted and starts == {"send_message": 1} and model.requests == 1
+    await audit_ok(transport, task)
+
+
+async def test_a_batch_cut_short_on_the_wire_is_never_stored(
+    trio_transport: TrioNatsTransport,
+) -> None:
+    """A holder that dies while its batch is on the wire: the first message reached the server,
+    the commit never did. The server stores nothing; the successor asks the model again."""
+    t = trio_transport
+    task = make_task(uid())
+    model, starts = ScriptedModel([REPLY, REPLY]), {}
+    j = await open_journal(t, task)
+    ident = TaskIdentity.of(task)
+    record = ModelRecord(ident.iteration, ident.attempt, j.claim_id, 0, REPLY)
+    # What the dead holder sent: message 1 of 2 of its batch (ADR-50 headers), no commit.
+    headers: Headers = {
+        **record_headers(record),
+        BATCH_HEADER: "1/2",
+        "Nats-Batch-Id": uid("b"),
+        "Nats-Batch-Sequence": "1",
+        "Nats-Expected-Last-Subject-Sequence": str(j.last_seq),
+    }
+    subject = journal_subject(task.run_id, task.step_id)
+    await t.core_publish(subject, encode_record(record), headers)
+    # A stored publish to the same stream after it, on the same connection: once it is
+    # acknowledged, the stream has handled the batch's first message.
+    probe = await t.publish(journal_subject(task.run_id, "probe"), b"{}")
+    assert probe > j.last_seq
+    tail = await t.get_last_msg(JOURNAL_STREAM, subject)
+    assert tail is not None and tail.seq == j.last_seq
+    j2 = await open_journal(t, task)
+    await paired_turn(j2, model, starts)
+    assert model.requests == 1 and starts == {"send_message": 1}
+    kinds = await stored(t, task)
+    assert [k for k, _ in kinds] == ["claim", "claim", "model", "tool.intent", "tool.result",
+                                      "commit"]  # fmt: skip
+    records, _, _ = await read_journal_for_audit(t, task.run_id, task.step_id)
+    assert [r.claim_id for _, r in records[2:]] == [j2.claim_id] * 4
+    await audit_ok(t, task)
+
+
+async def test_the_next_tool_must_be_the_paired_intent(transport: Transport) -> None:
+    task = make_task(uid())
+    j = await open_journal(transport, task)
+    await j.model(ScriptedModel([REPLY]), then_tool=then_tool)
+    with pytest.raises(ReplayMismatch):
+        await j.model(ScriptedModel([REPLY]))
+    with pytest.raises(ReplayMismatch):
+        await j.tool(ToolCall("other"), Replay.SAFE, counting({}))
+    await transport_settle(j)
+    records, _, _ = await read_journal_for_audit(transport, task.run_id, task.step_id)
+    # the intent never ran: the commit's batch answers it, interrupted
+    result = [r for _, r in records if isinstance(r, ToolResultRecord)]
+    assert len(result) == 1 and result[0].interrupted and result[0].error
+    assert [type(r) for _, r in records][-2:] == [ToolResultRecord, CommitRecord]
+    await audit_ok(transport, task)
+
+
+async def transport_settle(j: Journal) -> None:
+    await j.settle(CommitAction.FAIL, error="gave up", retriable=True)
+
+
+async def test_no_pairing_when_the_rules_answer_from_the_journal(transport: Transport) -> None:
+    """A retry honours an earlier attempt's unsafe start: the model's response is stored alone,
+    and ``tool`` records the honoured result, as without ``then_tool``."""
+    run = uid()
+    first = make_task(run, attempt=1)
+    starts: dict[str, int] = {}
+    with install_hook(kill_at(Seam.INSIDE_TOOL)):
+        j = await open_journal(transport, first)
+        with pytest.raises(HolderKilled):
+            await paired_turn(j, ScriptedModel([REPLY]), starts)
+    retry = make_task(run, attempt=2)
+    j2 = await open_journal(transport, retry)
+    result = await paired_turn(j2, ScriptedModel([REPLY]), starts)
+    assert result.interrupted and starts == {"send_message": 1}
+    marks = await stored(transport, retry)
+    assert marks[-4:] == [("model", None), ("tool.intent", None), ("tool.result", "1/2"),
+                          ("commit", "2/2")]  # fmt: skip
+    intents = [r for _, r in (await read_journal_for_audit(transport, run, "agent"))[0]
+               if isinstance(r, ToolIntentRecord)]  # fmt: skip
+    assert [i.attempt for i in intents] == [1, 2]
+    await audit_ok(transport, retry)
