@@ -74,6 +74,7 @@ def _g(name: str, what: str, edits: Sequence[tuple[str, str]], tests: Sequence[s
 
 
 JH = "tests/journal/test_journal_handle.py"
+BP = "tests/journal/test_batched_pairs.py"
 RR = "tests/journal/test_replay_rules.py"
 WN = "tests/worker/test_worker_nats.py"
 EN = "tests/engine/test_engine_nats.py"
@@ -84,16 +85,21 @@ MX = "tests/matrix/test_matrix.py"
 GUARDS: tuple[Guard, ...] = (
     _g(
         "Expected-sequence header",
-        "the journal's append publishes with expected_last_subject_seq=None",
+        "the journal's append publishes with expected_last_subject_seq=None (record or batch)",
         [
             (
                 "expected_last_subject_seq=self._last_seq,",
                 "expected_last_subject_seq=None,",
-            )
+            ),
+            (
+                "msgs, expected_last_subject_seq=self._last_seq",
+                "msgs, expected_last_subject_seq=None",
+            ),
         ],
         [
             f"{JH}::test_zombie_tool_write_is_fenced",
             f"{WN}::test_stalled_holder_is_fenced_by_its_successor",
+            f"{BP}::test_a_zombies_batch_is_fenced_whole[nats]",
         ],
     ),
     _g(
@@ -104,7 +110,11 @@ GUARDS: tuple[Guard, ...] = (
             (
                 "expected_last_subject_seq=self._last_seq,",
                 "expected_last_subject_seq=self._last_seq or None,",
-            )
+            ),
+            (
+                "msgs, expected_last_subject_seq=self._last_seq",
+                "msgs, expected_last_subject_seq=self._last_seq or None",
+            ),
         ],
         [
             f"{MX}::test_matrix_nats[before_claim-stall]",
