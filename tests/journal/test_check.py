@@ -154,3 +154,45 @@ async def test_a_real_journal_passes(nats_transport: NatsTransport) -> None:
     assert len(recs) == 8
     report = check(recs, engine_iterations=2)
     assert report.ok, report.render()
+
+
+PAIRED = numbered(
+    claim(0, "a"),
+    ModelRecord(0, 1, "a", 0, "m"),
+    intent(0, "a", 1),
+    result(0, "a", 1),
+    commit(0, "a"),
+)
+#: Batch marks by sequence: (model + intent), (result + commit), as the journal stores them.
+PAIRED_MARKS = {2: "1/2", 3: "2/2", 4: "1/2", 5: "2/2"}
+
+
+def test_whole_batches_pass_and_a_journal_without_marks_is_read_as_before() -> None:
+    assert check(PAIRED, 1, batches=PAIRED_MARKS).ok
+    assert check(PAIRED, 1).ok and check(PAIRED, 1, batches={}).ok
+
+
+@pytest.mark.parametrize(
+    ("marks", "rule", "seq"),
+    [
+        ({2: "1/2", 4: "1/2", 5: "2/2"}, "batch-broken", 2),  # its second record is missing
+        ({3: "2/2"}, "batch-broken", 3),  # a second record without its first
+        ({4: "1/3", 5: "2/3"}, "batch-broken", 4),  # cut short at the journal's end
+        ({2: "1/2", 3: "x"}, "batch-broken", 3),  # an unreadable mark
+        ({1: "1/2", 2: "2/2"}, "batch-claims", 1),  # a claim inside a batch
+    ],
+)
+def test_a_broken_batch_is_caught(marks: dict[int, str], rule: str, seq: int) -> None:
+    report = check(PAIRED, 1, batches=marks)
+    assert (rule, seq) in {(v.rule, v.seq) for v in report.violations}, report.render()
+
+
+def test_a_batch_under_two_claims_is_caught() -> None:
+    records = numbered(
+        claim(0, "a"),
+        claim(0, "b"),
+        ModelRecord(0, 1, "b", 0, "m"),
+        intent(0, "a", 1),
+    )
+    report = check(records, batches={3: "1/2", 4: "2/2"})
+    assert "batch-claims" in {v.rule for v in report.violations}, report.render()
