@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Protocol
 
@@ -26,6 +26,8 @@ from dagnats_trio.protocol import layout
 from dagnats_trio.testing import AGENT_STEP_ID, AGENT_TASK, NODE_KINDS, Fault, FaultKind, Target
 from dagnats_trio.transport import (
     DEFAULT_REQUEST_TIMEOUT_S,
+    BatchAck,
+    BatchMsg,
     BucketSpec,
     ConsumerConfig,
     CoreMsg,
@@ -317,6 +319,17 @@ class FaultyTransport:
             raise TransportTimeout(f"publish to {subject!r}: ack lost (chaos)")
         return seq
 
+    async def publish_batch(
+        self, msgs: Sequence[BatchMsg], *, expected_last_subject_seq: int | None = None
+    ) -> BatchAck:
+        """A lost ack applies to a batch as to a publish: stored whole, then the answer lost."""
+        ack = await self._inner.publish_batch(
+            msgs, expected_last_subject_seq=expected_last_subject_seq
+        )
+        if msgs and self._faults.take_lost_ack(msgs[0].subject):
+            raise TransportTimeout(f"batch to {msgs[0].subject!r}: ack lost (chaos)")
+        return ack
+
     async def fetch(
         self, stream: str, durable: str, batch: int, timeout_s: float
     ) -> list[Delivery]:
@@ -338,11 +351,24 @@ class FaultyTransport:
     ) -> list[StoredMsg]:
         return await self._inner.read_subject(stream, subject, from_seq, limit)
 
+    async def get_last_msgs(
+        self, stream: str, subjects: Sequence[str], *, up_to_seq: int | None = None
+    ) -> list[StoredMsg]:
+        return await self._inner.get_last_msgs(stream, subjects, up_to_seq=up_to_seq)
+
+    async def get_batch(
+        self, stream: str, from_seq: int, max_msgs: int, *, subject: str | None = None
+    ) -> list[StoredMsg]:
+        return await self._inner.get_batch(stream, from_seq, max_msgs, subject=subject)
+
     async def purge_subject(self, stream: str, subject: str) -> None:
         await self._inner.purge_subject(stream, subject)
 
     async def kv_get(self, bucket: str, key: str) -> KvEntry | None:
         return await self._inner.kv_get(bucket, key)
+
+    async def kv_get_many(self, bucket: str, keys: Sequence[str]) -> dict[str, KvEntry]:
+        return await self._inner.kv_get_many(bucket, keys)
 
     async def kv_put(self, bucket: str, key: str, value: bytes) -> int:
         return await self._inner.kv_put(bucket, key, value)
