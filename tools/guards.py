@@ -331,7 +331,11 @@ GUARDS: tuple[Guard, ...] = (
         "Replay (b): each start honoured once",
         "decide_tool: the match is not consumed",
         [("consumed = consumed | {match}", "consumed = consumed")],
-        [f"{RR}::test_retry_honours_unsafe_starts_by_name_and_input"],
+        [
+            f"{RR}::test_retry_honours_unsafe_starts_by_name_and_input",
+            f"{HC}::test_third_attempt_runs_the_charge_nobody_started_nats",
+            f"{HC}::test_third_attempt_runs_the_charge_nobody_started_sim",
+        ],
     ),
     _g(
         "Replay (b): a safe call never takes the honour an unsafe call needs",
