@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._errors import ProtocolError
+from ._errors import ProtocolError, utf8
 from ._events import (
     Connect,
     Err,
@@ -31,7 +31,7 @@ OK_BYTES = b"+OK\r\n"
 
 
 def _token(op: str, name: str, value: str) -> bytes:
-    raw = value.encode()
+    raw = utf8(value, f"{op}: {name}")
     if not raw:
         raise ProtocolError(f"{op}: {name} is empty")
     if not _FORBIDDEN_IN_TOKEN.isdisjoint(raw):
@@ -104,7 +104,7 @@ def encode(event: Event, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
     if isinstance(event, Err):
         if "\r" in event.message or "\n" in event.message:
             raise ProtocolError(f"-ERR: message {event.message!r:.64} contains CR or LF")
-        return _line("-ERR", [b"-ERR", b"'" + event.message.encode() + b"'"])
+        return _line("-ERR", [b"-ERR", b"'" + utf8(event.message, "-ERR: message") + b"'"])
     if isinstance(event, Info | Connect):
         op = "INFO" if isinstance(event, Info) else "CONNECT"
         body = info_json(event) if isinstance(event, Info) else connect_json(event)

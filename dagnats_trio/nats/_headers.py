@@ -10,7 +10,7 @@ from typing import final
 
 import attrs
 
-from ._errors import ProtocolError
+from ._errors import ProtocolError, utf8
 from ._limits import MAX_HEADER_BYTES
 
 #: The version line every header block starts with.
@@ -88,14 +88,14 @@ def encode_headers(headers: Headers) -> bytes:
         parts.append(b" %d" % headers.status)
         if headers.description:
             _check_value(headers.description, "headers status description")
-            parts.append(b" " + headers.description.encode())
+            parts.append(b" " + utf8(headers.description, "headers: status description"))
     elif headers.description:
         raise ProtocolError("headers: a description needs a status")
     parts.append(_CRLF)
     for key, value in headers.fields:
         _check_key(key, "headers")
         _check_value(value, "headers")
-        parts.append(f"{key}: {value}\r\n".encode())
+        parts.append(utf8(f"{key}: {value}\r\n", "headers: field"))
     parts.append(_CRLF)
     block = b"".join(parts)
     if len(block) > MAX_HEADER_BYTES:

@@ -83,7 +83,13 @@ events: st.SearchStrategy[Event] = st.one_of(
     st.just(Ping()),
     st.just(Pong()),
     st.just(Ok()),
-    st.builds(Err, st.text(alphabet=st.characters(blacklist_characters="\r\n"), max_size=40)),
+    st.builds(
+        Err,
+        st.text(
+            alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)),
+            max_size=40,
+        ),
+    ),
     st.builds(
         Info,
         server_id=texts,
@@ -293,6 +299,9 @@ BAD_EVENTS = [
     (Sub("a", ""), "SUB: sid is empty"),
     (Unsub("1", max_msgs=-1), "UNSUB: max_msgs -1 is negative"),
     (Err("two\nlines"), "-ERR: message"),
+    (Err("\ud800"), "-ERR: message '\\ud800' is not valid UTF-8"),
+    (Pub("a\udc00", b""), "PUB: subject 'a\\udc00' is not valid UTF-8"),
+    (Pub("a", b"", headers=Headers(fields=(("K", "\ud800"),))), "headers: field"),
     (Pub("a", b"", headers=Headers(fields=(("Bad:Name", "v"),))), "header name 'Bad:Name'"),
     (Pub("a", b"", headers=Headers(fields=(("K", "v\r\nInjected: 1"),))), "contains CR or LF"),
     (Pub("a", b"", headers=Headers(fields=(("K", " v"),))), "surrounding whitespace"),
