@@ -124,6 +124,12 @@ WRITES_RUNS = 5
 LONG_AGENT_TASK = "bench-agent-long"
 LONG_AGENT_WORKFLOW = "bench-agent-long"
 LONG_SCRIPT = (*DEFAULT_SCRIPT[:-1], *DEFAULT_SCRIPT[:-1], DEFAULT_SCRIPT[-1])
+#: The same script with each record written alone (no ``then_tool`` / ``then_continue``): what a
+#: handler that does not pair its records costs. Printed beside the paired figure because an
+#: atomic batch has a fixed cost on a file stream (``just bench batch``) that can outweigh the
+#: writes it saves.
+UNPAIRED_AGENT_TASK = "bench-agent-unpaired"
+UNPAIRED_AGENT_WORKFLOW = "bench-agent-unpaired"
 
 #: Peers' published figures on this 2-core machine, same 4-model-call, 3-tool-call run.
 PEERS = (
@@ -133,17 +139,19 @@ PEERS = (
 )
 
 
-async def _sequential(stack: Stack, seconds: float) -> tuple[list[float], Counts, float]:
+async def _sequential(
+    stack: Stack, seconds: float, workflow: str = AGENT_WORKFLOW
+) -> tuple[list[float], Counts, float]:
     answer = expected_answer()
     for _ in range(WARMUP_RUNS):
-        await stack.run(AGENT_WORKFLOW, {"task": "deploy"})
+        await stack.run(workflow, {"task": "deploy"})
     times: list[float] = []
     before = stack.counts()
     cpu_before = time.process_time()
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         start = time.perf_counter()
-        snap = await stack.run(AGENT_WORKFLOW, {"task": "deploy"})
+        snap = await stack.run(workflow, {"task": "deploy"})
         times.append((time.perf_counter() - start) * 1000)
         outputs = snap.outputs()
         if outputs.get("agent") != answer:
@@ -189,6 +197,8 @@ class _Measured:
     times: list[float]
     counts: Counts
     cpu_ms: float
+    unpaired_times: list[float]
+    unpaired_cpu_ms: float
     rate: float
     floor_us: float
     writes_per_tool_iteration: float
@@ -198,19 +208,28 @@ class _Measured:
 async def _measure(sync_always: bool, seconds: float) -> _Measured:
     agent = ScriptedAgent()
     long_agent = ScriptedAgent(LONG_SCRIPT, task=LONG_AGENT_TASK)
+    unpaired = ScriptedAgent(task=UNPAIRED_AGENT_TASK, paired=False)
     async with open_stack(
         sync_always=sync_always,
-        handlers={AGENT_TASK: agent.turn, LONG_AGENT_TASK: long_agent.turn},
+        handlers={
+            AGENT_TASK: agent.turn,
+            LONG_AGENT_TASK: long_agent.turn,
+            UNPAIRED_AGENT_TASK: unpaired.turn,
+        },
         workflows=[
             agent_workflow(AGENT_WORKFLOW),
             agent_workflow(LONG_AGENT_WORKFLOW, task=LONG_AGENT_TASK),
+            agent_workflow(UNPAIRED_AGENT_WORKFLOW, task=UNPAIRED_AGENT_TASK),
         ],
     ) as stack:
         floor_us = await stack.publish_floor_us()
         times, counts, cpu_ms = await _sequential(stack, seconds)
+        u_times, _, u_cpu_ms = await _sequential(stack, seconds, UNPAIRED_AGENT_WORKFLOW)
         rate = await _burst(stack)
         per_tool, per_run = await _writes_per_tool_iteration(stack)
-        return _Measured(times, counts, cpu_ms, rate, floor_us, per_tool, per_run)
+        return _Measured(
+            times, counts, cpu_ms, u_times, u_cpu_ms, rate, floor_us, per_tool, per_run
+        )
 
 
 def run(*, quick: bool = False) -> dict[str, float]:
@@ -237,6 +256,10 @@ def run(*, quick: bool = False) -> dict[str, float]:
               f"({waited} waited on + {PULLS_PER_RUN} pull requests + {OFF_PATH_PER_RUN} off the "
               f"critical path; "
               f"{MIN_ROUND_TRIPS_PER_TOOL_ITERATION} per tool iteration)")  # fmt: skip
+        u50, u99 = percentile(m.unpaired_times, 50), percentile(m.unpaired_times, 99)
+        print(f"    unpaired (each record written alone, 8 writes per tool iteration): "
+              f"{len(m.unpaired_times)} runs: p50 {u50:.1f} ms, p99 {u99:.1f} ms; "
+              f"{m.unpaired_cpu_ms:.1f} ms CPU per run")  # fmt: skip
         print(f"    {BURST_RUNS} runs at once: {rate:.0f} runs/s")
         w = m.writes_per_run
         print(f"    durable writes per tool iteration: {m.writes_per_tool_iteration:.1f} measured "
@@ -257,6 +280,8 @@ def run(*, quick: bool = False) -> dict[str, float]:
         figures[f"{key}_p99_ms"] = round(p99, 2)
         figures[f"{key}_cpu_ms_per_run"] = round(cpu_ms, 2)
         figures[f"{key}_round_trips_per_run"] = round(total, 1)
+        figures[f"{key}_unpaired_p50_ms"] = round(u50, 2)
+        figures[f"{key}_unpaired_p99_ms"] = round(u99, 2)
         figures[f"{key}_burst_runs_per_s"] = round(rate, 1)
         figures[f"{key}_writes_per_tool_iteration"] = round(m.writes_per_tool_iteration, 2)
     figures["agent_min_round_trips_per_run"] = MIN_ROUND_TRIPS_PER_RUN
