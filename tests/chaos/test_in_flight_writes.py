@@ -46,6 +46,10 @@ pytestmark = pytest.mark.cluster
 
 #: The writers' request timeout: short, so that a held answer times out quickly.
 WRITER_TIMEOUT_S = 1.0
+#: The engine's request timeout in the CAS phase: its held compare-and-set still times out (the
+#: node's answers are held until it does), while its start-up requests (a consumer created on a
+#: cluster that just took a node back) get the time a loaded machine needs.
+ENGINE_TIMEOUT_S = 4.0
 #: The observer's request timeout (its node is never held, killed or cut).
 OBSERVER_TIMEOUT_S = 5.0
 #: Bound on the whole test, cluster start included.
@@ -54,6 +58,14 @@ TEST_BOUND_S = 120.0
 CLUSTER_WAIT_S = 30.0
 POLL_S = 0.1
 KV_RUNS_STREAM = "KV_" + layout.RUNS_BUCKET
+#: What the CAS phase's engine, worker and service touch.
+PHASE_TWO_STREAMS = (
+    layout.HISTORY_STREAM,
+    layout.TASK_STREAM,
+    KV_RUNS_STREAM,
+    layout.RUN_INDEX_STREAM,
+    layout.RUN_ACTIVE_STREAM,
+)
 
 
 async def stream_cluster(
@@ -72,6 +84,21 @@ async def stream_cluster(
             except (TransportError, ValueError):
                 pass
             await trio.sleep(POLL_S)
+
+
+async def until_all_current(control: Transport, streams: tuple[str, ...]) -> None:
+    """Wait until each of ``streams`` is led and every replica is current (a restarted node has
+    caught up), so the next phase starts on a whole cluster."""
+    with trio.fail_after(CLUSTER_WAIT_S):
+        for stream in streams:
+            while True:
+                cluster = await stream_cluster(control, stream)
+                replicas = cluster.get("replicas") or []
+                if len(replicas) == CLUSTER_SIZE - 1 and all(
+                    r.get("current") and not r.get("offline") for r in replicas
+                ):
+                    break
+                await trio.sleep(POLL_S)
 
 
 async def until_stored(control: Transport, run_id: str, step_id: str, n: int) -> None:
@@ -170,6 +197,7 @@ async def test_in_flight_writes_across_a_lost_answer_and_a_leader_kill() -> None
         ):
             await provision(control, replicas=CLUSTER_SIZE)
             await _journal_append_across_a_leader_kill(net, control)
+            await until_all_current(control, PHASE_TWO_STREAMS)
             await _snapshot_cas_that_timed_out_but_applied(net, control)
 
 
@@ -245,7 +273,7 @@ async def _run_through_a_held_cas(net: ProxiedCluster, node: int, control: Trans
         return await complete_with(task, task.step_id)
 
     run_id = uid("run")
-    async with connect(net, node) as t:
+    async with connect(net, node, ENGINE_TIMEOUT_S) as t:
         engine_t = HoldOneCas(t, net, node, layout.run_key(run_id))
         engine = test_engine(engine_t)
         worker = FakeWorker(control, task_type, script)
