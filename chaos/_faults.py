@@ -417,6 +417,9 @@ class FaultyTransport:
     ) -> bytes:
         return await self._inner.request(subject, data, timeout_s, headers)
 
+    async def ping(self, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
+        await self._inner.ping(timeout_s)
+
     async def ensure_stream(self, spec: StreamSpec, replicas: int = 1) -> None:
         await self._inner.ensure_stream(spec, replicas)
 
