@@ -19,6 +19,7 @@ import trio
 
 from ._interface import (
     BucketSpec,
+    ConsumerConfig,
     Headers,
     KeyExists,
     KvEntry,
@@ -433,6 +434,25 @@ class JetStreamOverRequests(ABC):
 
     async def ensure_bucket(self, spec: BucketSpec, replicas: int = 1) -> None:
         await self._create_or_update(bucket_config(spec, replicas))
+
+    async def ensure_consumer(self, config: ConsumerConfig) -> None:
+        stream = check_name("stream", config.stream)
+        durable = check_name("durable", config.durable)
+        body: dict[str, Any] = {
+            "durable_name": durable,
+            "filter_subject": config.filter_subject,
+            "ack_policy": "explicit",
+            "ack_wait": ns(config.ack_wait_s),
+            "max_deliver": config.max_deliver,
+            "deliver_policy": "all",
+        }
+        if config.backoff_s:
+            body["backoff"] = [ns(wait) for wait in config.backoff_s]
+        await self._api(
+            f"$JS.API.CONSUMER.CREATE.{stream}.{durable}",
+            {"stream_name": stream, "config": body},
+            f"ensure consumer {stream}/{durable}",
+        )
 
     async def _create_or_update(self, config: Mapping[str, Any]) -> None:
         name = config["name"]

@@ -31,7 +31,6 @@ from nats.js.client import JetStreamContext
 from ._interface import (
     DEFAULT_REQUEST_TIMEOUT_S,
     Closed,
-    ConsumerConfig,
     CoreMsg,
     Delivery,
     Headers,
@@ -257,25 +256,6 @@ class NatsTransport(JetStreamOverRequests, JetStreamBatches):
             await self._aio(coro, "cleanup")
 
     # --- durable pull consumers ----------------------------------------------------------------
-
-    async def ensure_consumer(self, config: ConsumerConfig) -> None:
-        stream = check_name("stream", config.stream)
-        durable = check_name("durable", config.durable)
-        body: dict[str, Any] = {
-            "durable_name": durable,
-            "filter_subject": config.filter_subject,
-            "ack_policy": "explicit",
-            "ack_wait": ns(config.ack_wait_s),
-            "max_deliver": config.max_deliver,
-            "deliver_policy": "all",
-        }
-        if config.backoff_s:
-            body["backoff"] = [ns(wait) for wait in config.backoff_s]
-        await self._api(
-            f"$JS.API.CONSUMER.CREATE.{stream}.{durable}",
-            {"stream_name": stream, "config": body},
-            f"ensure consumer {stream}/{durable}",
-        )
 
     async def fetch(
         self, stream: str, durable: str, batch: int, timeout_s: float
