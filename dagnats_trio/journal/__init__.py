@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         commit_changes,
         golden_deliveries,
     )
+    from ._group import MAX_GROUP_CALLS
     from ._handle import Journal
     from ._holder import (
         DeliveryState,
@@ -83,6 +84,7 @@ else:
                 "ToolFn",
             ),
             "._committed": ("CommittedIteration", "OnCommitted"),
+            "._group": ("MAX_GROUP_CALLS",),
             "._handle": ("Journal",),
             "._open": (
                 "check_restart_limit",
@@ -117,6 +119,7 @@ else:
 __all__ = [
     "DEFAULT_RESTART_LIMIT",
     "MAX_CALLS_PER_ITERATION",
+    "MAX_GROUP_CALLS",
     "MAX_RESTART_LIMIT",
     "MIN_RESTART_LIMIT",
     "READ_PAGE_RECORDS",

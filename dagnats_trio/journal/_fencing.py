@@ -18,6 +18,7 @@ written at once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import final
 
 import trio
@@ -33,6 +34,7 @@ from dagnats_trio.protocol import (
     record_headers,
 )
 from dagnats_trio.transport import (
+    MAX_BATCH_PUBLISH_MSGS,
     BatchMsg,
     StoredMsg,
     TemporarilyUnavailable,
@@ -117,11 +119,28 @@ class FencedWriter:
         """Append ``record`` after the last sequence seen (after the records held, as one
         atomic batch); raises :class:`Fenced` on a lost tail (and the holder is fenced),
         :class:`HolderKilled` once the holder is dead. Returns ``record``'s sequence."""
+        return await self.append_batch([record])
+
+    async def append_batch(self, records: Sequence[JournalRecord]) -> int:
+        """Append ``records`` as one atomic batch (after the records held, in the same batch
+        when the server's limit allows), fenced like :meth:`append`: stored whole or not at
+        all. Held records that would take the batch past :data:`MAX_BATCH_PUBLISH_MSGS` are
+        stored first, in a batch of their own (they may be written at any time before).
+        ValueError, writing nothing, for an empty list or one over the limit. Returns the last
+        record's sequence."""
+        if not 1 <= len(records) <= MAX_BATCH_PUBLISH_MSGS:
+            raise ValueError(
+                f"an atomic batch of journal records holds 1 to {MAX_BATCH_PUBLISH_MSGS} records "
+                f"(the server's limit), got {len(records)}"
+            )
         self._holder.check_writable()
         await self._acquire_lock()
-        records, self._held = [*self._held, record], []
         try:
-            return await self._write_locked(records)
+            if self._held and len(self._held) + len(records) > MAX_BATCH_PUBLISH_MSGS:
+                held, self._held = self._held, []
+                await self._write_locked(held)
+            batch, self._held = [*self._held, *records], []
+            return await self._write_locked(batch)
         finally:
             self._lock.release()
 

@@ -44,6 +44,7 @@ from ._committed import OnCommitted, notify_committed
 from ._errors import CallLimitExceeded, ReplayMismatch
 from ._events import publish_lifecycle
 from ._fencing import FencedWriter
+from ._group import check_group_size, run_decided_group
 from ._holder import DeliveryState, Settlement
 from ._pairs import Pairing, intent_record, plan_intent
 from ._reads import load_commit_state
@@ -55,7 +56,6 @@ from ._replay import (
     TaskIdentity,
     ToolAction,
     ToolResult,
-    call_key,
     decide_group,
     decide_model,
     decide_tool,
@@ -310,16 +310,19 @@ class Journal:
         calls). Returns their results in the order of ``calls``.
 
         The group takes ``len(calls)`` consecutive positions. Every intent is recorded before
-        any function starts (fenced appends, one after the other); then the functions run in a
-        nursery, each result recorded as it finishes, in completion order. Replay matches each
-        member by its position in the group and its name and input (and the model's call id
-        when both have one): see ``decide_group``. With ``cancel_on_error``, the first member
-        whose function raises cancels the ones still running; each is recorded as an
-        interrupted result naming that member in ``cancelled_by``. A member whose output is not
+        any function starts, all in one atomic batch fenced on the tail (stored whole or not at
+        all: a crash before its commit leaves no intent of the group), so a group holds at most
+        :data:`MAX_GROUP_CALLS` calls (ValueError, writing nothing, past it); then the functions
+        run in a nursery, each result recorded as it finishes, in completion order. Replay
+        matches each member by its position in the group and its name and input (and the
+        model's call id when both have one): see ``decide_group``. With ``cancel_on_error``, the
+        first member whose function raises cancels the ones still running; each is recorded as
+        an interrupted result naming that member in ``cancelled_by``. A member whose output is not
         JSON gets an error result (the group does not raise for it). The handle's guard is held
         for the whole group; members write through it.
         """
         members = [check_group_call(c) for c in calls]
+        check_group_size(len(members))
         with self._guard:
             self._check_open()
             self._pairs.check_none_planned("tools")
@@ -339,34 +342,16 @@ class Journal:
                 raise ReplayMismatch(decisions[-1].reason)
             self._consumed = consumed
             self._next_call = first + n
-            t = self._task
-            keys = [call_key(t.run_id, t.step_id, t.iteration, first + k) for k in range(n)]
-            # 1. Every intent the group needs, before any function starts.
-            for k, d in enumerate(decisions):
-                if d.action is ToolAction.RUN or (d.action is ToolAction.RECORD and d.write_intent):
-                    call, replay, _ = members[k]
-                    rec = intent_record(t, self._claim_id, first + k, call, replay, group=first,
-                                        group_size=n)  # fmt: skip
-                    await self._writer.append(rec)
-                    await self._holder.seam(Seam.AFTER_TOOL_INTENT)
-            # 2. What the journal answers: finished calls, honoured starts, interruptions.
-            results: list[ToolResult | None] = [None] * n
-            for k, d in enumerate(decisions):
-                if d.action is ToolAction.REUSE:
-                    results[k] = d.result
-                elif d.action is ToolAction.RECORD:
-                    assert d.result is not None
-                    await self._tools.record_result(first + k, d.result)
-                    results[k] = d.result
-            # 3. The rest run at once.
-            to_run = [k for k, d in enumerate(decisions) if results[k] is None]
-            if not to_run:
-                await trio.lowlevel.checkpoint()
-            else:
-                await self._tools.run_group(first, members, keys, to_run, results, cancel_on_error)
-            done = [r for r in results if r is not None]
-            assert len(done) == n
-            return done
+            return await run_decided_group(
+                task=self._task,
+                writer=self._writer,
+                holder=self._holder,
+                tools=self._tools,
+                first=first,
+                members=members,
+                decisions=decisions,
+                cancel_on_error=cancel_on_error,
+            )
 
     async def tool_output(self, chunk: JsonValue) -> None:
         """Record partial output of the tool function now running (a ``tool.output`` record);

@@ -23,7 +23,10 @@ The rules, precisely (``rule`` names in parentheses):
    over crashed holders' intents), is allowed: a retry honours it.
    Parallel groups (``Journal.tools``): a member's intent lies inside its group's positions
    (``group-shape``), and under one claim no intent of a group follows a result or partial
-   output of that group (``group-intent-after-start``): every intent before any start.
+   output of that group (``group-intent-after-start``): every intent before any start. The
+   intents one claim writes for a group are one atomic batch: when any of them carries a batch
+   mark, all do, found together in one batch (``group-intents-split``); unmarked ones were
+   stored one by one, before groups were batched.
 4. Inputs. Each ``request_id`` is placed once in the whole journal (``input-placed-twice``).
 0. Decoding. Every stored record decodes; one that does not (not JSON, not an object, an
    unknown ``type``, a missing or mistyped field, an empty body) is ``undecodable`` at its
@@ -192,6 +195,35 @@ def _check_batches(
                                      f"record {want[0] - 1}")  # fmt: skip
 
 
+def _check_group_batches(
+    records: Sequence[tuple[int, JournalRecord]],
+    batches: Mapping[int, str],
+    bad: Callable[[str, int | None, str], None],
+) -> None:
+    """Rule 3 (groups): the intents of one group under one claim, when marked, are one batch:
+    consecutive records with consecutive marks of one batch size (rule 7 sees it whole)."""
+    found: dict[GroupKey, list[tuple[int, int]]] = {}  # (index in records, seq) per group
+    for idx, (seq, rec) in enumerate(records):
+        if isinstance(rec, ToolIntentRecord) and rec.group is not None:
+            key = (rec.claim_id, rec.iteration, rec.attempt, rec.group)
+            found.setdefault(key, []).append((idx, seq))
+    for (claim, iteration, attempt, group), members in found.items():
+        marks = [_parse_mark(batches.get(seq, "")) for _, seq in members]
+        if len(members) < 2 or all(seq not in batches for _, seq in members):
+            continue
+        together = all(
+            a is not None and b is not None and j == i + 1 and b == (a[0] + 1, a[1])
+            for (i, _), (j, _), a, b in zip(members, members[1:], marks, marks[1:], strict=False)
+        )
+        if not together:
+            bad(
+                "group-intents-split",
+                members[0][1],
+                f"the {len(members)} intents of the group at call {group} of iteration "
+                f"{iteration} attempt {attempt} (claim {claim!r}) are not one atomic batch",
+            )
+
+
 def check(
     records: Sequence[tuple[int, JournalRecord]],
     engine_iterations: int | None = None,
@@ -348,6 +380,7 @@ def check(
 
     if batches:
         _check_batches(records, batches, bad)
+        _check_group_batches(records, batches, bad)
     if engine_iterations is not None and engine_iterations != ended_count:
         bad(
             "iteration-count",

@@ -1,14 +1,16 @@
 """Parallel tool calls (``Journal.tools``, issue 15 part 1) on a real nats-server and on
-SimTransport: every intent before any start, members at once, results in completion order,
-replay by position + name + input (+ call id), cancel-on-error recorded, and the group crash
-points: killed or stalled between intents, inside a member after its effect, after some results.
-The 18 group crash cases per transport are in tests/matrix/test_group_matrix.py; the property
-here draws group sizes, safe/unsafe mixes and crash points at random.
+SimTransport: every intent before any start (one atomic batch), members at once, results in
+completion order, replay by position + name + input (+ call id), cancel-on-error recorded, and
+the group crash points: killed or stalled inside the intents' batch (before it goes out, or cut
+short on the wire with some intents sent), after it, inside a member after its effect, after
+some results. The 16 group crash cases per transport are in tests/matrix/test_group_matrix.py;
+the property here draws group sizes, safe/unsafe mixes and crash points at random.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -18,36 +20,72 @@ from hypothesis import strategies as st
 
 from dagnats_trio._seams import Seam, SeamContext, install_hook
 from dagnats_trio.journal import (
+    MAX_CALLS_PER_ITERATION,
+    MAX_GROUP_CALLS,
+    CheckReport,
+    DeliveryState,
     Fenced,
     HolderKilled,
     Replay,
     ReplayMismatch,
+    TaskIdentity,
     ToolCall,
     ToolResult,
     check,
     open_journal,
     read_journal,
+    read_journal_for_audit,
 )
+from dagnats_trio.journal._fencing import FencedWriter
 from dagnats_trio.protocol import (
+    BATCH_HEADER,
+    RECORD_TYPE_HEADER,
     ClaimRecord,
     CommitAction,
+    ModelRecord,
     TaskMessage,
     ToolIntentRecord,
     ToolResultRecord,
 )
-from dagnats_trio.transport import SimServer, Transport
+from dagnats_trio.protocol.layout import JOURNAL_STREAM, journal_subject
+from dagnats_trio.transport import (
+    MAX_BATCH_PUBLISH_MSGS,
+    BatchAck,
+    BatchMsg,
+    Headers,
+    SimServer,
+    Transport,
+    provision,
+)
 
 from ._helpers import WAIT_S, make_task, uid
 
-#: The seams a group reaches, each once per member: after each intent, inside each member
-#: after its function ran, after each result.
-GROUP_SEAMS = (Seam.AFTER_TOOL_INTENT, Seam.INSIDE_TOOL, Seam.AFTER_TOOL_RESULT)
+#: The seams a group reaches once: before its intents' atomic batch goes out (a crash there
+#: stores no intent of the group), after that batch is stored (every intent, no start).
+GROUP_ONCE_SEAMS = (Seam.INSIDE_BATCH, Seam.AFTER_TOOL_INTENT)
+#: The seams a group reaches once per member: inside each member after its function ran, after
+#: each result.
+MEMBER_SEAMS = (Seam.INSIDE_TOOL, Seam.AFTER_TOOL_RESULT)
+GROUP_SEAMS = GROUP_ONCE_SEAMS + MEMBER_SEAMS
 #: Claims a redelivery tries while a stalled holder's other members still write.
 CLAIM_TRIES = 50
 
 
 async def journal_records(t: Transport, task: TaskMessage) -> list[tuple[int, Any]]:
     return await read_journal(t, task.run_id, task.step_id)
+
+
+async def batch_marks(t: Transport, task: TaskMessage) -> list[tuple[str, str | None]]:
+    """(record type, batch mark) of every stored record of the task's journal, in order."""
+    subject = journal_subject(task.run_id, task.step_id)
+    msgs = await t.read_subject(JOURNAL_STREAM, subject, 1, MAX_CALLS_PER_ITERATION * 3)
+    return [(m.headers[RECORD_TYPE_HEADER], m.headers.get(BATCH_HEADER)) for m in msgs]
+
+
+async def audit(t: Transport, task: TaskMessage) -> CheckReport:
+    """``journal check`` of the task's journal, with its batch marks (rule 7)."""
+    records, unreadable, batches = await read_journal_for_audit(t, task.run_id, task.step_id)
+    return check(records, unreadable=unreadable, batches=batches)
 
 
 class Tools:
@@ -108,6 +146,16 @@ async def test_members_run_at_once_and_record_in_completion_order(transport: Tra
         ("ToolResultRecord", 2),
         ("ToolResultRecord", 1),
         ("ToolResultRecord", 0),
+    ]
+    # the three intents are one atomic batch; each result is stored alone
+    assert await batch_marks(transport, task) == [
+        ("claim", None),
+        ("tool.intent", "1/3"),
+        ("tool.intent", "2/3"),
+        ("tool.intent", "3/3"),
+        ("tool.result", None),
+        ("tool.result", None),
+        ("tool.result", None),
     ]
     intents = [r for r in recs if isinstance(r, ToolIntentRecord)]
     assert all(i.group == 0 and i.group_size == 3 for i in intents)
@@ -289,28 +337,66 @@ def verdict(tools: Tools, results: list[ToolResult], replays: list[Replay]) -> l
     return problems
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    replays=st.lists(st.sampled_from([Replay.SAFE, Replay.UNSAFE]), min_size=1, max_size=5),
-    seam=st.sampled_from(GROUP_SEAMS),
-    nth=st.integers(min_value=0, max_value=4),
-    stall=st.booleans(),
-)
-def test_property_an_unsafe_member_starts_at_most_once(
-    replays: list[Replay], seam: Seam, nth: int, stall: bool
-) -> None:
-    async def main() -> list[str]:
-        server = SimServer()
-        async with server.connect() as t:
-            from dagnats_trio.transport import provision
+async def intents_whole_or_none(
+    t: Transport, task: TaskMessage, replays: list[Replay], seam: Seam, crashed: bool
+) -> list[str]:
+    """The first holder's intents are one atomic batch: all of them are stored, or (crashed
+    before the batch went out) none."""
+    records = await journal_records(t, task)
+    first = next(r for _, r in records if isinstance(r, ClaimRecord))
+    mine = [r for _, r in records if isinstance(r, ToolIntentRecord)
+            and r.claim_id == first.claim_id]  # fmt: skip
+    want = 0 if crashed and seam is Seam.INSIDE_BATCH else len(replays)
+    if len(mine) != want:
+        return [f"{len(mine)} intents of the first holder stored, want {want}"]
+    return []
 
-            await provision(t)
-            tools, results, _ = await run_group_case(t, replays, seam, nth, stall)
-            event("crashed" if tools.crashed else "crash point not reached")
-            return verdict(tools, results, replays)
 
-    problems = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    assert not problems, (replays, seam, nth, stall, problems)
+#: Examples the property draws (each a full crash case on SimTransport, virtual time).
+PROPERTY_EXAMPLES = 200
+
+
+def test_property_an_unsafe_member_starts_at_most_once() -> None:
+    """Random group sizes (1-5), safe/unsafe mixes, seams, members and kill/stall: no unsafe
+    member starts twice, the first holder's intents are stored whole or not at all, results are
+    complete. Prints how many examples ran and how many reached their crash point (a group of
+    one has no batch, so ``inside_batch`` is never reached there)."""
+    counts: Counter[str] = Counter()
+
+    @settings(max_examples=PROPERTY_EXAMPLES, deadline=None)
+    @given(
+        replays=st.lists(st.sampled_from([Replay.SAFE, Replay.UNSAFE]), min_size=1, max_size=5),
+        seam=st.sampled_from(GROUP_SEAMS),
+        nth=st.integers(min_value=0, max_value=4),
+        stall=st.booleans(),
+    )
+    def prop(replays: list[Replay], seam: Seam, nth: int, stall: bool) -> None:
+        at = 0 if seam in GROUP_ONCE_SEAMS else nth % len(replays)
+
+        async def main() -> list[str]:
+            async with SimServer().connect() as t:
+                await provision(t)
+                tools, results, task = await run_group_case(t, replays, seam, at, stall)
+                counts["examples"] += 1
+                counts["crashed" if tools.crashed else "not reached"] += 1
+                unsafe = [tools.starts.get(f"t{k}", 0) for k, r in enumerate(replays)
+                          if r is Replay.UNSAFE]  # fmt: skip
+                counts["unsafe calls"] += len(unsafe)
+                counts["most starts"] = max(counts["most starts"], *unsafe, 0)
+                event("crashed" if tools.crashed else "crash point not reached")
+                whole = await intents_whole_or_none(t, task, replays, seam, tools.crashed)
+                return verdict(tools, results, replays) + whole
+
+        problems = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+        assert not problems, (replays, seam, at, stall, problems)
+
+    prop()
+    print(
+        f"\ngroup property: {counts['examples']} examples, {counts['crashed']} reached their "
+        f"crash point, {counts['not reached']} did not; {counts['unsafe calls']} unsafe calls, "
+        f"the most starts of one: {counts['most starts']}"
+    )
+    assert counts["crashed"] > counts["examples"] // 2
 
 
 def test_check_sees_a_member_started_before_the_last_intent() -> None:
@@ -378,3 +464,182 @@ async def test_golden_replay_answers_a_group() -> None:
     changed = await replay_golden(golden, handler(3))
     assert [(f.position, f.kind) for f in changed.findings] == [(1, "ReplayMismatch")]
     assert "member 1 of the group" in changed.findings[0].new
+
+
+# --- the intents' atomic batch ----------------------------------------------------------------
+
+
+class CutShort:
+    """A transport whose next atomic batch is cut short on the wire: its first ``sent``
+    messages reach the server with their ADR-50 headers (``Nats-Batch-Id``,
+    ``Nats-Batch-Sequence``, the expectation on the first), the commit never does, and the
+    writer dies (:class:`Kill`). Every other call goes to the real transport."""
+
+    def __init__(self, inner: Transport, sent: int) -> None:
+        self._inner = inner
+        self._sent = sent
+        self.cut = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def publish_batch(
+        self, msgs: list[BatchMsg], expected_last_subject_seq: int | None = None
+    ) -> BatchAck:
+        if self.cut:
+            ack: BatchAck = await self._inner.publish_batch(
+                msgs, expected_last_subject_seq=expected_last_subject_seq
+            )
+            return ack
+        assert 0 < self._sent < len(msgs)
+        batch_id = uid("b")
+        for k, msg in enumerate(msgs[: self._sent], 1):
+            headers: Headers = {
+                **msg.headers,
+                "Nats-Batch-Id": batch_id,
+                "Nats-Batch-Sequence": str(k),
+            }
+            if k == 1 and expected_last_subject_seq is not None:
+                headers["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
+            await self._inner.core_publish(msg.subject, msg.data, headers)
+        # A stored publish to the same stream after them, on the same connection: once it is
+        # acknowledged, the stream has handled the batch's first messages.
+        await self._inner.publish(msgs[0].subject + "-probe", b"{}")
+        self.cut = True
+        raise Kill(f"killed with {self._sent} of the {len(msgs)} messages of a batch sent")
+
+
+@pytest.fixture(params=["nats", "trio"])
+def real_transport(request: pytest.FixtureRequest) -> Transport:
+    """The test on nats-server through nats-py and through the native Trio client."""
+    value: Transport = request.getfixturevalue(f"{request.param}_transport")
+    return value
+
+
+MIX = [Replay.SAFE, Replay.UNSAFE, Replay.UNSAFE]
+
+
+@pytest.mark.parametrize("sent", [1, 2])
+async def test_a_group_batch_cut_short_on_the_wire_stores_no_intent(
+    real_transport: Transport, sent: int
+) -> None:
+    """The crash between a group's intents, on a real server: the holder dies with ``sent`` of
+    its three intents on the wire and no commit. The server stores none of them and no member
+    started; the redelivery records all three intents as one batch and runs each member once."""
+    t = real_transport
+    task = make_task(uid())
+    tools = Tools()
+    cut = CutShort(t, sent)
+    j = await open_journal(cut, task)  # type: ignore[arg-type]
+    with trio.fail_after(WAIT_S), pytest.raises(Kill):
+        await j.tools(group_of(tools, MIX))
+    assert cut.cut and tools.starts == {}
+    assert await batch_marks(t, task) == [("claim", None)]
+    j2 = await claim(t, task)
+    with trio.fail_after(WAIT_S):
+        results = await j2.tools(group_of(tools, MIX))
+        await j2.settle(CommitAction.COMPLETE)
+    assert verdict(tools, results, MIX) == []
+    assert tools.starts == {"t0": 1, "t1": 1, "t2": 1}
+    assert [r.interrupted for r in results] == [False, False, False]
+    marks = await batch_marks(t, task)
+    assert marks[:5] == [("claim", None), ("claim", None), ("tool.intent", "1/3"),
+                         ("tool.intent", "2/3"), ("tool.intent", "3/3")]  # fmt: skip
+    report = await audit(t, task)
+    assert report.ok, report.render()
+
+
+async def test_a_killed_group_batch_stores_nothing_and_a_stored_one_everything(
+    transport: Transport,
+) -> None:
+    """Killed before the intents' batch goes out: no intent, no start; the successor runs all.
+    Killed right after it is stored: every intent is there, no member started, and the unsafe
+    ones come back interrupted (never started twice), the safe one runs."""
+    for seam, starts, interrupted in (
+        (Seam.INSIDE_BATCH, {"t0": 1, "t1": 1, "t2": 1}, [False, False, False]),
+        (Seam.AFTER_TOOL_INTENT, {"t0": 1}, [False, True, True]),
+    ):
+        tools, results, task = await run_group_case(transport, MIX, seam, 0, stall=False)
+        assert tools.crashed and tools.starts == starts, seam
+        assert [r.interrupted for r in results] == interrupted, seam
+        assert await intents_whole_or_none(transport, task, MIX, seam, True) == []
+        report = await audit(transport, task)
+        assert report.ok, report.render()
+
+
+async def test_a_zombies_group_batch_is_fenced_whole(transport: Transport) -> None:
+    """Stalled before its intents' batch, then overtaken: the zombie's batch stores nothing."""
+    tools, _, task = await run_group_case(transport, MIX, Seam.INSIDE_BATCH, 0, stall=True)
+    assert tools.crashed and tools.starts == {"t0": 1, "t1": 1, "t2": 1}
+    assert await intents_whole_or_none(transport, task, MIX, Seam.INSIDE_BATCH, True) == []
+    records = await journal_records(transport, task)
+    zombie = next(r for _, r in records if isinstance(r, ClaimRecord)).claim_id
+    assert [r for _, r in records if r.claim_id == zombie and not isinstance(r, ClaimRecord)] == []
+    report = await audit(transport, task)
+    assert report.ok, report.render()
+
+
+async def test_a_group_over_the_batch_limit_is_refused_whole(transport: Transport) -> None:
+    """A group of the server's atomic batch limit is one batch of intents; one call more is a
+    ValueError naming the limit, and nothing is written."""
+    task = make_task(uid())
+    tools = Tools()
+    j = await open_journal(transport, task)
+    too_many = [(ToolCall("t", k), Replay.SAFE, tools.fn("t")) for k in range(MAX_GROUP_CALLS + 1)]
+    with pytest.raises(ValueError, match=f"at most {MAX_GROUP_CALLS} calls"):
+        await j.tools(too_many)
+    assert tools.starts == {} and await batch_marks(transport, task) == [("claim", None)]
+    with trio.fail_after(WAIT_S * 3):
+        results = await j.tools(too_many[:MAX_GROUP_CALLS])
+    assert len(results) == MAX_GROUP_CALLS and tools.starts == {"t": MAX_GROUP_CALLS}
+    marks = await batch_marks(transport, task)
+    intents = [m for kind, m in marks if kind == "tool.intent"]
+    n = MAX_GROUP_CALLS
+    assert intents == [f"{k}/{n}" for k in range(1, n + 1)]
+
+
+async def test_held_records_past_the_limit_go_first_in_a_batch_of_their_own(
+    transport: Transport,
+) -> None:
+    """FencedWriter.append_batch: held records that would take a batch past the server's limit
+    are stored first; a batch over the limit alone, or an empty one, is refused unwritten."""
+    task = make_task(uid())
+    holder = DeliveryState(TaskIdentity.of(task))
+    j = await open_journal(transport, task, holder=holder)
+    writer = FencedWriter(transport=transport, subject=journal_subject(task.run_id,
+                          task.step_id), holder=holder, claim_id=j.claim_id,
+                          last_seq=j.last_seq)  # fmt: skip
+    ident = TaskIdentity.of(task)
+
+    def model(call: int) -> ModelRecord:
+        return ModelRecord(ident.iteration, ident.attempt, j.claim_id, call, {"n": call})
+
+    n = MAX_BATCH_PUBLISH_MSGS
+    for bad in ([], [model(k) for k in range(n + 1)]):
+        with pytest.raises(ValueError, match=f"1 to {n} records"):
+            await writer.append_batch(bad)
+    writer.hold(model(0))
+    await writer.append_batch([model(k) for k in range(1, n + 1)])
+    marks = await batch_marks(transport, task)
+    assert marks[:3] == [("claim", None), ("model", None), ("model", f"1/{n}")]
+    assert len(marks) == n + 2 and marks[-1] == ("model", f"{n}/{n}")
+    writer.hold(model(n + 1))
+    await writer.append_batch([model(n + 2)])  # within the limit: one batch, as before
+    assert (await batch_marks(transport, task))[-2:] == [("model", "1/2"), ("model", "2/2")]
+
+
+def test_check_sees_a_groups_intents_split_across_writes() -> None:
+    """``group-intents-split``: one claim's intents of a group, when marked, are one batch."""
+    claim = ClaimRecord(0, 1, "c1", "n1")
+
+    def intent(call: int) -> ToolIntentRecord:
+        return ToolIntentRecord(0, 1, "c1", call, f"t{call}", None, Replay.SAFE, "k", 0, 3)
+
+    recs = list(enumerate([claim, intent(0), intent(1), intent(2)], 1))
+    one = {2: "1/3", 3: "2/3", 4: "3/3"}
+    assert check(recs, batches=one).ok
+    assert check(recs, batches={}).ok  # stored one by one, before groups were batched
+    for split in ({2: "1/2", 3: "2/2"}, {2: "1/1", 3: "1/2", 4: "2/2"}):
+        report = check(recs, batches=split)
+        assert [v.rule for v in report.violations] == ["group-intents-split"], split
+        assert report.violations[0].seq == 2
