@@ -200,3 +200,47 @@ async def test_stream_disconnect_leaves_server_serving(any_api: Stack) -> None:
                 assert first.event == "claim"
     r = await any_api.client.get("/healthz")
     assert r.status_code == 200
+
+
+async def test_a_parallel_group_as_the_reader_and_the_audit_show_it(any_api: Stack) -> None:
+    """A group run through ``Journal.tools`` (one member fails and cancels the other): the REST
+    reader shows each intent's group, size and call id with its batch mark (the intents are one
+    atomic batch), the cancelled result names the failed member, and the check route is clean."""
+    from dagnats_trio.journal import Replay, ToolCall, open_journal
+    from tests.journal._helpers import make_task
+
+    run_id = await idle_run(any_api)
+    j = await open_journal(any_api.transport, make_task(run_id))
+    written = trio.Event()
+
+    async def fails(call: ToolCall) -> None:
+        await written.wait()
+        raise ValueError("no such user")
+
+    async def waits(call: ToolCall) -> None:
+        await j.tool_output("half")
+        written.set()
+        await trio.sleep_forever()
+
+    with trio.fail_after(EVENT_WAIT_S):
+        await j.tools(
+            [
+                (ToolCall("lookup", {"u": 1}, call_id="call_a"), Replay.SAFE, fails),
+                (ToolCall("upload", {"f": 2}, call_id="call_b"), Replay.UNSAFE, waits),
+            ],
+            cancel_on_error=True,
+        )
+        await j.settle(CommitAction.COMPLETE)
+    page = (await any_api.client.get(journal_path(run_id))).json()
+    entries = page["records"]
+    intents = [e for e in entries if e["type"] == "tool.intent"]
+    assert [(e["batch"], e["record"]["group"], e["record"]["group_size"],
+             e["record"]["call_id"]) for e in intents] == [
+        ("1/2", 0, 2, "call_a"), ("2/2", 0, 2, "call_b")
+    ]  # fmt: skip
+    results = {e["record"]["call"]: e["record"] for e in entries if e["type"] == "tool.result"}
+    assert results[0]["error"] == "ValueError: no such user" and results[0]["cancelled_by"] is None
+    assert results[1]["cancelled_by"] == 0 and results[1]["interrupted"] is True
+    assert results[1]["partial"] == ["half"]
+    audit = (await any_api.client.get(journal_path(run_id) + "/check")).json()
+    assert audit["ok"] is True, audit
