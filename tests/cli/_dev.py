@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -31,6 +32,12 @@ class DevProcess:
     proc: subprocess.Popen[str]
     banner: dict[str, str]
     lines: list[str]
+    #: stdout after the banner, a line at a time (``None`` once it ends).
+    later: queue.Queue[str | None] = attrs.field(factory=queue.Queue)
+
+    def next_line(self, timeout_s: float) -> str | None:
+        """The next stdout line after the banner (blocks up to ``timeout_s``)."""
+        return self.later.get(timeout=timeout_s)
 
     @property
     def api_url(self) -> str:
@@ -82,20 +89,23 @@ def start_dagnats(
     cwd: Path = HERE,
     env: Mapping[str, str] | None = None,
     own_group: bool = False,
+    stderr: Path | None = None,
 ) -> DevProcess:
     """``dagnats VERB ARGS`` (a long-running one: dev, serve, worker), once its banner says
-    ready."""
+    ready; its stderr goes to the file ``stderr`` if given (else nowhere)."""
     child_env = {**os.environ, "DAGNATS_LEGACY_STEP_EVENTS": "false", **(env or {})}
     child_env.pop("DAGNATS_API_TOKEN", None)
-    proc = subprocess.Popen(
-        [*dagnats_command(), verb, *args],
-        cwd=cwd,
-        env=child_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=own_group,
-    )
+    with contextlib.ExitStack() as files:
+        err = subprocess.DEVNULL if stderr is None else files.enter_context(stderr.open("wb"))
+        proc = subprocess.Popen(
+            [*dagnats_command(), verb, *args],
+            cwd=cwd,
+            env=child_env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=own_group,
+        )
     lines: queue.Queue[str | None] = queue.Queue()
     threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
     seen: list[str] = []
@@ -112,7 +122,7 @@ def start_dagnats(
             if line.startswith("  ") and sep:
                 banner[name] = value.strip()
             if line.strip().startswith("ready"):
-                return DevProcess(proc, banner, seen)
+                return DevProcess(proc, banner, seen, lines)
     except BaseException:
         proc.kill()
         proc.wait()
