@@ -643,3 +643,49 @@ def test_check_sees_a_groups_intents_split_across_writes() -> None:
         report = check(recs, batches=split)
         assert [v.rule for v in report.violations] == ["group-intents-split"], split
         assert report.violations[0].seq == 2
+
+
+async def test_an_unfinished_member_comes_back_by_its_declaration(transport: Transport) -> None:
+    """Both members wrote partial output and ran; the holder dies before either result. The
+    successor reruns the safe member and answers the unsafe one interrupted, with its partial
+    output; the unsafe function started once."""
+    task = make_task(uid())
+    starts = {"s": 0, "u": 0}
+    holder_dies = True
+
+    def member(name: str, j: Any, both: list[trio.Event]) -> Any:
+        async def run(call: ToolCall) -> Any:
+            starts[name] += 1
+            await j.tool_output(f"{name} half")
+            both[0 if name == "s" else 1].set()
+            if holder_dies:  # the first holder: both effects happen before either returns
+                for e in both:
+                    await e.wait()
+            return {"done": name}
+
+        return run
+
+    async def hook(ctx: SeamContext) -> None:
+        if ctx.seam is Seam.INSIDE_TOOL and holder_dies:
+            raise Kill("kill inside a member, after its effect")
+
+    def group(j: Any) -> list[tuple[ToolCall, Replay, Any]]:
+        both = [trio.Event(), trio.Event()]
+        return [
+            (ToolCall("s", 1, call_id="c_s"), Replay.SAFE, member("s", j, both)),
+            (ToolCall("u", 2, call_id="c_u"), Replay.UNSAFE, member("u", j, both)),
+        ]
+
+    with trio.fail_after(WAIT_S), install_hook(hook):
+        j = await open_journal(transport, task)
+        with pytest.raises(HolderKilled):
+            await j.tools(group(j))
+        holder_dies = False
+        j2 = await open_journal(transport, task)
+        safe, unsafe = await j2.tools(group(j2))
+        await j2.settle(CommitAction.COMPLETE)
+    assert starts == {"s": 2, "u": 1}
+    assert safe == ToolResult(output={"done": "s"})
+    assert unsafe.interrupted and unsafe.partial == ("u half",) and unsafe.output is None
+    report = await audit(transport, task)
+    assert report.ok, report.render()
