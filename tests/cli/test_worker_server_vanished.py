@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Final
 
+import pytest
 import trio
 
 from dagnats_trio.server import NatsServer
@@ -28,12 +29,14 @@ async def _read_until(stream: trio.abc.ReceiveStream, marker: bytes, seen: bytea
         seen += chunk
 
 
+@pytest.mark.parametrize("client", ["native", "nats-py"])
 async def test_sigterm_after_the_server_vanished_stops_cleanly(
-    fresh_nats_server: NatsServer,
+    fresh_nats_server: NatsServer, client: str
 ) -> None:
     async with open_nats_transport(fresh_nats_server.url) as t:
         await provision(t)
     argv = [*dagnats_command(), "worker", "_workers:handlers", "--nats", fresh_nats_server.url]
+    argv += ["--client", client]
     proc = await trio.lowlevel.open_process(
         argv, cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
@@ -54,7 +57,7 @@ async def test_sigterm_after_the_server_vanished_stops_cleanly(
             proc.kill()
             await proc.wait()
     text = err.decode()
-    print(f"rc {rc}; stderr: {text!r}")
+    print(f"{client}: rc {rc}; stderr: {text!r}")
     assert rc == 0, text
     assert "SIGTERM: stopping" in text and text.rstrip().endswith("stopped")
     assert "error" not in text and "cannot listen" not in text
