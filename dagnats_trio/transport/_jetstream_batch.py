@@ -64,6 +64,7 @@ BATCH_ID_BYTES = 16
 ERR_ATOMIC_DISABLED = 10174
 ERR_BATCH_INCOMPLETE = 10176
 ERR_BATCH_DUPLICATE_MSG_ID = 10201
+ERR_BATCH_TOO_MANY_INFLIGHT = 10210
 
 #: Statuses that end a direct get's answers: the end of a batch, nothing found, too many
 #: subjects, no responders (no such stream, or it does not allow direct gets).
@@ -139,10 +140,20 @@ def batch_error(err: Mapping[str, Any], what: str) -> TransportError:
             f"{what}: the stream does not allow atomic batches (provision it with "
             "StreamSpec(allow_atomic=True); nats-server 2.12+)"
         )
+    if code == ERR_BATCH_TOO_MANY_INFLIGHT:
+        # The server's table of open batches is full (50 per stream, 1000 per server by
+        # default): nothing was stored, and a batch sent again later can be.
+        return TemporarilyUnavailable(
+            f"{what}: the server holds too many open batches; nothing was stored"
+        )
     if code == ERR_BATCH_INCOMPLETE:
-        return TransportError(
-            f"{what}: the server saw an incomplete batch (its messages must all go to one "
-            "stream; or some were lost on the way); nothing was stored"
+        # Also what a full table of open batches answers a commit with: the first message was
+        # refused (answered to no one, it has no reply subject) and the rest found no batch. So
+        # it is transient: the writer may send the batch again (still fenced).
+        return TemporarilyUnavailable(
+            f"{what}: the server saw an incomplete batch (its first message refused while too "
+            "many batches were open, or messages lost on the way, or not all sent to one "
+            "stream); nothing was stored"
         )
     return json_error(err, what)
 
