@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from ._shell import (
         ENGINE_ACK_WAIT_S,
         LEGACY_ENV_VAR,
+        LOOP_ERROR_BACKOFF_MAX_S,
+        LOOP_ERROR_BACKOFF_S,
         TIMER_DUE_HEADER,
         TIMER_ID_HEADER,
         Engine,
@@ -63,6 +65,8 @@ else:
             "._shell": (
                 "ENGINE_ACK_WAIT_S",
                 "LEGACY_ENV_VAR",
+                "LOOP_ERROR_BACKOFF_MAX_S",
+                "LOOP_ERROR_BACKOFF_S",
                 "TIMER_DUE_HEADER",
                 "TIMER_ID_HEADER",
                 "Engine",
@@ -75,6 +79,8 @@ else:
 __all__ = [
     "ENGINE_ACK_WAIT_S",
     "LEGACY_ENV_VAR",
+    "LOOP_ERROR_BACKOFF_MAX_S",
+    "LOOP_ERROR_BACKOFF_S",
     "TIMER_DUE_HEADER",
     "TIMER_ID_HEADER",
     "TIMER_LOOP_DELAY",
