@@ -39,3 +39,18 @@ def exit_watch(pid: int) -> Iterator[Callable[[float], bool]]:
         yield exited
     finally:
         os.close(pidfd)
+
+
+def server_dir_of(pid: int) -> Path:
+    """A running nats-server's temporary directory (config, ports file, log, a throwaway store):
+    the folder of its ``-c`` config file."""
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return Path(argv[argv.index(b"-c") + 1].decode()).parent
+
+
+def command_name(pid: int) -> str:
+    """``/proc/<pid>/comm`` ("" once the process is gone)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""

@@ -4,12 +4,14 @@ life (it dies with the process that started it, even one killed with SIGKILL).""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -18,13 +20,14 @@ from pathlib import Path
 
 import pytest
 import trio
-from _procs import children_of, exit_watch
+from _procs import children_of, exit_watch, server_dir_of
 
 from dagnats_trio.server import (
     LOCK_FILE_NAME,
     NatsServer,
     PortInUse,
     StoreLocked,
+    SyncNatsServer,
     open_nats_server,
 )
 from dagnats_trio.server._probe import answers_info
@@ -161,40 +164,72 @@ async def test_the_server_is_a_child_of_the_thread_running_trio() -> None:
 
 _SCRIPT = """
 import sys, time, trio
-from dagnats_trio.server import SyncNatsServer, open_nats_server
+from dagnats_trio.server import SyncNatsServer, open_nats_cluster, open_nats_server
 
 if sys.argv[1] == "sync":
-    SyncNatsServer().start()
-    print("ready", flush=True)
+    print("ready", SyncNatsServer().start(), flush=True)
     time.sleep(600)
+elif sys.argv[1] == "cluster":
+    async def main():
+        async with open_nats_cluster() as cluster:
+            print("ready", *cluster.urls, flush=True)
+            await trio.sleep_forever()
+    trio.run(main)
 else:
     async def main():
-        async with open_nats_server():
-            print("ready", flush=True)
+        async with open_nats_server() as server:
+            print("ready", server.url, flush=True)
             await trio.sleep_forever()
     trio.run(main)
 """
+#: Servers each kind starts: the test fixtures' blocking server, ``open_nats_server`` (what
+#: ``dev`` and ``demo`` embed) and the fixtures' 3-node cluster.
+KIND_SERVERS = {"sync": 1, "open_nats_server": 1, "cluster": 3}
 
 
-@pytest.mark.parametrize("kind", ["open_nats_server", "sync"])
+def _answers(url: str) -> bool:
+    host, _, port = url.removeprefix("nats://").rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("kind", sorted(KIND_SERVERS))
 def test_the_server_dies_with_a_parent_killed_by_sigkill(kind: str) -> None:
+    """Every server, its port and (at the next start of any server) its temporary directories
+    go with a parent that ran no cleanup."""
     parent = subprocess.Popen(
         [sys.executable, "-c", _SCRIPT, kind], stdout=subprocess.PIPE, text=True
     )
     try:
         assert parent.stdout is not None
         started, _, _ = select.select([parent.stdout], [], [], SCRIPT_START_TIMEOUT_S)
-        assert started and parent.stdout.readline().strip() == "ready"
-        (server_pid,) = children_of(parent.pid)
-        with exit_watch(server_pid) as exited:
-            assert not exited(0)
+        word, *urls = parent.stdout.readline().split() if started else [""]
+        assert word == "ready"
+        servers = children_of(parent.pid)
+        assert len(servers) == len(urls) == KIND_SERVERS[kind]
+        dirs = {server_dir_of(pid) for pid in servers}
+        assert all(str(parent.pid) in d.name for d in dirs)  # named by their owner
+        with contextlib.ExitStack() as watches:
+            exits = [watches.enter_context(exit_watch(pid)) for pid in servers]
+            assert not any(exited(0) for exited in exits)
             parent.send_signal(signal.SIGKILL)
             killed_at = time.monotonic()
-            assert exited(PARENT_DEATH_BOUND_S), "the server outlived its parent"
+            for exited in exits:
+                assert exited(PARENT_DEATH_BOUND_S), "a server outlived its parent"
             gone_s = time.monotonic() - killed_at
         assert parent.wait(TEST_BOUND_S) == -signal.SIGKILL
-        print(f"\n{kind}: the server was gone {gone_s * 1000:.0f} ms after its parent's SIGKILL")
+        assert not any(_answers(url) for url in urls)
+        print(f"\n{kind}: {len(servers)} server(s) gone {gone_s * 1000:.0f} ms after SIGKILL")
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+    # Nobody cleaned up after the parent; the next server started on this machine does.
+    nxt = SyncNatsServer()
+    nxt.start()
+    nxt.stop()
+    assert not any(d.exists() for d in dirs), "a dead parent's temporary directory stayed"
+    assert not list(Path(tempfile.gettempdir()).glob(f"dagnats-*-{parent.pid}-*"))

@@ -11,6 +11,7 @@ from ._config import free_port
 from ._lock import LOCK_FILE_NAME, StoreLocked
 from ._node import START_TIMEOUT_S, STOP_TIMEOUT_S, NatsServer, PortInUse, open_nats_server
 from ._sync import SyncNatsServer
+from ._tempdir import remove_orphaned_temp_dirs
 
 __all__ = [
     "CLUSTER_SIZE",
@@ -30,4 +31,5 @@ __all__ = [
     "node_name",
     "open_nats_cluster",
     "open_nats_server",
+    "remove_orphaned_temp_dirs",
 ]

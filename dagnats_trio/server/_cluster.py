@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +15,7 @@ from . import _probe
 from ._binary import NatsServerError
 from ._config import ClusterSettings, free_port
 from ._node import NatsServer
+from ._tempdir import CLUSTER_DIR_PREFIX, owned_temp_dir
 
 CLUSTER_SIZE = 3
 CLUSTER_NAME = "dagnats"
@@ -86,7 +86,7 @@ class NatsCluster:
         """Start every node and return once a 3-replica stream can be created."""
         if self._nodes:
             raise NatsServerError("cluster already started")
-        self._dir = Path(tempfile.mkdtemp(prefix="dagnats-cluster-"))
+        self._dir = owned_temp_dir(CLUSTER_DIR_PREFIX)
         routes = self._routes or RouteLayout.direct()
         self._nodes = [
             NatsServer(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
@@ -28,6 +27,7 @@ from ._config import (
     render_config,
 )
 from ._lock import StoreLock
+from ._tempdir import NODE_DIR_PREFIX, owned_temp_dir
 
 #: How long a server may take from spawn to answering on its client port.
 START_TIMEOUT_S = 15.0
@@ -121,7 +121,7 @@ class NatsServer:
 
     def _dir(self) -> Path:
         if self._work_dir is None:
-            self._work_dir = Path(tempfile.mkdtemp(prefix="dagnats-nats-"))
+            self._work_dir = owned_temp_dir(NODE_DIR_PREFIX)
         return self._work_dir
 
     @property

@@ -9,7 +9,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import final
@@ -26,6 +25,7 @@ from ._config import (
     render_config,
 )
 from ._node import READY_POLL_INTERVAL_S, START_TIMEOUT_S, STOP_TIMEOUT_S
+from ._tempdir import NODE_DIR_PREFIX, owned_temp_dir
 
 #: Bound on one blocking connect/read while probing readiness.
 _SOCKET_TIMEOUT_S = 1.0
@@ -60,7 +60,7 @@ class SyncNatsServer:
     def start(self) -> str:
         if self._process is not None:
             raise NatsServerError("nats-server is already running")
-        self._dir = Path(tempfile.mkdtemp(prefix="dagnats-nats-"))
+        self._dir = owned_temp_dir(NODE_DIR_PREFIX)
         ports_dir = self._dir / "ports"
         ports_dir.mkdir()
         config_file = self._dir / "nats-server.conf"

@@ -11,6 +11,9 @@ import time
 from pathlib import Path
 
 import httpx
+from _procs import children_of, command_name, exit_watch, server_dir_of
+
+from dagnats_trio.server import SyncNatsServer
 
 from ._dev import _pump, dagnats_command, port_open
 
@@ -18,6 +21,8 @@ from ._dev import _pump, dagnats_command, port_open
 DEMO_TIMEOUT_S = 60.0
 #: Bound of the stop after Ctrl-C.
 DEMO_STOP_TIMEOUT_S = 20.0
+#: How long a nats-server may outlive its SIGKILLed demo (the kernel signals at once).
+PARENT_DEATH_BOUND_S = 10.0
 
 
 def test_demo_runs_end_to_end_and_its_journal_check_passes() -> None:
@@ -97,3 +102,43 @@ def test_demo_keep_leaves_the_console_open_on_its_run_until_ctrl_c() -> None:
         rest.append(line)
     assert any(line.startswith("stopped: nats-server") for line in rest), rest
     assert not port_open(base)
+
+
+def test_a_sigkilled_demo_takes_its_nats_server_and_temp_dir_with_it() -> None:
+    """The demo's embedded server dies with it even when the demo runs no cleanup at all, its
+    port is free, and its temporary directory goes at the next server start (issue 9 item 8)."""
+    proc = subprocess.Popen(
+        [*dagnats_command(), "demo", "--keep"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={"COLUMNS": "160", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+    try:
+        deadline = time.monotonic() + DEMO_TIMEOUT_S
+        found = None
+        while found is None:
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.1))
+            assert line is not None, "the demo ended before its server started"
+            found = re.search(r"embedded nats-server\s+(nats://\S+)", line)
+        url = found.group(1)
+        (server,) = (p for p in children_of(proc.pid) if command_name(p) == "nats-server")
+        work_dir = server_dir_of(server)
+        with exit_watch(server) as exited:
+            proc.send_signal(signal.SIGKILL)
+            killed_at = time.monotonic()
+            assert exited(PARENT_DEATH_BOUND_S), "nats-server outlived a SIGKILLed demo"
+            gone_s = time.monotonic() - killed_at
+        assert proc.wait(DEMO_STOP_TIMEOUT_S) == -signal.SIGKILL
+        print(f"\nthe demo's nats-server was gone {gone_s * 1000:.0f} ms after its SIGKILL")
+        assert not port_open(url.replace("nats://", "http://"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    nxt = SyncNatsServer()
+    nxt.start()
+    nxt.stop()
+    assert not work_dir.exists(), "the SIGKILLed demo's temporary directory stayed"

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
-from _procs import exit_watch
+from _procs import exit_watch, server_dir_of
 
 from dagnats_trio.server import LOCK_FILE_NAME
 
@@ -63,12 +63,6 @@ def _dev_refused(args: list[str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _work_dir(nats_pid: int) -> Path:
-    """The server's temporary directory (config, ports file, log): its ``-c`` file's folder."""
-    argv = Path(f"/proc/{nats_pid}/cmdline").read_bytes().split(b"\0")
-    return Path(argv[argv.index(b"-c") + 1].decode()).parent
-
-
 def test_a_second_dev_on_one_data_dir_is_refused_in_one_line(tmp_path: Path) -> None:
     data = tmp_path / "data"
     port = _free_port()
@@ -115,7 +109,7 @@ def test_sighup_to_the_process_group_stops_dev_and_its_server(tmp_path: Path) ->
     )
     stopped = False
     try:
-        work_dir = _work_dir(dev.nats_pid)
+        work_dir = server_dir_of(dev.nats_pid)
         assert work_dir.is_dir()
         with exit_watch(dev.nats_pid) as exited:
             os.killpg(dev.proc.pid, signal.SIGHUP)
@@ -133,6 +127,7 @@ def test_sighup_to_the_process_group_stops_dev_and_its_server(tmp_path: Path) ->
 def test_sigkill_of_dev_takes_its_server_down_and_frees_the_data_dir(tmp_path: Path) -> None:
     data = tmp_path / "data"
     dev = start_dev(["--data-dir", str(data), "--listen", "127.0.0.1:0"], own_group=True)
+    work_dir = server_dir_of(dev.nats_pid)
     try:
         with exit_watch(dev.nats_pid) as exited:
             dev.proc.send_signal(signal.SIGKILL)  # dev only, not its group
@@ -146,6 +141,7 @@ def test_sigkill_of_dev_takes_its_server_down_and_frees_the_data_dir(tmp_path: P
         _kill_group(dev)
     # The kernel dropped the lock with the last holder: the next dev starts on the same data.
     again = start_dev(["--data-dir", str(data), "--listen", "127.0.0.1:0"])
+    assert not work_dir.exists(), "the SIGKILLed dev's temporary directory stayed"
     assert again.stop() == 0
 
 
