@@ -119,14 +119,14 @@ def test_an_answer_that_depends_on_the_delivery_is_caught() -> None:
     assert any("differs from the crash-free run" in v for v in report.violations)
 
 
-def test_the_testing_doc_example_runs_as_a_user_would(tmp_path: Path) -> None:
-    doc = {b.key[1]: b.text for b in blocks("python") if b.file == "docs/testing.md"}
-    agent = doc["# my_agent.py: one unsafe tool call, then an answer"]
-    test = doc["# test_my_agent.py"]
-    (tmp_path / "my_agent.py").write_text(agent)
-    (tmp_path / "test_my_agent.py").write_text(test)
+def run_doc_example(tmp_path: Path, doc: str, module: str, test: str) -> list[str]:
+    """Write the doc's two blocks (``# <module>.py`` and ``# <test>.py``) as a user would, run
+    pytest on the test in a fresh process; its summary lines."""
+    found = {b.key[1].split(":")[0]: b.text for b in blocks("python") if b.file == doc}
+    (tmp_path / f"{module}.py").write_text(found[f"# {module}.py"])
+    (tmp_path / f"{test}.py").write_text(found[f"# {test}.py"])
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_my_agent.py"],
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", f"{test}.py"],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(tmp_path)},
         capture_output=True,
@@ -136,8 +136,21 @@ def test_the_testing_doc_example_runs_as_a_user_would(tmp_path: Path) -> None:
     print(done.stdout)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
-    summaries = [line for line in done.stdout.splitlines() if ": 20 runs, faults fired" in line]
-    assert len(summaries) == 3 and all(": ok; trace=" in s for s in summaries)
+    return [line for line in done.stdout.splitlines() if "runs, faults fired" in line]
+
+
+def test_the_testing_doc_example_runs_as_a_user_would(tmp_path: Path) -> None:
+    summaries = run_doc_example(tmp_path, "docs/testing.md", "my_agent", "test_my_agent")
+    assert len(summaries) == 3 and all(": 20 runs, faults fired" in s for s in summaries)
+    assert all(": ok; trace=" in s for s in summaries)
+
+
+def test_the_concepts_doc_group_example_runs(tmp_path: Path) -> None:
+    summaries = run_doc_example(
+        tmp_path, "docs/concepts.md", "parallel_agent", "test_parallel_agent"
+    )
+    assert len(summaries) == 2 and all(": 10 runs, faults fired" in s for s in summaries)
+    assert all(": ok; trace=" in s for s in summaries)
 
 
 async def parallel_agent(tc: TaskContext) -> None:

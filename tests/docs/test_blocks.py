@@ -58,6 +58,14 @@ RUN: dict[tuple[str, str], str] = {
         "# test_my_agent.py",
     ): "tests/crashtest/test_crash_test.py::test_the_testing_doc_example_runs_as_a_user_would",
     (
+        "docs/concepts.md",
+        "# parallel_agent.py",
+    ): "tests/crashtest/test_crash_test.py::test_the_concepts_doc_group_example_runs",
+    (
+        "docs/concepts.md",
+        "# test_parallel_agent.py",
+    ): "tests/crashtest/test_crash_test.py::test_the_concepts_doc_group_example_runs",
+    (
         "docs/upgrading.md",
         "from dagnats_trio.testing import replay_golden",
     ): "tests/cli/test_golden.py::test_the_upgrading_doc_example_runs",
