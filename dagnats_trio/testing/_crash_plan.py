@@ -17,6 +17,7 @@ from ._seam_faults import Fault, FaultKind
 CRASH_SEAMS: Final = (
     Seam.BEFORE_CLAIM,
     Seam.AFTER_CLAIM,
+    Seam.INSIDE_BATCH,
     Seam.AFTER_TOOL_INTENT,
     Seam.INSIDE_TOOL,
     Seam.AFTER_TOOL_RESULT,

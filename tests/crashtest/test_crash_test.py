@@ -81,23 +81,25 @@ def test_the_same_seed_gives_the_same_trace() -> None:
 
 
 def test_an_unsafe_tool_declared_safe_is_caught() -> None:
-    """send_message declared safe: a successor runs it again after a crash inside it."""
+    """send_message declared safe: a successor runs it again after a crash inside it. (Seed 3:
+    one whose schedule crashes inside send_message at its iteration; seed 2 did so until the
+    schedule gained the ``inside_batch`` seam.)"""
     unsafe = attrs.evolve(DEFAULT_SCRIPT[1], replay=Replay.SAFE)
     script = (DEFAULT_SCRIPT[0], unsafe, *DEFAULT_SCRIPT[2:])
     report = crash_test(
         ScriptedAgent(script).handlers,
         agent_workflow("broken"),
-        seed=2,
-        runs=16,
+        seed=3,
+        runs=RUNS,
         unsafe_tools={"send_message"},
     )
     print(report.summary())
     print("\n".join(report.violations))
     assert not report.ok
     assert all("unsafe tool 'send_message' started 2 times" in v for v in report.violations)
-    assert all("seed 2" in v for v in report.violations)
+    assert all("seed 3" in v for v in report.violations)
     # without the truth about the tool, the declared-safe call is not the harness's to count
-    blind = crash_test(ScriptedAgent(script).handlers, agent_workflow("b"), seed=2, runs=16)
+    blind = crash_test(ScriptedAgent(script).handlers, agent_workflow("b"), seed=3, runs=RUNS)
     assert blind.ok
 
 
@@ -203,6 +205,11 @@ def test_a_parallel_group_agent_survives_the_soak() -> None:
         print(report.summary())
         assert report.ok, "\n".join(report.violations)
         assert report.fired["kill"] >= 8 and report.fired["stall"] >= 8
+    # the group's batch of intents is one of the seams: a kill and a stall fired inside it
+    fired = [line for r in results for line in r.trace if line.startswith("fault ")]
+    inside = {line.split(": ")[-1].split()[0] for line in fired if "inside_batch" in line}
+    print("faults fired inside the intents' batch:", sum("inside_batch" in f for f in fired))
+    assert inside == {"kill", "stall"}
 
 
 async def test_the_same_kills_on_a_real_nats_server(fresh_nats_server: NatsServer) -> None:
