@@ -28,6 +28,8 @@ CONFLICT_STATUS = 409
 NO_RESPONDERS_STATUS = 503
 
 _CRLF = b"\r\n"
+#: Bytes a header name may hold: printable ASCII (33-126) but ':'.
+_NAME_BYTES = frozenset(range(33, 127)) - {ord(":")}
 
 
 def _check_key(key: str, where: str) -> None:
@@ -93,8 +95,12 @@ def encode_headers(headers: Headers) -> bytes:
         raise ProtocolError("headers: a description needs a status")
     parts.append(_CRLF)
     for key, value in headers.fields:
-        _check_key(key, "headers")
-        _check_value(value, "headers")
+        # The common case tested inline (on every request's path); the helpers name what is
+        # wrong otherwise.
+        if not (key and key.isascii() and key.isprintable() and " " not in key and ":" not in key):
+            _check_key(key, "headers")
+        if "\r" in value or "\n" in value or value != value.strip(" \t"):
+            _check_value(value, "headers")
         parts.append(utf8(f"{key}: {value}\r\n", "headers: field"))
     parts.append(_CRLF)
     block = b"".join(parts)
@@ -137,7 +143,13 @@ def parse_headers(block: bytes) -> Headers:
         name, sep, value = line.partition(b":")
         if not sep:
             raise ProtocolError(f"HMSG headers: line {line[:32]!r} has no colon")
-        key = _decode(name, "header name")
-        _check_key(key, "HMSG headers")
-        fields.append((key, _decode(value.strip(b" \t"), "header value")))
+        # The common case (a printable ASCII name, UTF-8 text) tested inline, on every
+        # reply's path; the helpers name what is wrong otherwise.
+        if name and _NAME_BYTES.issuperset(name):
+            key = name.decode()
+        else:
+            key = _decode(name, "header name")
+            _check_key(key, "HMSG headers")
+        value = value.strip(b" \t")
+        fields.append((key, value.decode() if value.isascii() else _decode(value, "header value")))
     return Headers(fields=tuple(fields), status=status, description=description)

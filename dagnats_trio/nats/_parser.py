@@ -45,8 +45,12 @@ def _text(op: str, name: str, raw: bytes) -> str:
         raise ProtocolError(f"{op}: {name} {raw[:64]!r} is not UTF-8") from None
 
 
+#: Digits a byte count may have (a terabyte is thirteen; max_payload is far below).
+_MAX_SIZE_DIGITS = 12
+
+
 def _size(op: str, name: str, raw: bytes) -> int:
-    if not raw.isdigit() or len(raw) > 12:
+    if not raw.isdigit() or len(raw) > _MAX_SIZE_DIGITS:
         raise ProtocolError(f"{op}: {name} {raw[:32]!r} is not a byte count")
     return int(raw)
 
@@ -58,7 +62,6 @@ class _Pending:
 
     def __init__(
         self,
-        *,
         is_msg: bool,
         subject: str,
         sid: str,
@@ -138,9 +141,10 @@ class Parser:
             if self._pos == len(buf):
                 buf.clear()
                 self._pos = 0
-            event = self._parse_line(line)
-            if event is not None:
-                return event
+            if not self._fast_msg(line):
+                event = self._parse_line(line)
+                if event is not None:
+                    return event
         pending = self._pending
         assert pending is not None
         start = self._pos
@@ -168,6 +172,50 @@ class Parser:
         if pending.is_msg:
             return Msg(pending.subject, pending.sid, payload, pending.reply, headers)
         return Pub(pending.subject, payload, pending.reply, headers)
+
+    def _fast_msg(self, line: bytes) -> bool:
+        """The hot path: a well-formed ``MSG``/``HMSG`` line (every reply and delivery) in one
+        split and no further calls. Anything else, or anything odd about it (a lower-case op,
+        a wrong argument count, a size that is no plain count, a bound passed), returns False
+        and :meth:`_parse_line` parses it, raising its own errors; so this only skips work,
+        never a check."""
+        if line.startswith(b"MSG "):
+            header_bytes = None
+            args = line.split()
+            n = len(args) - 1
+            if n != 3 and n != 4:
+                return False
+        elif line.startswith(b"HMSG "):
+            args = line.split()
+            n = len(args) - 2
+            if n != 3 and n != 4:
+                return False
+            raw = args[-2]
+            if not raw.isdigit() or len(raw) > _MAX_SIZE_DIGITS:
+                return False
+            header_bytes = int(raw)
+        else:
+            return False
+        raw = args[-1]
+        if (
+            not raw.isdigit()
+            or len(raw) > _MAX_SIZE_DIGITS
+            or len(line) > self.max_control_line_bytes
+        ):
+            return False
+        total = int(raw)
+        if total > self.max_payload_bytes or (
+            header_bytes is not None and (header_bytes > total or header_bytes > MAX_HEADER_BYTES)
+        ):
+            return False
+        try:
+            subject = args[1].decode()
+            sid = args[2].decode()
+            reply = args[3].decode() if n == 4 else None
+        except UnicodeDecodeError:
+            return False
+        self._pending = _Pending(True, subject, sid, reply, header_bytes, total)
+        return True
 
     def _check_partial_line(self) -> None:
         waiting = len(self._buf) - self._pos

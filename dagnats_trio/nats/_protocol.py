@@ -13,7 +13,7 @@ from typing import Literal, final
 
 from ._encoder import encode
 from ._errors import ProtocolError
-from ._events import CLIENT_EVENTS, SERVER_EVENTS, Event, Info, Pub
+from ._events import CLIENT_EVENTS, SERVER_EVENTS, Event, Info, Msg, Pub
 from ._limits import DEFAULT_MAX_PAYLOAD_BYTES
 from ._parser import NeedData, Parser
 
@@ -48,6 +48,8 @@ class ClientProtocol:
     def next_event(self) -> Event | Literal[NeedData.NEED_DATA]:
         """The next event from the server, or ``NEED_DATA``."""
         event = self._parser.next_event()
+        if type(event) is Msg:  # the hot path: every reply and delivery
+            return event
         if isinstance(event, NeedData):
             return event
         if not isinstance(event, SERVER_EVENTS):
@@ -59,7 +61,7 @@ class ClientProtocol:
 
     def send(self, event: Event) -> bytes:
         """The bytes that send ``event`` to the server."""
-        if not isinstance(event, CLIENT_EVENTS):
+        if type(event) is not Pub and not isinstance(event, CLIENT_EVENTS):
             raise ProtocolError(f"{type(event).__name__.upper()}: not sent by a client")
         if (
             isinstance(event, Pub)

@@ -1,0 +1,74 @@
+"""Issue 12 item 3 (CPU per run): what the sans-IO core spends on the messages every request
+makes, counted in Python function calls (a count, so the machine's load does not move it).
+
+A request with headers, answered with headers, on a real nats-server: per round trip the core
+encodes an HPUB on each side and parses an HMSG on each side. The fast paths for well-formed
+MSG/HMSG lines and plain-token PUB/HPUB frames keep that to a few calls each; every odd frame
+still goes through the field-by-field checks (the parser and encoder tests cover those).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import uuid
+from typing import Final
+
+import trio
+
+from dagnats_trio.nats import Connection, Headers, Subscription, open_connection
+
+#: Round trips measured (after one to warm up).
+ROUND_TRIPS: Final = 50
+#: Python calls into the core's codec modules per round trip (two HPUBs encoded, two HMSGs
+#: parsed, the empty-buffer checks between them, the test's own ``Headers.of``): 38 with the
+#: fast paths, 68 before them.
+MAX_CORE_CALLS_PER_ROUND_TRIP: Final = 42
+#: The sans-IO modules that frame and parse every message.
+CORE_MODULES: Final = (
+    "nats/_parser.py",
+    "nats/_encoder.py",
+    "nats/_headers.py",
+    "nats/_protocol.py",
+)
+WAIT_S: Final = 20.0
+
+
+async def _echo(conn: Connection, sub: Subscription) -> None:
+    async for msg in sub:
+        if msg.reply:
+            await conn.publish(msg.reply, msg.payload, headers=Headers.of({"Echo": "1"}))
+
+
+def _core_calls(profiler: cProfile.Profile) -> int:
+    profiler.create_stats()
+    stats: dict[tuple[str, int, str], tuple[int, int, float, float, object]]
+    stats = profiler.stats  # type: ignore[attr-defined]
+    return sum(v[1] for k, v in stats.items() if k[0].replace("\\", "/").endswith(CORE_MODULES))
+
+
+async def test_a_request_costs_the_core_few_calls(nats_url: str) -> None:
+    subject = f"nc.cost.{uuid.uuid4().hex[:12]}"
+    headers = {"Nats-Msg-Id": "m1", "Nats-Expected-Last-Subject-Sequence": "7"}
+    async with (
+        open_connection(nats_url) as server_side,
+        server_side.subscribe(subject) as sub,
+        open_connection(nats_url) as client,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(_echo, server_side, sub)
+        await server_side.flush()
+        with trio.fail_after(WAIT_S):
+            await client.request(subject, b"warm", headers=headers)
+            profiler = cProfile.Profile()
+            profiler.enable()
+            try:
+                for i in range(ROUND_TRIPS):
+                    msg = await client.request(subject, b"x%d" % i, headers=headers)
+                    assert msg.payload == b"x%d" % i
+                    assert msg.headers == Headers.of({"Echo": "1"})
+            finally:
+                profiler.disable()
+        nursery.cancel_scope.cancel()
+    per_round_trip = _core_calls(profiler) / ROUND_TRIPS
+    print(f"core codec calls per round trip: {per_round_trip:.1f}")
+    assert 0 < per_round_trip <= MAX_CORE_CALLS_PER_ROUND_TRIP
