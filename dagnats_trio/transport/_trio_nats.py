@@ -255,7 +255,12 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
             body["expires"] = expires
         self._round_trips += 1
         try:
-            await self._conn.publish(pull.next_subject, json.dumps(body).encode(), reply=reply)
+            # The wait for the deliveries below is the schedule point; a cancelled fetch
+            # still sends nothing.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            data = json.dumps(body).encode()
+            if not self._conn.try_publish(pull.next_subject, data, reply=reply):
+                await self._conn.publish(pull.next_subject, data, reply=reply)
         except (NatsError, ProtocolError) as exc:
             raise map_error(exc, what) from None
         # Deliveries wait in ``pull.taken`` until returned: a fetch cancelled while waiting

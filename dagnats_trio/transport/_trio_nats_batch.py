@@ -33,9 +33,14 @@ def direct_reply(msg: Msg) -> DirectReply:
 
 async def send_uncommitted(conn: Connection, wire: Sequence[WireMsg]) -> None:
     """Queue the messages of a batch before its commit, with no reply subject: the server
-    answers none of them, and holds them until the commit (or abandons them)."""
+    answers none of them, and holds them until the commit (or abandons them). The commit, a
+    request, is the checkpoint: a message goes out without one of its own unless the outbox is
+    full. A cancelled caller sends nothing."""
+    await trio.lowlevel.checkpoint_if_cancelled()
     for msg in wire:
-        await conn.publish(msg.subject, msg.data, headers=wire_headers(msg.headers))
+        headers = wire_headers(msg.headers)
+        if not conn.try_publish(msg.subject, msg.data, headers=headers):
+            await conn.publish(msg.subject, msg.data, headers=headers)
 
 
 async def gather(

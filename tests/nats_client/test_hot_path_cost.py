@@ -13,9 +13,17 @@ import cProfile
 import uuid
 from typing import Final
 
+import pytest
 import trio
 
-from dagnats_trio.nats import Connection, Headers, Subscription, open_connection
+from dagnats_trio.nats import (
+    Connection,
+    ConnectionClosedError,
+    Headers,
+    ProtocolError,
+    Subscription,
+    open_connection,
+)
 
 #: Round trips measured (after one to warm up).
 ROUND_TRIPS: Final = 50
@@ -72,3 +80,21 @@ async def test_a_request_costs_the_core_few_calls(nats_url: str) -> None:
     per_round_trip = _core_calls(profiler) / ROUND_TRIPS
     print(f"core codec calls per round trip: {per_round_trip:.1f}")
     assert 0 < per_round_trip <= MAX_CORE_CALLS_PER_ROUND_TRIP
+
+
+async def test_try_publish_queues_at_once_and_refuses_what_publish_refuses(nats_url: str) -> None:
+    subject = f"nc.try.{uuid.uuid4().hex[:12]}"
+    async with open_connection(nats_url) as client, client.subscribe(subject) as sub:
+        await client.flush()
+        assert client.try_publish(subject, b"one", headers={"K": "1"})
+        assert client.try_publish(subject, b"two", reply="r.1")
+        with trio.fail_after(WAIT_S):
+            first, second = await sub.next_msg(), await sub.next_msg()
+        assert (first.payload, first.headers) == (b"one", Headers.of({"K": "1"}))
+        assert (second.payload, second.reply) == (b"two", "r.1")
+        with pytest.raises(ProtocolError, match="subject"):
+            client.try_publish("bad subject", b"x")
+        with pytest.raises(ProtocolError, match="max_payload"):
+            client.try_publish(subject, b"x" * (client.max_payload_bytes + 1))
+    with pytest.raises(ConnectionClosedError):
+        client.try_publish(subject, b"late")
