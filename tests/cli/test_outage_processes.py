@@ -124,6 +124,7 @@ async def test_worker_serve_and_dev_processes_ride_out_a_90s_outage(
             os.close(writer)
             writer = -1  # the tool completes while NATS is away
             down = [await _health(http, 503) for http in (serve_http, dev_http)]
+            refused = [await http.get(f"/runs/{run_id}") for http in (serve_http, dev_http)]
             for proc in procs.values():
                 assert proc.proc.poll() is None, "a process exited during the outage"
             await trio.sleep(max(0.0, OUTAGE_S - (trio.current_time() - stopped_at)))
@@ -157,7 +158,8 @@ async def test_worker_serve_and_dev_processes_ride_out_a_90s_outage(
     print(
         f"outage {outage_s:.1f} s; run {run['status']} {recovered_s:.1f} s after the restart; "
         f"tool starts {starts}; records {[rec.TYPE for _, rec in records]}; "
-        f"healthz down {down}, up {up}; rc {rcs}"
+        f"healthz down {down}, up {up}; GET run during it {[r.status_code for r in refused]} "
+        f"{[r.json()['error']['code'] for r in refused]}; rc {rcs}"
     )
     for name, lines in said.items():
         print(f"{name} said:")
@@ -173,6 +175,10 @@ async def test_worker_serve_and_dev_processes_ride_out_a_90s_outage(
     assert len(results) == len(intents)
     assert check(records, engine_iterations=1).ok
     assert down == [{"status": "unavailable", "nats": "down"}] * 2
+    # Meanwhile a NATS-backed route answers 503 ``unavailable``: the API serves, and says why.
+    assert [(r.status_code, r.json()["error"]["code"]) for r in refused] == [
+        (503, "unavailable")
+    ] * 2
     assert up == [{"status": "ok", "nats": "up"}] * 2
     for name, lines in said.items():
         unreachable = [line for line in lines if UNREACHABLE in line]
