@@ -25,6 +25,7 @@ import trio
 from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expected_answer
 
 from ._stack import Stack, open_stack
+from .agent import HEADLINE
 
 PROFILE_WORKFLOW: Final = "bench-agent-profile"
 PROFILE_WARMUP_RUNS: Final = 10
@@ -111,7 +112,7 @@ async def _runs(stack: Stack, n: int) -> None:
 
 
 async def _measure(plain_runs: int, profiled_runs: int) -> tuple[float, pstats.Stats, float]:
-    agent = ScriptedAgent()
+    agent = ScriptedAgent(paired=HEADLINE.paired)
     async with open_stack(
         sync_always=True,
         handlers={AGENT_TASK: agent.turn},
