@@ -26,6 +26,7 @@ from dagnats_trio.protocol import (
     converter,
     decode_record,
     encode_record,
+    loads_json,
 )
 
 
@@ -86,3 +87,30 @@ def test_the_policy_walks_container_subclasses(value: Any) -> None:
 
 def test_plain_containers_pass_the_policy() -> None:
     check_json({"a": collections.OrderedDict(x=[1, 2.5, "s", None, True])})
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"a":[1,2.5,"\\u00e9\xc3\xa9"],"b":null}',
+        b'{"lone":"\\ud800"}',
+        b"\xef\xbb\xbf{}",
+        '{"x":1}'.encode("utf-16-le"),
+        '{"x":1}'.encode("utf-16"),
+        b"[1]",
+        b"{",
+        b'{"a":1} x',
+        b"{\xff}",
+        b"",
+    ],
+)
+def test_loads_json_answers_and_fails_as_json_loads(data: bytes) -> None:
+    try:
+        expected: Any = ("ok", json.loads(data))
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        expected = ("error", type(exc), str(exc))
+    try:
+        got: Any = ("ok", loads_json(data))
+    except ValueError as exc:
+        got = ("error", type(exc), str(exc))
+    assert got == expected

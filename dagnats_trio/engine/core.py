@@ -195,12 +195,13 @@ class _Decision:
     def finish(self) -> Outcome:
         if self.dropped is not None:
             return Outcome(self.orig, dropped=self.dropped)
-        snap = attrs.evolve(self.snap, steps=self.steps, updated_at_ms=self.now)
+        changes: dict[str, Any] = {"steps": self.steps, "updated_at_ms": self.now}
         if self.ctx.seq is not None:
             entry = OutboxEntry(self.ctx.seq, tuple(self.effects))
-            outbox = (*snap.outbox, entry)[-OUTBOX_KEEP_EVENTS:]
-            snap = attrs.evolve(snap, last_seq=self.ctx.seq, outbox=outbox)
-        return Outcome(snap, tuple(self.effects))
+            changes["outbox"] = (*self.snap.outbox, entry)[-OUTBOX_KEEP_EVENTS:]
+            changes["last_seq"] = self.ctx.seq
+        # One copy of the snapshot per advance (``evolve`` reads every field).
+        return Outcome(attrs.evolve(self.snap, **changes), tuple(self.effects))
 
     @property
     def definition(self) -> WorkflowDef:

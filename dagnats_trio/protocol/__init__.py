@@ -7,6 +7,7 @@ from ._codec import (
     converter,
     from_json,
     from_obj,
+    loads_json,
     register_union,
     to_json,
 )
@@ -145,6 +146,7 @@ __all__ = [
     "is_request_id",
     "layout",
     "lifecycle_event",
+    "loads_json",
     "parse_decimal",
     "record_headers",
     "register_union",

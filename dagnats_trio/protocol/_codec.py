@@ -98,6 +98,20 @@ converter = _make_converter()
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
+#: ``json.loads``' own decoder (the module's default one), called without its wrapper.
+_DECODER = json.JSONDecoder()
+
+
+def loads_json(data: bytes) -> Any:
+    """``json.loads(data)``, the same answer and errors, cheaper for what the wire carries (an
+    object in UTF-8): ``json.loads`` first sniffs the bytes' encoding, a per-call cost on every
+    JetStream answer and record. Bytes that may be in another encoding go to ``json.loads``."""
+    # ``{`` then a non-zero byte is UTF-8 by json's own sniffing (a BOM or UTF-16/32 differ).
+    if data[:1] == b"{" and data[1:2] not in (b"", b"\x00"):
+        return _DECODER.decode(data.decode("utf-8", "surrogatepass"))
+    return json.loads(data)
+
+
 def register_union(union: Any) -> None:
     """Tag every member of ``union`` by its ``TYPE`` class attribute, under the key ``type``."""
     configure_tagged_union(
@@ -138,7 +152,7 @@ def _plain(value: Any) -> Any:
 def from_json(data: bytes | str, cls: type[T] | Any, what: str | None = None) -> T:
     """Decode ``data`` as ``cls``; any problem becomes a readable :class:`DecodeError`."""
     try:
-        raw = json.loads(data)
+        raw = loads_json(data) if isinstance(data, bytes) else json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise DecodeError(f"not valid JSON: {exc}") from None
     result: T = from_obj(raw, cls, what)

@@ -17,6 +17,7 @@ from typing import Any
 
 import trio
 
+from ..protocol import loads_json
 from ._interface import (
     BucketSpec,
     ConsumerConfig,
@@ -232,7 +233,7 @@ class JetStreamOverRequests(ABC):
 
     async def _api(self, subject: str, body: Mapping[str, Any], what: str) -> dict[str, Any]:
         """A JetStream API request; its JSON answer, or the typed error it carries."""
-        answer: dict[str, Any] = json.loads(
+        answer: dict[str, Any] = loads_json(
             await self._js_request(subject, json.dumps(body).encode(), None, what)
         )
         err = answer.get("error")
@@ -265,7 +266,7 @@ class JetStreamOverRequests(ABC):
             answer = await self._js_request(subject, data, hdrs, "publish")
         except NoResponders:
             raise await self._why_no_stream(subject) from None
-        ack = json.loads(answer)
+        ack = loads_json(answer)
         err = ack.get("error")
         if err is not None:
             error = json_error(err, f"publish to {subject!r}")
