@@ -1,5 +1,8 @@
 """``python -m bench [section ...]``: run benchmark sections, ``append_ratio=`` printed last.
 
+``python -m bench scale [--kill-node] [--runs=N]`` (``just bench scale``) runs the scale-out
+benchmark on a 3-node cluster (``bench.scale``); it runs only when named.
+
 ``python -m bench --profile`` (``just bench --profile``) runs the scripted agent under cProfile
 instead (``bench.profile``): CPU per run, per component, and the top entries.
 
@@ -26,6 +29,10 @@ SECTIONS: dict[str, str] = {
     "listing": "bench.listing",
     "batch": "bench.batch",
 }
+#: Sections run only when named (minutes of their own): ``just bench scale``.
+ON_DEMAND: dict[str, str] = {
+    "scale": "bench.scale",
+}
 
 #: Printed last of all, so scripts can read it with ``tail -1``.
 LAST_FIGURE = "append_ratio"
@@ -33,12 +40,29 @@ LAST_FIGURE = "append_ratio"
 
 #: Flags: ``--quick`` asks every section that takes ``quick`` for a shorter measurement.
 QUICK_FLAG = "--quick"
+#: Section options: ``--kill-node`` and ``--runs=N`` go to each named section whose ``run``
+#: takes ``kill_node`` / ``runs`` (``just bench scale --kill-node --runs=200``).
+SECTION_OPTIONS: dict[str, str] = {"--kill-node": "kill_node", "--runs": "runs"}
 #: ``--profile`` runs the profile of the scripted agent (``bench.profile``) instead of sections.
 PROFILE_FLAG = "--profile"
 
 
 def main(argv: list[str]) -> int:
     quick = QUICK_FLAG in argv
+    options: dict[str, object] = {}
+    rest: list[str] = []
+    for arg in argv:
+        flag, eq, given = arg.partition("=")
+        if flag not in SECTION_OPTIONS:
+            rest.append(arg)
+        elif not eq:
+            options[SECTION_OPTIONS[flag]] = True
+        elif given.isdigit() and int(given) > 0:
+            options[SECTION_OPTIONS[flag]] = int(given)
+        else:
+            print(f"{flag} takes a positive whole number, got {given!r}", file=sys.stderr)
+            return 2
+    argv = rest
     if PROFILE_FLAG in argv:
         extra = [arg for arg in argv if arg not in (QUICK_FLAG, PROFILE_FLAG)]
         if extra:
@@ -48,16 +72,22 @@ def main(argv: list[str]) -> int:
         sections = {"profile": "bench.profile"}
     else:
         names = [arg for arg in argv if arg != QUICK_FLAG] or list(SECTIONS)
-        sections = SECTIONS
+        sections = {**SECTIONS, **ON_DEMAND}
     unknown = [name for name in names if name not in sections]
     if unknown:
-        print(f"unknown section(s) {unknown}; known: {list(SECTIONS)}", file=sys.stderr)
+        print(f"unknown section(s) {unknown}; known: {[*SECTIONS, *ON_DEMAND]}", file=sys.stderr)
         return 2
+    runs = {name: importlib.import_module(sections[name]).run for name in names}
+    for key in options:
+        if not any(key in inspect.signature(run).parameters for run in runs.values()):
+            print(f"no section of {names} takes --{key.replace('_', '-')}", file=sys.stderr)
+            return 2
     figures: dict[str, float] = {}
     for name in names:
-        run: Callable[..., dict[str, float]] = importlib.import_module(sections[name]).run
-        takes_quick = "quick" in inspect.signature(run).parameters
-        figures.update(run(quick=quick) if takes_quick else run())
+        run: Callable[..., dict[str, float]] = runs[name]
+        params = inspect.signature(run).parameters
+        kwargs = {key: value for key, value in {"quick": quick, **options}.items() if key in params}
+        figures.update(run(**kwargs))
         print()
     print("== summary")
     for key, value in figures.items():
