@@ -158,7 +158,8 @@ async def open_stack(
     workflows: list[dict[str, Any]],
     open_transport: Callable[..., AbstractAsyncContextManager[Transport]] = open_nats_transport,
 ) -> AsyncIterator[Stack]:
-    """The stack on one server; ``open_transport`` picks the client (nats-py by default)."""
+    """The stack on one server; ``open_transport`` picks the client (by default
+    ``open_nats_transport`` on the default client, the native one)."""
     async with (
         open_nats_server(sync_always=sync_always) as server,
         open_transport(server.url, name="bench-engine") as engine_raw,
