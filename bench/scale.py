@@ -7,8 +7,9 @@ each finish on one KV watch of the runs bucket (reopened if a node's loss ends i
 missed meanwhile is read back with ``get_run``). Then, for every run: its status and answer,
 its unsafe tool's starts as the tool itself marked them outside the journal
 (``bench._scale_worker``), and ``journal check`` of its agent step (as ``GET
-/runs/{id}/steps/{step}/journal/check`` runs it). With ``--kill-node`` one node is SIGKILLed
-once a third of the runs have finished, and restarted on its store :data:`NODE_DOWN_S` later.
+/runs/{id}/steps/{step}/journal/check`` runs it). With ``--kill-node`` the node leading the
+journal stream is SIGKILLed once every run has started and a third have finished, and restarted
+on its store :data:`NODE_DOWN_S` later.
 
 Figures: runs, ok, lost (not finished by the deadline), duplicated unsafe starts, journal-check
 failures, throughput (runs finished per second, from the first start to the last end), p50/p99
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -36,8 +38,8 @@ from dagnats_trio.engine import decode_snapshot
 from dagnats_trio.engine.snapshot import RunSnapshot
 from dagnats_trio.journal import check, read_journal_for_audit
 from dagnats_trio.protocol import RunHeader, RunStatus, from_json
-from dagnats_trio.protocol.layout import RUNS_BUCKET
-from dagnats_trio.server import NatsCluster, open_nats_cluster
+from dagnats_trio.protocol.layout import JOURNAL_STREAM, RUNS_BUCKET
+from dagnats_trio.server import CLUSTER_SIZE, NatsCluster, node_name, open_nats_cluster
 from dagnats_trio.testing import AGENT_STEP_ID, agent_workflow, expected_answer
 from dagnats_trio.transport import Transport, TransportError, open_nats_transport
 
@@ -65,8 +67,11 @@ START_PARALLEL: Final = 50
 CHECK_PARALLEL: Final = 20
 #: Client request timeout: generous, a loaded cluster that lost a node answers late.
 CLIENT_REQUEST_TIMEOUT_S: Final = 10.0
-#: With --kill-node: the node killed, when (share of runs finished), and how long it stays down.
-KILLED_NODE: Final = 1
+#: With --kill-node: the node killed is the journal stream's leader (this one if no leader is
+#: known), when (share of runs finished), and how long it stays down.
+KILLED_NODE_FALLBACK: Final = 1
+#: Bound on the stream-info request that names the journal stream's leader.
+INFO_REQUEST_TIMEOUT_S: Final = 2.0
 KILL_AT_FINISHED_SHARE: Final = 1 / 3
 NODE_DOWN_S: Final = 5.0
 #: Pause before the watch is reopened after it failed (a node's loss).
@@ -90,12 +95,22 @@ class ScaleResult:
     wall_s: float
     latencies_ms: tuple[float, ...]
     floor_us: float
-    #: Runs finished when the node was killed and when it was back ((): no fault).
-    fault_at: tuple[int, ...]
+    #: The node killed, 1 if it led the journal stream, the runs finished when it was killed
+    #: and when it was back; () when no node was killed.
+    fault: tuple[int, ...]
 
     @property
     def node_killed(self) -> bool:
-        return bool(self.fault_at)
+        return bool(self.fault)
+
+    @property
+    def fault_at(self) -> tuple[int, ...]:
+        """Runs finished when the node was killed and when it was back."""
+        return self.fault[2:]
+
+    @property
+    def killed_leader(self) -> bool:
+        return self.node_killed and self.fault[1] == 1
 
     @property
     def throughput(self) -> float:
@@ -228,20 +243,43 @@ async def _start_all(service: Service, runs: int, started: dict[str, float]) -> 
             nursery.start_soon(one, n)
 
 
+async def _journal_leader(tp: Transport) -> tuple[int, bool]:
+    """The index of the node leading the journal stream, and whether one was named (else
+    :data:`KILLED_NODE_FALLBACK`): the node whose loss stalls every run's next write."""
+    names = [node_name(i) for i in range(CLUSTER_SIZE)]
+    try:
+        answer = await tp.request(
+            f"$JS.API.STREAM.INFO.{JOURNAL_STREAM}", b"", timeout_s=INFO_REQUEST_TIMEOUT_S
+        )
+        leader = json.loads(answer).get("cluster", {}).get("leader")
+    except (TransportError, ValueError, AttributeError):
+        leader = None
+    if leader in names:
+        return names.index(leader), True
+    return KILLED_NODE_FALLBACK, False
+
+
 async def _node_fault(
-    cluster: NatsCluster, finished: _Finished, all_started: trio.Event, at: list[int]
+    cluster: NatsCluster,
+    tp: Transport,
+    finished: _Finished,
+    all_started: trio.Event,
+    fault: list[int],
 ) -> None:
-    """Once every run is started and ``finished.mark`` have finished: SIGKILL a node, restart
-    it on its store :data:`NODE_DOWN_S` later; ``at`` gets the runs finished at each."""
+    """Once every run is started and ``finished.mark`` have finished: SIGKILL the journal
+    stream's leader, restart it on its store :data:`NODE_DOWN_S` later; ``fault`` gets the node,
+    whether it led, and the runs finished at the kill and at the restart."""
     await all_started.wait()
     await finished.mark_reached.wait()
-    at.append(len(finished.at))
-    print(f"    killing node n{KILLED_NODE} at {at[-1]} runs finished", flush=True)
-    await cluster.kill_node(KILLED_NODE)
+    index, led = await _journal_leader(tp)
+    fault.extend((index, int(led), len(finished.at)))
+    role = "the journal stream's leader" if led else "no leader known"
+    print(f"    killing node n{index} ({role}) at {fault[-1]} runs finished", flush=True)
+    await cluster.kill_node(index)
     await trio.sleep(NODE_DOWN_S)  # the fault's length, not a wait for anything
-    await cluster.start_node(KILLED_NODE)
-    at.append(len(finished.at))
-    print(f"    node n{KILLED_NODE} restarted at {at[-1]} runs finished", flush=True)
+    await cluster.start_node(index)
+    fault.append(len(finished.at))
+    print(f"    node n{index} restarted at {fault[-1]} runs finished", flush=True)
 
 
 def unsafe_starts(folder: Path) -> collections.Counter[str]:
@@ -316,7 +354,7 @@ async def _audit(
         wall_s=0.0,
         latencies_ms=latencies,
         floor_us=0.0,
-        fault_at=(),
+        fault=(),
     )
 
 
@@ -360,7 +398,7 @@ async def measure(
                     await service.register_workflow(agent_workflow(WORKFLOW, task=SCALE_TASK))
                     finished = _Finished(runs, kill_after_finished)
                     all_started = trio.Event()
-                    fault_at: list[int] = []
+                    fault: list[int] = []
                     await nursery.start(finished.watch, tp)
                     started: dict[str, float] = {}
                     first = time.monotonic()
@@ -368,7 +406,7 @@ async def measure(
                         async with trio.open_nursery() as inner:
                             if kill_node:
                                 inner.start_soon(
-                                    _node_fault, cluster, finished, all_started, fault_at
+                                    _node_fault, cluster, tp, finished, all_started, fault
                                 )
                             await _start_all(service, runs, started)
                             all_started.set()
@@ -383,7 +421,7 @@ async def measure(
             finally:
                 await procs.stop()
                 nursery.cancel_scope.cancel()
-    return attrs.evolve(result, wall_s=last - first, floor_us=floor_us, fault_at=tuple(fault_at))
+    return attrs.evolve(result, wall_s=last - first, floor_us=floor_us, fault=tuple(fault))
 
 
 def report(result: ScaleResult, *, engines: int, workers: int) -> dict[str, float]:
@@ -392,8 +430,8 @@ def report(result: ScaleResult, *, engines: int, workers: int) -> dict[str, floa
     p50, p99 = percentile(lat, 50), percentile(lat, 99)
     floor_ms = result.floor_us / 1000
     fault = (
-        f"n{KILLED_NODE} killed at {result.fault_at[0]} runs finished, back at "
-        f"{result.fault_at[-1]}"
+        f"n{result.fault[0]} ({'journal leader' if result.killed_leader else 'no leader known'})"
+        f" killed at {result.fault_at[0]} runs finished, back at {result.fault_at[-1]}"
         if result.node_killed
         else "no fault"
     )

@@ -1,8 +1,8 @@
 """Scale-out, bounded (issue 12, item 6): the ``just bench scale --kill-node`` measurement at
 40 runs, 2 ``dagnats serve`` engine processes and 2 ``dagnats worker`` processes on a 3-node
-cluster, one node SIGKILLed once the first run has finished and restarted on its store: every
-run completes with the script's answer, no unsafe tool starts twice (counted by the tool itself
-outside the journal), and every run's ``journal check`` passes."""
+cluster, the journal stream's leader SIGKILLed once the first run has finished and restarted
+on its store: every run completes with the script's answer, no unsafe tool starts twice
+(counted by the tool itself outside the journal), and every run's ``journal check`` passes."""
 
 from __future__ import annotations
 
@@ -34,10 +34,12 @@ async def test_40_runs_on_2_engines_and_2_worker_processes_survive_a_node_kill()
     print(
         f"runs {result.runs} ok {result.ok} lost {len(result.lost)} duplicated "
         f"{len(result.duplicated)} unsafe starts {result.unsafe_starts} check failures "
-        f"{len(result.check_failures)}; {result.wall_s:.1f} s, fault at {result.fault_at}"
+        f"{len(result.check_failures)}; {result.wall_s:.1f} s, fault (node, led, at, back) "
+        f"{result.fault}"
     )
     assert result.runs == RUNS
-    assert result.fault_at and result.fault_at[0] < RUNS, result.fault_at  # killed mid-run
+    assert result.killed_leader, result.fault
+    assert result.fault_at[0] < RUNS, result.fault  # killed mid-run
     assert result.lost == ()
     assert result.not_ok == ()
     assert result.ok == RUNS
