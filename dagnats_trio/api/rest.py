@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
+import trio
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
@@ -79,6 +80,15 @@ DEFAULT_MAX_BODY_BYTES = 1_048_576
 DEFAULT_MAX_WAIT_S = 60.0
 #: The one route that never needs a token.
 HEALTH_PATH = "/healthz"
+#: Most requests the app works on at once; the others wait their turn before they send anything
+#: to NATS. A NATS request's deadline runs from when it is sent, in wall time: under a burst of
+#: hundreds of requests on a loaded machine the process was too busy to read its answers in time
+#: and answered 503 ("NATS is not answering") though NATS had answered. Waiting here costs no
+#: deadline, so a burst is slow on a slow machine but refuses nothing.
+REQUESTS_IN_FLIGHT = 64
+#: Operations that may wait long by design (a long poll) or must answer at once (health): never
+#: held behind the others, and never holding a place.
+_UNLIMITED_OPERATIONS = frozenset({"health", "get_input", "bridge_poll"})
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -144,8 +154,16 @@ def create_app(
         "check_journal": h.check_journal,
         **bridge_endpoints(bridge, max_body_bytes=max_body_bytes),
     }
+    in_flight = trio.CapacityLimiter(REQUESTS_IN_FLIGHT)
     routes: list[BaseRoute] = [
-        Route(_route_path(doc.path), _guarded(endpoints[doc.operation_id]), methods=[doc.method])
+        Route(
+            _route_path(doc.path),
+            _guarded(
+                endpoints[doc.operation_id],
+                None if doc.operation_id in _UNLIMITED_OPERATIONS else in_flight,
+            ),
+            methods=[doc.method],
+        )
         for doc in ROUTES
     ]
     routes.extend(console_routes())
@@ -191,12 +209,18 @@ def _json(value: Any, status: int = 200) -> Response:
 
 def _guarded(
     endpoint: Callable[[Request], Awaitable[Response]],
+    in_flight: trio.CapacityLimiter | None,
 ) -> Callable[[Request], Awaitable[Response]]:
-    """Expected errors of any layer become their JSON answer; the rest go to the boundary."""
+    """Expected errors of any layer become their JSON answer; the rest go to the boundary.
+    With ``in_flight``, the endpoint runs holding a place in it (a stream's events are sent
+    after the endpoint returned, so a follower holds none)."""
 
     async def wrapper(request: Request) -> Response:
         try:
-            return await endpoint(request)
+            if in_flight is None:
+                return await endpoint(request)
+            async with in_flight:
+                return await endpoint(request)
         except Exception as exc:
             err = api_error_for(exc)
             if err is None:

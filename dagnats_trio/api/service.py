@@ -58,6 +58,12 @@ IDEMPOTENCY_KEY_PREFIX = "idem."
 IDEMPOTENCY_KEY_MAX_CHARS = 512
 #: Longest signal payload accepted, in bytes of JSON.
 SIGNAL_PAYLOAD_MAX_BYTES = 1_048_576
+#: Most run starts one service has in NATS at once; the others wait their turn in the process.
+#: Each NATS request has a deadline (the transport's request timeout) counted from when it is
+#: sent: a burst of hundreds of starts sent at once queued behind each other's durable writes on
+#: the server, and on a loaded machine the last ones timed out and were answered 503. Waiting
+#: here costs no deadline, so a burst is slow under load but refuses no start.
+START_RUNS_IN_FLIGHT = 32
 
 
 class ServiceError(Exception):
@@ -136,6 +142,7 @@ class Service:
         # at start, this is for services embedded without one.
         self._index_ready = False
         self._index_lock = trio.Lock()
+        self._starts_in_flight = trio.CapacityLimiter(START_RUNS_IN_FLIGHT)
 
     # --- workflows -----------------------------------------------------------------------------
 
@@ -174,6 +181,10 @@ class Service:
         failure (with its key) completes a half-done start instead of making a second run.
         """
         _json_bytes(input, "input")
+        async with self._starts_in_flight:
+            return await self._start_run(workflow, input, idempotency_key)
+
+    async def _start_run(self, workflow: str, input: JsonValue, idempotency_key: str | None) -> str:
         definition = await self.get_workflow(workflow, field="workflow")
         run_id = check_id("run_id", self.env.new_id())
         if idempotency_key is not None:

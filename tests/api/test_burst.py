@@ -19,7 +19,11 @@ from collections import Counter
 
 import trio
 
-from ._stack import IDLE_WORKFLOW, Stack, idle_run
+from dagnats_trio.api import Service
+from dagnats_trio.api.service import START_RUNS_IN_FLIGHT
+from dagnats_trio.transport import TransportError, open_nats_transport, provision
+
+from ._stack import IDLE_WORKFLOW, Stack, idle_run, register_workflows
 
 #: Concurrent connections of the burst.
 BURST_CONNECTIONS = 1_000
@@ -114,3 +118,48 @@ async def test_a_burst_of_1000_connections_is_answered_without_resets(api: Stack
     outcomes = await trio.to_thread.run_sync(trio.run, _burst, host, port, requests)
     print(f"burst of {BURST_CONNECTIONS} connections: {dict(outcomes)}")
     assert outcomes == Counter({"201": BURST_POSTS, "200": BURST_CONNECTIONS - BURST_POSTS})
+
+
+#: Starts of the burst sent straight to the service, all at once.
+SERVICE_BURST_STARTS = 1_000
+#: The request deadline of the burst's own transport: short, so the starts queued behind each
+#: other's durable writes on the server would miss it on any machine, but far above one start's
+#: few round trips.
+SHORT_REQUEST_TIMEOUT_S = 2.0
+
+
+async def test_a_burst_of_starts_is_refused_none_on_a_slow_nats(nats_url: str) -> None:
+    """Before the fix every start of a burst sent its NATS requests at once; their deadlines
+    run from when they are sent, so the last of 500 starts timed out on a loaded machine (181
+    of 500 ``POST /runs`` answered 503 with both cores busy). Starts now wait their turn in the
+    service (``START_RUNS_IN_FLIGHT``), where no deadline runs."""
+    async with open_nats_transport(
+        nats_url, name="pytest-burst-starts", request_timeout_s=SHORT_REQUEST_TIMEOUT_S
+    ) as nats:
+        await provision(nats)
+        service = Service(nats)
+        await register_workflows(service)
+        run_ids: list[str] = []
+        refused: Counter[str] = Counter()
+
+        async def start() -> None:
+            try:
+                run_ids.append(await service.start_run(IDLE_WORKFLOW))
+            except TransportError as exc:
+                refused[type(exc).__name__] += 1
+
+        started = trio.current_time()
+        with trio.fail_after(BURST_DEADLINE_S):
+            async with trio.open_nursery() as nursery:
+                for _ in range(SERVICE_BURST_STARTS):
+                    nursery.start_soon(start)
+        took = trio.current_time() - started
+        print(
+            f"{SERVICE_BURST_STARTS} starts at once, {START_RUNS_IN_FLIGHT} in NATS at a time, "
+            f"request deadline {SHORT_REQUEST_TIMEOUT_S} s: {len(run_ids)} started, "
+            f"refused {dict(refused)}, {took:.1f} s"
+        )
+        assert refused == Counter()
+        assert len(set(run_ids)) == SERVICE_BURST_STARTS
+        for run_id in (run_ids[0], run_ids[-1]):
+            assert (await service.get_run(run_id)).run_id == run_id
