@@ -70,8 +70,9 @@ CLIENT_REQUEST_TIMEOUT_S: Final = 10.0
 #: With --kill-node: the node killed is the journal stream's leader (this one if no leader is
 #: known), when (share of runs finished), and how long it stays down.
 KILLED_NODE_FALLBACK: Final = 1
-#: Bound on the stream-info request that names the journal stream's leader.
+#: Bound on one stream-info request that names the journal stream's leader, and on asking.
 INFO_REQUEST_TIMEOUT_S: Final = 2.0
+LEADER_LOOKUP_S: Final = 15.0
 KILL_AT_FINISHED_SHARE: Final = 1 / 3
 NODE_DOWN_S: Final = 5.0
 #: Pause before the watch is reopened after it failed (a node's loss).
@@ -245,17 +246,21 @@ async def _start_all(service: Service, runs: int, started: dict[str, float]) -> 
 
 async def _journal_leader(tp: Transport) -> tuple[int, bool]:
     """The index of the node leading the journal stream, and whether one was named (else
-    :data:`KILLED_NODE_FALLBACK`): the node whose loss stalls every run's next write."""
+    :data:`KILLED_NODE_FALLBACK`, after :data:`LEADER_LOOKUP_S` of asking): the node whose
+    loss stalls every run's next write."""
     names = [node_name(i) for i in range(CLUSTER_SIZE)]
-    try:
-        answer = await tp.request(
-            f"$JS.API.STREAM.INFO.{JOURNAL_STREAM}", b"", timeout_s=INFO_REQUEST_TIMEOUT_S
-        )
-        leader = json.loads(answer).get("cluster", {}).get("leader")
-    except (TransportError, ValueError, AttributeError):
-        leader = None
-    if leader in names:
-        return names.index(leader), True
+    with trio.move_on_after(LEADER_LOOKUP_S):
+        while True:
+            try:
+                answer = await tp.request(
+                    f"$JS.API.STREAM.INFO.{JOURNAL_STREAM}", b"", timeout_s=INFO_REQUEST_TIMEOUT_S
+                )
+                leader = json.loads(answer).get("cluster", {}).get("leader")
+            except (TransportError, ValueError, AttributeError):
+                leader = None
+            if leader in names:
+                return names.index(leader), True
+            await trio.sleep(WATCH_REOPEN_S)
     return KILLED_NODE_FALLBACK, False
 
 
