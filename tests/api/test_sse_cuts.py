@@ -128,10 +128,11 @@ async def _wait_for(what: str, check: Callable[[], bool], bound_s: float) -> Non
     raise AssertionError(f"{what} did not hold within {bound_s}s")
 
 
-@pytest.fixture
-async def own_api(nats_url: str) -> AsyncIterator[Stack]:
-    """A stack on a transport of its own, so its subscriptions are this test's alone."""
-    async with open_nats_transport(nats_url, name="pytest-cuts") as nats:
+@pytest.fixture(params=["native", "nats-py"])
+async def own_api(request: pytest.FixtureRequest, nats_url: str) -> AsyncIterator[Stack]:
+    """A stack on a transport of its own, so its subscriptions are this test's alone; on each
+    client (the first report was on nats-py: a cancelled flush broke its read loop)."""
+    async with open_nats_transport(nats_url, name="pytest-cuts", client=request.param) as nats:
         await provision(nats)
         async with open_stack(nats, None) as stack:
             yield stack
