@@ -48,8 +48,11 @@ from ._browser import TOKEN, ConsoleStack, in_browser, shot
 
 FIRST_WORKER: Final = "worker-1"
 SECOND_WORKER: Final = "worker-2"
-#: A short AckWait: the dead worker's task comes back quickly.
-WORKER_ACK_WAIT_S: Final = 0.8
+#: A short AckWait, so the dead worker's task comes back quickly, yet long enough that the live
+#: first worker's heartbeats keep its lease on a loaded machine (at 0.8 s a late beat let the
+#: task come back to that same worker before the kill, and the page showed an early
+#: interrupted row).
+WORKER_ACK_WAIT_S: Final = 2.5
 #: The demo's pause between turns (leaves time to steer from the page).
 LOOP_DELAY: Final = "1s"
 #: Bound of the tests' own waits outside the page.
