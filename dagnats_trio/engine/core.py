@@ -427,7 +427,7 @@ class _Decision:
             self.arm(sid, TIMER_RETRY, st.dispatch, self.now + delay)
             return
         if retriable:
-            error = f"{error} (after {attempt} attempts)"
+            error = f"{error} (after {attempt} attempt{'' if attempt == 1 else 's'})"
         self.fail_step_and_run(sid, error, reason)
 
     def fail_step_and_run(self, sid: str, error: str, reason: str | None) -> None:

@@ -323,6 +323,14 @@ def test_retriable_failure_backs_off_then_retries_then_exhausts() -> None:
     assert AnnounceCancel(RUN) in h.effects
 
 
+def test_a_single_attempt_is_counted_in_the_singular() -> None:
+    h = Harness(wf({"id": "a", "task": "t", "retry": {"max_attempts": 1}}))
+    (t1,) = tasks(h.start())
+    h.send(StepFailed(RUN, "a", t1.dispatch, error="boom"))
+    assert h.s.status is RunStatus.FAILED
+    assert h.s.error is not None and h.s.error.endswith("boom (after 1 attempt)")
+
+
 def test_permanent_failure_fails_run_at_once() -> None:
     h = Harness(RETRY)
     (t1,) = tasks(h.start())
