@@ -9,8 +9,8 @@ test *ARGS:
 # ruff, mypy --strict, and the import-layer contract of DESIGN.md (tools/check_layers.py)
 lint:
     uv run --frozen ruff check dagnats_trio tests chaos bench examples tools
-    uv run --frozen ruff format --check dagnats_trio chaos tools
-    uv run --frozen mypy --strict dagnats_trio chaos
+    uv run --frozen ruff format --check dagnats_trio chaos bench tools
+    uv run --frozen mypy --strict dagnats_trio chaos bench
     uv run --frozen python tools/check_layers.py
 
 # benchmarks: ratios against a raw JetStream publish measured in the same run

@@ -157,7 +157,7 @@ def run(*, quick: bool = False) -> dict[str, float]:
     print(f"  CPU per run: {cpu_ms:.2f} ms unprofiled ({profiled_cpu_ms:.2f} ms under cProfile)")
     # Function calls per run, Python and C: a count, not a time, so the machine's load does not
     # move it; it follows the work done where CPU time on a loaded machine is noisy.
-    calls = stats.total_calls / profiled  # type: ignore[attr-defined]
+    calls = stats.total_calls / profiled
     print(f"  function calls per run (load-independent): {calls:.0f}")
     by_component = own_time_by_component(stats)
     total = sum(by_component.values()) or 1.0
