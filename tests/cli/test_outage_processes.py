@@ -21,6 +21,7 @@ from typing import Final
 import httpx
 import pytest
 import trio
+from _outage import LOOK_EVERY_S, OUTAGE_S, RECOVERY_BOUND_S, START_BOUND_S, health_answer
 
 from dagnats_trio.journal import check, read_journal
 from dagnats_trio.protocol import ToolIntentRecord, ToolResultRecord
@@ -30,14 +31,6 @@ from dagnats_trio.transport import open_nats_transport, provision
 from ._dev import DevProcess, start_dagnats
 from ._outage_workers import FIFO_ENV, TOOL_STARTED
 
-#: How long the server stays down: three times what used to kill the workers for good.
-OUTAGE_S: Final = 90.0
-#: Bound on the run reaching the tool, on /healthz seeing the server go, on one HTTP request.
-START_BOUND_S: Final = 30.0
-#: Bound on the run finishing once the server is back (reconnect pauses are capped at 5 s).
-RECOVERY_BOUND_S: Final = 60.0
-#: Pause between two looks at the run or at /healthz.
-LOOK_EVERY_S: Final = 0.2
 #: Bound on reading what a stopped process printed last.
 STOP_BOUND_S: Final = 20.0
 WORKFLOW: Final = "outage-processes"
@@ -47,16 +40,6 @@ BACK_AFTER: Final = re.compile(r"NATS is back \(.*?\) after ([0-9.]+) s unreacha
 SAID: Final = re.compile(
     r"\S+: NATS is (?:unreachable \(.*?calls fail meanwhile|back \(.*? s unreachable)"
 )
-
-
-async def _health(http: httpx.AsyncClient, status: int) -> dict[str, str]:
-    with trio.fail_after(START_BOUND_S):
-        while True:
-            r = await http.get("/healthz")
-            if r.status_code == status:
-                body: dict[str, str] = r.json()
-                return body
-            await trio.sleep(LOOK_EVERY_S)
 
 
 def _open_to_write(fifo: Path) -> int:
@@ -114,7 +97,10 @@ async def test_worker_serve_and_dev_processes_ride_out_a_90s_outage(
             assert r.status_code == 201, r.text
             run_id = r.json()["run_id"]
             for http in (serve_http, dev_http):
-                assert await _health(http, 200) == {"status": "ok", "nats": "up"}
+                assert await health_answer(http, 200, START_BOUND_S) == {
+                    "status": "ok",
+                    "nats": "up",
+                }
             with trio.fail_after(START_BOUND_S):
                 writer = await trio.to_thread.run_sync(_open_to_write, fifo, abandon_on_cancel=True)
 
@@ -123,7 +109,9 @@ async def test_worker_serve_and_dev_processes_ride_out_a_90s_outage(
             os.write(writer, b"charged")
             os.close(writer)
             writer = -1  # the tool completes while NATS is away
-            down = [await _health(http, 503) for http in (serve_http, dev_http)]
+            down = [
+                await health_answer(http, 503, START_BOUND_S) for http in (serve_http, dev_http)
+            ]
             refused = [await http.get(f"/runs/{run_id}") for http in (serve_http, dev_http)]
             for proc in procs.values():
                 assert proc.proc.poll() is None, "a process exited during the outage"
@@ -142,7 +130,7 @@ async def test_worker_serve_and_dev_processes_ride_out_a_90s_outage(
                     await trio.sleep(LOOK_EVERY_S)
             recovered_s = trio.current_time() - back_at
             run = r.json()
-            up = [await _health(http, 200) for http in (serve_http, dev_http)]
+            up = [await health_answer(http, 200, START_BOUND_S) for http in (serve_http, dev_http)]
         async with open_nats_transport(url, name="outage-check") as t:
             records = await read_journal(t, run_id, "agent")
     finally:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-import httpx
 import pytest
 import trio
+from _outage import LOOK_EVERY_S, OUTAGE_S, RECOVERY_BOUND_S, START_BOUND_S, health_answer
 from api._stack import open_stack
 
 from dagnats_trio.journal import Replay, ToolCall, check, read_journal
@@ -27,14 +27,6 @@ from dagnats_trio.server import NatsServer
 from dagnats_trio.transport import Client, open_nats_transport, provision
 from dagnats_trio.worker import TaskContext, Worker
 
-#: How long the server stays down: three times what used to kill the workers for good.
-OUTAGE_S: Final = 90.0
-#: Bound on the run reaching the unsafe tool, and on /healthz seeing the server go.
-START_BOUND_S: Final = 30.0
-#: Bound on the run finishing once the server is back (reconnect waits are capped at 5 s).
-RECOVERY_BOUND_S: Final = 60.0
-#: Pause between two looks at the run or at /healthz.
-LOOK_EVERY_S: Final = 0.2
 #: The worker's AckWait: the held task comes back soon after the server does.
 ACK_WAIT_S: Final = 2.0
 TASK: Final = "outage_agent"
@@ -44,16 +36,6 @@ TRANSPORT_LOGGER: Final = {
     "nats-py": "dagnats_trio.transport._nats_connect",
     "native": "dagnats_trio.nats._dialer",
 }
-
-
-async def _health(client: httpx.AsyncClient, status: int, bound_s: float) -> dict[str, str]:
-    with trio.fail_after(bound_s):
-        while True:
-            r = await client.get("/healthz")
-            if r.status_code == status:
-                body: dict[str, str] = r.json()
-                return body
-            await trio.sleep(LOOK_EVERY_S)
 
 
 @pytest.mark.slow
@@ -93,14 +75,17 @@ async def test_a_90s_outage_mid_run_is_ridden_out(
             r = await api.client.post("/runs", json={"workflow": WORKFLOW})
             assert r.status_code == 201
             run_id = r.json()["run_id"]
-            assert await _health(api.client, 200, START_BOUND_S) == {"status": "ok", "nats": "up"}
+            assert await health_answer(api.client, 200, START_BOUND_S) == {
+                "status": "ok",
+                "nats": "up",
+            }
             with trio.fail_after(START_BOUND_S):
                 await in_tool.wait()
 
             await server.stop_process()
             stopped_at = trio.current_time()
             server_gone.set()
-            down = await _health(api.client, 503, START_BOUND_S)
+            down = await health_answer(api.client, 503, START_BOUND_S)
             assert down == {"status": "unavailable", "nats": "down"}
             await trio.sleep(max(0.0, OUTAGE_S - (trio.current_time() - stopped_at)))
             await server.start()
@@ -116,7 +101,7 @@ async def test_a_90s_outage_mid_run_is_ridden_out(
                     await trio.sleep(LOOK_EVERY_S)
             recovered_s = trio.current_time() - back_at
             run = r.json()
-            up = await _health(api.client, 200, RECOVERY_BOUND_S)
+            up = await health_answer(api.client, 200, RECOVERY_BOUND_S)
             records = await read_journal(shared, run_id, "agent")
             nursery.cancel_scope.cancel()
 
