@@ -265,10 +265,21 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
             raise map_error(exc, what) from None
         # Deliveries wait in ``pull.taken`` until returned: a fetch cancelled while waiting
         # for more leaves them to the next fetch instead of losing them until their AckWait.
+        # What is buffered is taken without awaiting: the server's answer usually comes in one
+        # read (the deliveries and the end-of-request status), and ``receive`` would yield to
+        # the scheduler once per buffered message. The fetch waits on the server at least once
+        # (nothing is buffered for this request before it is sent), so it still checkpoints.
+        waited = False
         with trio.move_on_after(timeout_s + FETCH_GRACE_S):
             while len(taken) < batch:
                 try:
-                    msg = await pull.sub.next_msg()
+                    msg = pull.sub.next_msg_nowait()
+                except trio.WouldBlock:
+                    waited = True
+                    try:
+                        msg = await pull.sub.next_msg()
+                    except trio.EndOfChannel:
+                        raise Closed(f"{what}: transport closed") from None
                 except trio.EndOfChannel:
                     raise Closed(f"{what}: transport closed") from None
                 if msg.status is None:
@@ -281,6 +292,8 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
                     break
                 description = msg.headers.description if msg.headers else ""
                 raise api_error(msg.status, None, description, what)
+        if not waited:
+            await trio.lowlevel.cancel_shielded_checkpoint()
         return pull.hand_out(self, batch)
 
     # --- core NATS -----------------------------------------------------------------------------
