@@ -80,10 +80,14 @@ Per tool iteration of a journal step (model call + tool call), each record writt
          claim              WRITE 1. Required: Journal() appends it before it returns; it fences
                             every earlier claim and counts toward the restart limit, so it cannot
                             wait for a later record.
-         model tail read    required: "reads the tail first, so a holder that is already fenced
-                            does not spend a model call". It cannot overlap the call (that would
-                            spend it) nor the claim (a read racing the claim says nothing about
-                            what came after the claim).
+         model tail read    NOT a round trip: the spec's "reads the tail first, so a holder that
+                            is already fenced does not spend a model call" is answered by the
+                            claim's ack. A fenced append is stored only on the tail, so its ack
+                            proves this holder held the tail as a read's answer does; one that
+                            arrived less than TAIL_PROOF_FRESH_S (20 ms) ago, to a holder still
+                            writable with its lease, stands for the read (journal/_fencing.py
+                            argues the bound against the AckWait and heartbeat). The model call
+                            follows the claim at once, so the read is made only after a stall.
          model record       WRITE 2, fenced on the claim's sequence: the response is durable
                             before anything acts on it.
          tool intent        WRITE 3, fenced on the model record's sequence (the server cannot
@@ -105,14 +109,13 @@ Per tool iteration of a journal step (model call + tool call), each record writt
                             ack would lose the dispatch).
          event ack          NOT a round trip: ack_nowait after the task is stored; a lost ack is
                             a redelivery that the snapshot's outbox replays idempotently.
- => 8 durable writes per tool iteration; 12 round trips counted (10 waited on + 2 pull
-    requests). An answer iteration has no intent, result or next task: worker 7 round trips
-    (pull, tail, claim, model tail read, model record, commit, event: 4 writes), engine 2 (CAS +
-    pull).
+ => 8 durable writes per tool iteration; 11 round trips counted (9 waited on + 2 pull
+    requests). An answer iteration has no intent, result or next task: worker 6 round trips
+    (pull, tail, claim, model record, commit, event: 4 writes), engine 2 (CAS + pull).
 
 Paired (printed beside): model record + tool intent is one atomic batch, fenced on the claim's
-sequence, and tool result + commit another, fenced on the intent's: 6 durable writes and 10
-round trips per tool iteration, 49 round trips per run, 38 on the critical path; each batch
+sequence, and tool result + commit another, fenced on the intent's: 6 durable writes and 9
+round trips per tool iteration, 45 round trips per run, 34 on the critical path; each batch
 pays the staging above, so it is slower here; where a batch stages in memory it is not (a
 memory stream, `just bench batch`; a 3-replica stream: a batch of 2 in 0.42 ms against 0.69 ms
 for two publishes, docs/jetstream.md).
@@ -130,23 +133,24 @@ Per run (3 tool iterations, 1 answer iteration), each record written alone:
  engine  workflow.started: pull + snapshot read + CAS + task        4  (the read: the engine does
                                                                        not know the revision the
                                                                        service created)
- worker  3 x 9 (tool iterations) + 7 (answer)                       34
+ worker  3 x 8 (tool iterations) + 6 (answer)                       30
  engine  3 x step.continue (pull + CAS + task) + step.completed     12
          (pull + CAS + active marker purge, after the finished
          snapshot is saved: off the critical path)
- => 55 counted, of which 9 are pull requests left waiting and 2 overlap or follow the run's end
-    (the second index publish, the marker purge): 44 on the critical path.
+ => 51 counted, of which 9 are pull requests left waiting and 2 overlap or follow the run's end
+    (the second index publish, the marker purge): 40 on the critical path. (Before the claim's
+    ack stood for the model's tail read: 55 and 44, one read per model call.)
 """
 #: Requests counted per run at the floor of MIN_ROUND_TRIPS_DERIVATION (each record alone).
-MIN_ROUND_TRIPS_PER_RUN = 5 + 4 + (3 * 9 + 7) + (3 * 3 + 3)
+MIN_ROUND_TRIPS_PER_RUN = 5 + 4 + (3 * 8 + 6) + (3 * 3 + 3)
 #: The same for the paired script: two fewer worker writes per tool iteration.
 PAIRED_MIN_ROUND_TRIPS_PER_RUN = MIN_ROUND_TRIPS_PER_RUN - 3 * 2
 #: Of those, the pull requests (one per delivery), left waiting before their message arrives.
 PULLS_PER_RUN = 5 + 4
 #: And those not waited on: the index publish beside the other, the purge after the run's end.
 OFF_PATH_PER_RUN = 2
-#: Per tool iteration: worker 8 waited on + 1 pull, engine 2 waited on + 1 pull.
-MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 12
+#: Per tool iteration: worker 7 waited on + 1 pull, engine 2 waited on + 1 pull.
+MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 11
 #: Durable writes per tool iteration, each record alone (worker: claim, model record, intent,
 #: result, commit, lifecycle event; engine: snapshot CAS, task publish).
 DURABLE_WRITES_PER_TOOL_ITERATION = 8

@@ -407,6 +407,31 @@ GUARDS: tuple[Guard, ...] = (
         ],
         [f"{JH}::test_fenced_holder_writes_nothing_and_spends_no_model_call"],
     ),
+    _g(
+        "Model: only a fresh proof stands for the tail read",
+        "FencedWriter._tail_proof_fresh: any earlier ack counts, however old",
+        [
+            (
+                "return trio.current_time() - self._tail_proven_at < TAIL_PROOF_FRESH_S",
+                "return True",
+            )
+        ],
+        [
+            f"{JH}::test_a_successor_claiming_after_the_bound_fences_the_old_holder_s_model_call",
+            f"{JH}::test_fenced_holder_writes_nothing_and_spends_no_model_call",
+        ],
+    ),
+    _g(
+        "Model: a holder whose lease was lost reads the tail",
+        "FencedWriter._tail_proof_fresh: a lost lease no longer voids a fresh proof",
+        [
+            (
+                "if self._holder.lease_lost_because or self._tail_proven_at is None:",
+                "if self._tail_proven_at is None:",
+            )
+        ],
+        [f"{JH}::test_a_holder_whose_lease_was_lost_reads_the_tail_however_fresh_its_claim"],
+    ),
 )
 
 

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ._calls import GroupCall, ModelFn, NextTool, ThenContinue, ThenTool, ToolCall, ToolFn
     from ._committed import CommittedIteration, OnCommitted
     from ._events import publish_lifecycle
+    from ._fencing import TAIL_PROOF_FRESH_S
     from ._golden import (
         Finding,
         GoldenDelivery,
@@ -74,6 +75,7 @@ else:
         __name__,
         {
             "._events": ("publish_lifecycle",),
+            "._fencing": ("TAIL_PROOF_FRESH_S",),
             "._calls": (
                 "GroupCall",
                 "ModelFn",
@@ -124,6 +126,7 @@ __all__ = [
     "MIN_RESTART_LIMIT",
     "READ_PAGE_RECORDS",
     "RESTART_LIMIT_REASON",
+    "TAIL_PROOF_FRESH_S",
     "UNDECODABLE_RULE",
     "UNREADABLE_REASON",
     "CallLimitExceeded",

@@ -14,12 +14,19 @@ replay rules then ask the model again or run the safe tool again, which the spec
 (a new attempt runs them fresh too). Nothing that may not run twice is ever held: a tool intent
 is the last record of its batch, stored before its tool starts; an unsafe tool's result is
 written at once.
+
+Before a model request the holder must hold the tail (:meth:`FencedWriter.check_tail`, the
+spec's "reads the tail first, so a holder that is already fenced does not spend a model call").
+A fenced append's ack proves that exactly as a tail read's answer does: the server stored the
+record only because this writer's last sequence was the tail. So an ack (or a matching tail
+read) that arrived less than :data:`TAIL_PROOF_FRESH_S` ago *is* the tail read: the model call
+right after the claim waits on no read of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import final
+from typing import Final, final
 
 import trio
 
@@ -47,6 +54,21 @@ from dagnats_trio.transport import (
 from ._errors import Fenced
 from ._holder import DeliveryState
 from ._reads import read_tail
+
+#: How long (seconds, on the holder's Trio clock, from the moment the answer arrived) the answer
+#: of a fenced append, or a tail read that found this writer's last sequence, stands for a tail
+#: read before a model request. Why it is safe: a tail read's answer also only says what the
+#: tail was when the server answered, and it ages too before the model request leaves (the
+#: scheduler, the handler's code), so a proof younger than this bound is a read answered at
+#: most this much later. The spec's check is about a holder that is *already* fenced: a
+#: successor's claim needs this delivery's lease to have run out first, which takes the holder
+#: silent for AckWait minus one heartbeat interval (0.6 s at the default 0.8 s AckWait,
+#: heartbeat every 0.2 s, worker ``_lease``), then the successor's own tail read and claim.
+#: 20 ms is a tenth of the default heartbeat interval and a fortieth of the AckWait, so the
+#: proof is as fresh, on the lease's scale, as a read the scheduler delivered late; yet it
+#: comfortably covers the handler's code between the claim and its first model call (well
+#: under a millisecond, a few on a loaded machine). Anything older is read again.
+TAIL_PROOF_FRESH_S: Final = 0.02
 
 
 def moved_by(tail: StoredMsg | None, own_claim: str) -> str:
@@ -94,6 +116,9 @@ class FencedWriter:
         self._last_seq = last_seq
         self._lock = trio.Lock()
         self._held: list[JournalRecord] = []
+        #: When (Trio clock) the last proof that this writer held the tail arrived: an append's
+        #: ack, or a tail read that found ``_last_seq``; None before the first.
+        self._tail_proven_at: float | None = None
 
     @property
     def claim_id(self) -> str:
@@ -183,7 +208,7 @@ class FencedWriter:
                     # Stored before the error, or someone else wrote: never write twice.
                     return await self._after_lost_tail(data, tail)
                 continue
-            self._last_seq = seq
+            self._proven(seq)
             return seq
 
     async def _publish_batch(self, records: list[JournalRecord]) -> int:
@@ -219,21 +244,40 @@ class FencedWriter:
                 if tail is not None and tail.seq > self._last_seq:
                     return await self._after_lost_tail(last, tail)
                 continue
-            self._last_seq = ack.last_seq
+            self._proven(ack.last_seq)
             return ack.last_seq
 
     async def check_tail(self) -> None:
         """Before spending a model request, make sure this holder still holds the tail: a fenced
         holder spends nothing. With records held, storing them is that proof (a fenced append
-        succeeds only on the tail), so they are written instead of reading the tail."""
+        succeeds only on the tail), so they are written instead of reading the tail. An append
+        acked (or a tail read answered) less than :data:`TAIL_PROOF_FRESH_S` ago, by a holder
+        still writable whose lease was not lost, is that proof too: no read then."""
         if self._held:
             await self.flush()
+            return
+        if self._tail_proof_fresh():
+            await trio.lowlevel.checkpoint()
             return
         tail = await read_tail(self._transport, self._subject)
         if tail is None or tail.seq != self._last_seq:
             why = self._moved(tail)
             self._holder.fence(why)
             raise Fenced(why)
+        self._proven(tail.seq)
+
+    def _tail_proof_fresh(self) -> bool:
+        """True when the last proof of the tail arrived less than :data:`TAIL_PROOF_FRESH_S`
+        ago and this holder may still write (raises if it may not: killed or fenced)."""
+        self._holder.check_writable()
+        if self._holder.lease_lost_because or self._tail_proven_at is None:
+            return False
+        return trio.current_time() - self._tail_proven_at < TAIL_PROOF_FRESH_S
+
+    def _proven(self, seq: int) -> None:
+        """The server just said ``seq`` is this writer's and the tail: remember it and when."""
+        self._last_seq = seq
+        self._tail_proven_at = trio.current_time()
 
     async def _acquire_lock(self) -> None:
         """``await self._lock.acquire()`` without its scheduler pass when the lock is free.
@@ -254,7 +298,7 @@ class FencedWriter:
         if tail is None:
             tail = await read_tail(self._transport, self._subject)
         if tail is not None and tail.seq > self._last_seq and tail.data == data:
-            self._last_seq = tail.seq
+            self._proven(tail.seq)
             return tail.seq
         why = self._moved(tail)
         self._holder.fence(why)

@@ -13,6 +13,7 @@ from dagnats_trio._seams import Seam, SeamContext, install_hook
 from dagnats_trio.journal import (
     MAX_CALLS_PER_ITERATION,
     RESTART_LIMIT_REASON,
+    TAIL_PROOF_FRESH_S,
     CallLimitExceeded,
     Committed,
     DeliveryState,
@@ -189,10 +190,15 @@ async def test_fenced_holder_writes_nothing_and_spends_no_model_call(
     zombie_holder = holder_of(task)
     zombie = await open_journal(transport, task, holder=zombie_holder)
     successor = await open_journal(transport, task)  # same task message, redelivered
+    # A zombie is a holder that fell silent (its lease ran out): its claim's ack is older than
+    # TAIL_PROOF_FRESH_S by the time it calls the model, so the model call reads the tail.
+    await trio.sleep(TAIL_PROOF_FRESH_S)
     model = ScriptedModel(["x"])
+    before = transport.round_trips
     with pytest.raises(Fenced):
         await zombie.model(model)
     assert model.requests == 0
+    assert transport.round_trips - before == 1  # the tail read, nothing written
     assert zombie_holder.settlement is Settlement.NO_ACK
     starts: dict[str, int] = {}
     with pytest.raises(Fenced):
@@ -205,6 +211,60 @@ async def test_fenced_holder_writes_nothing_and_spends_no_model_call(
     assert await history(transport, task.run_id) == []
     # the successor is unaffected
     assert await successor.model(ScriptedModel(["y"])) == "y"
+
+
+async def test_a_model_call_right_after_the_claim_reads_no_tail(transport: Transport) -> None:
+    """The claim's ack is the model's tail read (the holder held the tail when it was stored);
+    so is a model record's ack for the next call. Past TAIL_PROOF_FRESH_S the tail is read."""
+    task = make_task(uid())
+    j = await open_journal(transport, task)
+    model = ScriptedModel(["a", "b", "c"])
+    before = transport.round_trips
+    assert await j.model(model) == "a"
+    assert transport.round_trips - before == 1  # the model record only
+    before = transport.round_trips
+    assert await j.model(model) == "b"
+    assert transport.round_trips - before == 1
+    await trio.sleep(TAIL_PROOF_FRESH_S)
+    before = transport.round_trips
+    assert await j.model(model) == "c"
+    assert transport.round_trips - before == 2  # the tail read, then the model record
+    assert model.requests == 3
+    recs = await records(transport, task)
+    assert [type(r).__name__ for r in recs] == ["ClaimRecord", *["ModelRecord"] * 3]
+
+
+async def test_a_successor_claiming_after_the_bound_fences_the_old_holder_s_model_call(
+    transport: Transport,
+) -> None:
+    task = make_task(uid())
+    old_holder = holder_of(task)
+    old = await open_journal(transport, task, holder=old_holder)
+    await trio.sleep(TAIL_PROOF_FRESH_S)  # the old holder falls silent; its task comes back
+    successor = await open_journal(transport, task)
+    model = ScriptedModel(["x"])
+    before = transport.round_trips
+    with pytest.raises(Fenced, match="a successor claimed it"):
+        await old.model(model)
+    assert model.requests == 0
+    assert transport.round_trips - before == 1  # the tail read, nothing written
+    assert old_holder.settlement is Settlement.NO_ACK
+    assert await successor.model(ScriptedModel(["y"])) == "y"
+    recs = await records(transport, task)
+    assert [type(r).__name__ for r in recs] == ["ClaimRecord", "ClaimRecord", "ModelRecord"]
+
+
+async def test_a_holder_whose_lease_was_lost_reads_the_tail_however_fresh_its_claim(
+    transport: Transport,
+) -> None:
+    task = make_task(uid())
+    holder = holder_of(task)
+    j = await open_journal(transport, task, holder=holder)
+    holder.lose_lease("its heartbeat failed: test")
+    model = ScriptedModel(["x"])
+    before = transport.round_trips
+    assert await j.model(model) == "x"  # nobody claimed after it: the read finds its claim
+    assert transport.round_trips - before == 2  # the tail read, then the model record
 
 
 async def test_zombie_tool_write_is_fenced(transport: Transport) -> None:
