@@ -290,3 +290,37 @@ def test_decode_error_names_the_problem() -> None:
             b'{"type": "commit", "iteration": 1, "attempt": 1, "claim_id": "c",'
             b' "nonce": "n", "action": "explode"}'
         )
+
+
+def test_a_record_group_expands_to_its_records_and_a_bad_one_is_unreadable_whole() -> None:
+    """:func:`decode_records` is the one expansion of a stored message: a record alone is one
+    record, a group its records in order; a bare array, an empty or nested group, or a group
+    with a bad member does not decode (the message is unreadable whole)."""
+    from dagnats_trio.protocol import (
+        ModelRecord,
+        Replay,
+        ToolIntentRecord,
+        decode_records,
+        encode_group,
+        group_headers,
+    )
+
+    model = ModelRecord(1, 1, "c", 0, {"a": 1})
+    intent = ToolIntentRecord(1, 1, "c", 1, "n", {}, Replay.SAFE, "k")
+    body = encode_group([model, intent])
+    assert json.loads(body)["type"] == "group"
+    assert decode_records(body) == (model, intent)
+    assert decode_records(encode_record(model)) == (model,)
+    assert group_headers([model, intent]) == {RECORD_TYPE_HEADER: "model+tool.intent"}
+    with pytest.raises(DecodeError):
+        decode_record(body)  # a group is not one record
+    records = [json.loads(encode_record(model)), json.loads(encode_record(intent))]
+    for bad in (
+        json.dumps(records),
+        json.dumps({"type": "group", "records": []}),
+        json.dumps({"type": "group"}),
+        json.dumps({"type": "group", "records": [{"type": "group", "records": records}]}),
+        json.dumps({"type": "group", "records": [records[0], {"type": "model"}]}),
+    ):
+        with pytest.raises(DecodeError):
+            decode_records(bad.encode())

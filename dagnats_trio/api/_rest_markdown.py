@@ -27,10 +27,10 @@ form of this page is `GET /openapi.json`.
   `ED A0 80`) in a string or key; at most 64 levels of nesting. A body that breaks it is `400`
   `invalid_json` whose message starts with where, e.g. `body.input.x[1]: Infinity is not a JSON
   number (finite numbers only)`. So whatever is stored is served back as valid JSON.
-- **Integer parameters** (`limit`, `from`, `Last-Event-ID`, a `wait` in milliseconds) are ASCII
-  digits only (no sign, space or other script's digits such as `²`), within the bounds given
-  below; anything else is `400` naming the parameter (`invalid_query`, `invalid_wait`,
-  `invalid_last_event_id`).
+- **Integer parameters** (`limit`, `from`, `Last-Event-ID` and its `.k` part, a `wait` in
+  milliseconds) are ASCII digits only (no sign, space or other script's digits such as `²`),
+  within the bounds given below; anything else is `400` naming the parameter (`invalid_query`,
+  `invalid_wait`, `invalid_last_event_id`).
 - **Authorization**: when a token is configured (`DAGNATS_API_TOKEN`), every route but
   `/healthz` needs `Authorization: Bearer <token>`; without it the answer is `401`. The inputs
   and journal routes need it like every other: an input writes into a running agent's context.

@@ -280,13 +280,17 @@ API_ROUTES: tuple[RouteDoc, ...] = (
         "read_journal",
         "A step's journal records: a page, or a server-sent event stream with `follow=1`.",
         description=(
-            "A page holds records with sequence >= `from`; pass `next` back as `from` for the "
-            "next page. With `follow=1` the answer is `text/event-stream`: each event has "
-            "`id` = the record's sequence, `event` = the record type, `data` = the record entry "
-            "as JSON. The stream delivers new records as they are written and ends with an "
-            "`end` event once the step (or its run) has finished and every record was sent. A "
-            "client that reconnects with `Last-Event-ID` resumes right after that record, with "
-            "no gap and no repeat. The record kinds and their fields are in "
+            "A page holds the records of up to `limit` stored messages with sequence >= "
+            "`from`; pass `next` back as `from` for the next page. A message may hold several "
+            "records (a record group, stored whole): they share its sequence, so a page may "
+            "hold more than `limit` records. With `follow=1` the answer is "
+            "`text/event-stream`: each event has `id` = the record's place, `event` = the "
+            "record type, `data` = the record entry as JSON. The place is the record's "
+            "sequence, except for a record before the last of a message holding several: "
+            "`{seq}.{k}` (its k-th record). The stream delivers new records as they are written "
+            "and ends with an `end` event once the step (or its run) has finished and every "
+            "record was sent. A client that reconnects with `Last-Event-ID` resumes right after "
+            "that record, with no gap and no repeat. The record kinds and their fields are in "
             "docs/journal-wire-format.md."
         ),
         params=(
@@ -309,8 +313,9 @@ API_ROUTES: tuple[RouteDoc, ...] = (
             Param(
                 "Last-Event-ID",
                 "header",
-                "With `follow`: resume after this sequence (wins over `from`).",
-                NON_NEGATIVE_INT,
+                "With `follow`: resume after this record, `{seq}` or `{seq}.{k}` (an event's "
+                "`id`; wins over `from`).",
+                {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?$"},
             ),
         ),
         answers=(

@@ -80,7 +80,7 @@ class EventSink:
                 {"type": "http.response.start", "status": self._status, "headers": self._headers}
             )
 
-    async def event(self, event: str, data: bytes, event_id: int | None = None) -> None:
+    async def event(self, event: str, data: bytes, event_id: int | str | None = None) -> None:
         """One event; ``data`` is compact JSON (no raw newline), so one ``data`` line holds it."""
         await self.start()
         head = f"id: {event_id}\n" if event_id is not None else ""

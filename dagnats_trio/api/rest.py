@@ -49,6 +49,7 @@ from ._rest_journal import (
     JOURNAL_PAGE_LIMIT_DEFAULT,
     JOURNAL_PAGE_LIMIT_MAX,
     MAX_SEQ,
+    JournalCursor,
     JournalFollowResponse,
     parse_last_event_id,
     read_page,
@@ -373,7 +374,7 @@ class _Handlers:
         if not follow:
             page = await read_page(self.transport, run_id, step_id, from_seq, limit)
             return _json(page)
-        start = resume_after + 1 if resume_after is not None else from_seq
+        start = resume_after if resume_after is not None else JournalCursor(from_seq)
         return JournalFollowResponse(
             self.service,
             self.transport,

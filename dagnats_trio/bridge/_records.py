@@ -18,7 +18,7 @@ from ..protocol import (
     ToolOutputRecord,
     ToolResultRecord,
     converter,
-    decode_record,
+    decode_records,
     encode_json,
     from_obj,
 )
@@ -103,16 +103,17 @@ async def iteration_records(
             if msg.seq > to_seq:
                 return out, False
             try:
-                rec = decode_record(msg.data)
+                recs = decode_records(msg.data)
             except DecodeError as exc:
                 raise BridgeError(
                     500, "journal_corrupt", f"journal record {msg.seq} is unreadable: {exc}"
                 ) from None
-            if rec.iteration != t.dispatch.iteration:
-                continue
-            if len(out) >= JOURNAL_READ_MAX_RECORDS:
-                return out, True
-            out.append(BridgeJournalEntry(msg.seq, converter.unstructure(rec, JournalRecord)))
+            for rec in recs:
+                if rec.iteration != t.dispatch.iteration:
+                    continue
+                if len(out) >= JOURNAL_READ_MAX_RECORDS:
+                    return out, True
+                out.append(BridgeJournalEntry(msg.seq, converter.unstructure(rec, JournalRecord)))
         if len(page) < JOURNAL_READ_PAGE_RECORDS:
             break
         seq = page[-1].seq + 1

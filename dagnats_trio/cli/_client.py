@@ -291,10 +291,12 @@ class ApiClient:
     ) -> AsyncIterator[FollowedEntry]:
         """Records as they are written (server-sent events), then one end marker; resumes with
         ``Last-Event-ID`` when the stream breaks."""
-        last: int | None = None
+        # The id of the last event received: a record's place (``{seq}`` or ``{seq}.{k}`` for
+        # an earlier record of a message holding several), so a resume skips nothing.
+        last: str | None = None
         reconnects = 0
         while True:
-            headers = {"last-event-id": str(last)} if last is not None else {}
+            headers = {"last-event-id": last} if last is not None else {}
             params = {"follow": "1", "from": str(from_seq)}
             try:
                 async with self._http.stream(
@@ -307,7 +309,7 @@ class ApiClient:
                     if response.status_code >= 400:
                         await response.aread()
                         raise _failure(response)
-                    async for event, data in _sse(response):
+                    async for event, data, event_id in _sse(response):
                         if event == "end":
                             end = _loads(data)
                             yield FollowedEntry(
@@ -317,7 +319,7 @@ class ApiClient:
                             )
                             return
                         entry = _decode(_loads(data), JournalEntry, "journal record")
-                        last = entry.seq
+                        last = event_id if event_id is not None else str(entry.seq)
                         yield FollowedEntry(entry)
             except httpx.ConnectError:
                 raise CannotConnect(f"cannot connect to the API at {self.base_url}") from None
@@ -353,15 +355,17 @@ def _loads(data: str) -> Any:
         raise ClientError("the journal stream sent an event that is not JSON") from None
 
 
-async def _sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
-    """``(event, data)`` of each server-sent event; comments (keep-alives) are skipped."""
+async def _sse(response: httpx.Response) -> AsyncIterator[tuple[str, str, str | None]]:
+    """``(event, data, id)`` of each server-sent event (``id`` None when the event has none);
+    comments (keep-alives) are skipped."""
     event = "message"
+    event_id: str | None = None
     data: list[str] = []
     async for line in response.aiter_lines():
         if line == "":
             if data:
-                yield event, "\n".join(data)
-            event, data = "message", []
+                yield event, "\n".join(data), event_id
+            event, event_id, data = "message", None, []
             continue
         if line.startswith(":"):
             continue
@@ -369,5 +373,7 @@ async def _sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
         value = value.removeprefix(" ")
         if name == "event":
             event = value
+        elif name == "id":
+            event_id = value
         elif name == "data":
             data.append(value)

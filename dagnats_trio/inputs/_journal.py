@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from dagnats_trio.protocol import JournalRecord, decode_record, layout
+from dagnats_trio.protocol import JournalRecord, decode_records, layout
 from dagnats_trio.transport import Transport
 
 from ._settlement import JournalPlacements, journal_placements
@@ -28,7 +28,7 @@ async def read_placements(transport: Transport, run_id: str, step_id: str) -> Jo
     seq = 1
     while True:
         page = await transport.read_subject(layout.JOURNAL_STREAM, subject, seq, READ_PAGE_RECORDS)
-        records.extend(decode_record(msg.data) for msg in page)
+        records.extend(rec for msg in page for rec in decode_records(msg.data))
         if len(page) < READ_PAGE_RECORDS:
             return journal_placements(records)
         seq = page[-1].seq + 1

@@ -36,7 +36,7 @@ from dagnats_trio.protocol import (
     ClaimRecord,
     DecodeError,
     JournalRecord,
-    decode_record,
+    decode_records,
     encode_record,
     record_headers,
 )
@@ -76,7 +76,7 @@ def moved_by(tail: StoredMsg | None, own_claim: str) -> str:
     if tail is None:
         return "its records are gone (purged?), not claimed by a successor"
     try:
-        rec = decode_record(tail.data)
+        rec = decode_records(tail.data)[-1]
     except DecodeError as exc:
         return (
             f"the record at sequence {tail.seq} is not a claim but unreadable ({exc}); no "

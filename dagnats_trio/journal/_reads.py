@@ -18,7 +18,7 @@ from dagnats_trio.protocol import (
     DecodeError,
     JournalRecord,
     JsonValue,
-    decode_record,
+    decode_records,
 )
 from dagnats_trio.protocol.layout import JOURNAL_STREAM, journal_subject
 from dagnats_trio.transport import NotFound, StoredMsg, Transport, retry_transient
@@ -48,12 +48,19 @@ async def read_tail(transport: Transport, subject: str) -> StoredMsg | None:
     return tail
 
 
-def decode_entry(msg: StoredMsg) -> Entry:
-    """``(seq, record)`` of a stored message; :class:`JournalCorrupt` when it does not decode."""
+def decode_entries(msg: StoredMsg) -> list[Entry]:
+    """``(seq, record)`` of each record a stored message holds, in order (the records of one
+    message share its sequence); :class:`JournalCorrupt` when it does not decode."""
     try:
-        return msg.seq, decode_record(msg.data)
+        return [(msg.seq, rec) for rec in decode_records(msg.data)]
     except DecodeError as exc:
         raise JournalCorrupt(msg.seq, str(exc)) from None
+
+
+def decode_entry(msg: StoredMsg) -> Entry:
+    """``(seq, record)`` of the last record a stored message holds (the tail's last record:
+    the one written last); :class:`JournalCorrupt` when it does not decode."""
+    return decode_entries(msg)[-1]
 
 
 async def read_entries(
@@ -65,7 +72,8 @@ async def read_entries(
         if tail is None:
             return []
         to_seq = tail.seq
-    return [decode_entry(msg) for msg in await _read_msgs(transport, subject, from_seq, to_seq)]
+    msgs = await _read_msgs(transport, subject, from_seq, to_seq)
+    return [entry for msg in msgs for entry in decode_entries(msg)]
 
 
 async def _read_msgs(
@@ -120,10 +128,11 @@ async def _read_from_leader(
 async def read_journal_for_audit(
     transport: Transport, run_id: str, step_id: str
 ) -> tuple[list[Entry], list[Unreadable], dict[int, str]]:
-    """Every record of one step's journal that decodes, every one that does not, and the batch
-    mark of each stored in an atomic batch (by sequence): for the audit, where a bad record is
-    a finding to report with its sequence, not the end of the read (:func:`read_journal`
-    raises :class:`JournalCorrupt` at the first)."""
+    """Every record of one step's journal that decodes, every message that does not, and the
+    batch mark of each stored in an atomic batch (by sequence): for the audit, where a bad record
+    is a finding to report with its sequence, not the end of the read (:func:`read_journal`
+    raises :class:`JournalCorrupt` at the first). The records of one message share its
+    sequence, which is how the audit sees a group stored as one message whole."""
     subject = journal_subject(run_id, step_id)
     tail = await read_tail(transport, subject)
     if tail is None:
@@ -136,7 +145,7 @@ async def read_journal_for_audit(
         if mark is not None:
             batches[msg.seq] = mark
         try:
-            records.append((msg.seq, decode_record(msg.data)))
+            records.extend((msg.seq, rec) for rec in decode_records(msg.data))
         except DecodeError as exc:
             unreadable.append(Unreadable(msg.seq, str(exc)))
     return records, unreadable, batches
@@ -162,6 +171,7 @@ async def load_commit_state(transport: Transport, task: TaskIdentity) -> JsonVal
         raise JournalCorrupt(
             task.journal_seq, "the commit this task names is missing (purged or expired?)"
         ) from None
+    # The commit is stored alone or as the last record of a group (a result with its commit).
     seq, rec = decode_entry(msg)
     if not isinstance(rec, CommitRecord):
         raise JournalCorrupt(seq, f"expected a commit record, found {rec.TYPE!r}")

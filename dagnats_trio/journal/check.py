@@ -24,8 +24,9 @@ The rules, precisely (``rule`` names in parentheses):
    Parallel groups (``Journal.tools``): a member's intent lies inside its group's positions
    (``group-shape``), and under one claim no intent of a group follows a result or partial
    output of that group (``group-intent-after-start``): every intent before any start. The
-   intents one claim writes for a group are one atomic batch: when any of them carries a batch
-   mark, all do, found together in one batch (``group-intents-split``); unmarked ones were
+   intents one claim writes for a group are stored together: all in one message (they share
+   its sequence), or, when any of them carries a batch mark, all marked and found together in
+   one atomic batch (``group-intents-split``); unmarked ones each alone in its own message were
    stored one by one, before groups were batched.
 4. Inputs. Each ``request_id`` is placed once in the whole journal (``input-placed-twice``).
 0. Decoding. Every stored record decodes; one that does not (not JSON, not an object, an
@@ -36,7 +37,9 @@ The rules, precisely (``rule`` names in parentheses):
    or not at all, so its records are found together: ``1/n`` to ``n/n`` in order with nothing of
    the subject between them (``batch-broken``), none a claim and all written under one claim
    (``batch-claims``). A record without a mark was stored alone, as every record of a journal
-   written before batches existed.
+   written before batches existed, or with others as ONE message (a record group): the records
+   sharing one sequence, stored whole by construction, and likewise none a claim and all
+   written under one claim (``batch-claims``).
 5. Iterations. ``engine_iterations``, the engine's count of ended iterations of the step
    (``StepState.iterations``), equals the continue plus complete commits
    (``iteration-count``).
@@ -195,6 +198,33 @@ def _check_batches(
                                      f"record {want[0] - 1}")  # fmt: skip
 
 
+def _records_per_seq(records: Sequence[tuple[int, JournalRecord]]) -> dict[int, int]:
+    per_seq: dict[int, int] = {}
+    for seq, _ in records:
+        per_seq[seq] = per_seq.get(seq, 0) + 1
+    return per_seq
+
+
+def _check_messages(
+    records: Sequence[tuple[int, JournalRecord]],
+    bad: Callable[[str, int | None, str], None],
+) -> None:
+    """Rule 7 (record groups): the records of one message (sharing its sequence) are one
+    writer's: none a claim, all under one claim."""
+    first: dict[int, JournalRecord] = {}
+    per_seq = _records_per_seq(records)
+    for seq, rec in records:
+        if per_seq[seq] < 2:
+            continue
+        head = first.setdefault(seq, rec)
+        if isinstance(rec, ClaimRecord) or rec.claim_id != head.claim_id:
+            bad(
+                "batch-claims",
+                seq,
+                f"{rec.TYPE} in a group of {per_seq[seq]} records begun by claim {head.claim_id!r}",
+            )
+
+
 def _check_group_batches(
     records: Sequence[tuple[int, JournalRecord]],
     batches: Mapping[int, str],
@@ -207,10 +237,13 @@ def _check_group_batches(
         if isinstance(rec, ToolIntentRecord) and rec.group is not None:
             key = (rec.claim_id, rec.iteration, rec.attempt, rec.group)
             found.setdefault(key, []).append((idx, seq))
+    per_seq = _records_per_seq(records)
     for (claim, iteration, attempt, group), members in found.items():
+        if len(members) < 2 or len({seq for _, seq in members}) == 1:
+            continue  # a single intent, or all stored as one message
         marks = [_parse_mark(batches.get(seq, "")) for _, seq in members]
-        if len(members) < 2 or all(seq not in batches for _, seq in members):
-            continue
+        if all(seq not in batches and per_seq[seq] == 1 for _, seq in members):
+            continue  # each stored alone, before groups were stored together
         together = all(
             a is not None and b is not None and j == i + 1 and b == (a[0] + 1, a[1])
             for (i, _), (j, _), a, b in zip(members, members[1:], marks, marks[1:], strict=False)
@@ -220,7 +253,7 @@ def _check_group_batches(
                 "group-intents-split",
                 members[0][1],
                 f"the {len(members)} intents of the group at call {group} of iteration "
-                f"{iteration} attempt {attempt} (claim {claim!r}) are not one atomic batch",
+                f"{iteration} attempt {attempt} (claim {claim!r}) are not stored together",
             )
 
 
@@ -380,7 +413,8 @@ def check(
 
     if batches:
         _check_batches(records, batches, bad)
-        _check_group_batches(records, batches, bad)
+    _check_messages(records, bad)
+    _check_group_batches(records, batches or {}, bad)
     if engine_iterations is not None and engine_iterations != ended_count:
         bad(
             "iteration-count",

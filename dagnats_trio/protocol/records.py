@@ -12,7 +12,7 @@ from typing import ClassVar, final
 
 import attrs
 
-from ._codec import JsonValue, from_json, register_union, to_json
+from ._codec import DecodeError, JsonValue, from_json, register_union, to_json
 from .common import Wait
 
 #: Header carrying the record kind, so a reader can filter without decoding the body.
@@ -21,6 +21,10 @@ RECORD_TYPE_HEADER = "Dagnats-Record"
 #: records (stored whole or not at all, at consecutive sequences). Absent on a record stored
 #: alone, as on every record written before batches existed.
 BATCH_HEADER = "Dagnats-Batch"
+#: ``type`` of a message body that holds several records of one writer (:class:`RecordGroup`).
+GROUP_TYPE = "group"
+#: Joins the record types of a :class:`RecordGroup` in its ``Dagnats-Record`` header.
+GROUP_TYPE_SEPARATOR = "+"
 
 
 class Replay(enum.Enum):
@@ -151,14 +155,65 @@ JournalRecord = (
 register_union(JournalRecord)
 
 
+@final
+@attrs.frozen
+class RecordGroup:
+    """Records of one writer stored as ONE message, in order: stored whole or not at all because
+    they are one message, fenced once. Its body names its ``type`` (``group``), so it is never
+    mistaken for a record nor for a bare JSON array (an undecodable body); the records inside
+    are the same records, fields and order as when each is stored alone."""
+
+    TYPE: ClassVar[str] = GROUP_TYPE
+    records: list[JournalRecord]
+
+
+#: What one stored journal message holds: a record, or a group of them (tagged by ``type``).
+StoredRecords = (
+    ClaimRecord
+    | ModelRecord
+    | ToolIntentRecord
+    | ToolOutputRecord
+    | ToolResultRecord
+    | InputPlacedRecord
+    | CommitRecord
+    | RecordGroup
+)
+
+register_union(StoredRecords)
+
+
 def encode_record(record: JournalRecord) -> bytes:
     return to_json(record, JournalRecord)
 
 
 def decode_record(data: bytes) -> JournalRecord:
-    """The one decoder every journal reader shares; raises :class:`DecodeError`."""
+    """One record's body; raises :class:`DecodeError` (a reader of stored messages uses
+    :func:`decode_records`, which also reads a :class:`RecordGroup`)."""
     return from_json(data, JournalRecord, "journal record")
+
+
+def encode_group(records: list[JournalRecord]) -> bytes:
+    """The body of one message holding ``records`` in order (see :class:`RecordGroup`)."""
+    return to_json(RecordGroup(records), StoredRecords)
+
+
+def decode_records(data: bytes) -> tuple[JournalRecord, ...]:
+    """The records one stored journal message holds, in order: the one expansion every journal
+    reader shares. A record stored alone is one; a :class:`RecordGroup` is its records (never
+    empty). Raises :class:`DecodeError` for anything else: the message is unreadable whole."""
+    got: JournalRecord | RecordGroup = from_json(data, StoredRecords, "journal record")
+    if not isinstance(got, RecordGroup):
+        return (got,)
+    if not got.records:
+        raise DecodeError("not a valid journal record group: it holds no records")
+    return tuple(got.records)
 
 
 def record_headers(record: JournalRecord) -> dict[str, str]:
     return {RECORD_TYPE_HEADER: record.TYPE}
+
+
+def group_headers(records: list[JournalRecord]) -> dict[str, str]:
+    """``Dagnats-Record`` of a :class:`RecordGroup` message: its records' types in order, joined
+    by ``+`` (``model+tool.intent``), so a reader can still filter without decoding."""
+    return {RECORD_TYPE_HEADER: GROUP_TYPE_SEPARATOR.join(r.TYPE for r in records)}

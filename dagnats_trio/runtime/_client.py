@@ -25,7 +25,7 @@ from ..protocol import (
     JsonValue,
     RunStatus,
     check_id,
-    decode_record,
+    decode_records,
     layout,
 )
 from ..transport import Transport
@@ -195,7 +195,8 @@ class RunHandle:
                     layout.JOURNAL_STREAM, subject, seq, JOURNAL_READ_BATCH_RECORDS
                 )
                 for msg in msgs:
-                    yield JournalEntry(msg.seq, decode_record(msg.data))
+                    for rec in decode_records(msg.data):
+                        yield JournalEntry(msg.seq, rec)
                     seq = msg.seq + 1
                 if len(msgs) < JOURNAL_READ_BATCH_RECORDS:
                     break

@@ -23,7 +23,9 @@ from dagnats_trio.engine import Engine
 from dagnats_trio.inputs import InputsService
 from dagnats_trio.protocol import (
     JournalRecord,
+    encode_group,
     encode_record,
+    group_headers,
     layout,
     record_headers,
 )
@@ -59,12 +61,21 @@ class Stack:
 
     async def append(self, run_id: str, step_id: str, record: JournalRecord) -> int:
         """Append a journal record the way a worker does (fenced on the subject's tail)."""
+        return await self._publish(run_id, step_id, encode_record(record), record_headers(record))
+
+    async def append_group(self, run_id: str, step_id: str, records: list[JournalRecord]) -> int:
+        """Append ``records`` as one message (a record group), as a worker stores a pair."""
+        return await self._publish(run_id, step_id, encode_group(records), group_headers(records))
+
+    async def _publish(
+        self, run_id: str, step_id: str, data: bytes, headers: dict[str, str]
+    ) -> int:
         subject = layout.journal_subject(run_id, step_id)
         last = await self.transport.get_last_msg(layout.JOURNAL_STREAM, subject)
         return await self.transport.publish(
             subject,
-            encode_record(record),
-            headers=record_headers(record),
+            data,
+            headers=headers,
             expected_last_subject_seq=last.seq if last is not None else 0,
         )
 

@@ -173,6 +173,67 @@ async def test_stream_is_live_resumes_without_gap_and_ends(any_api: Stack) -> No
     assert ended.json()["step_status"] == "completed"
 
 
+async def test_a_record_group_is_one_message_read_whole_and_resumed_inside(api: Stack) -> None:
+    """Records stored as one message (a record group) share its sequence: a page gives each of
+    them (``limit`` counts messages, so a page never cuts a message), and the live stream gives
+    each its own id, the message's sequence on its last record and ``{seq}.{k}`` before it, so
+    a reconnect between the two records of one message resumes with the second: no gap, no
+    repeat."""
+    run_id = await idle_run(api)
+    s_claim = await api.append(run_id, "agent", claim())
+    s_group = await api.append_group(run_id, "agent", [model(0), model(1)])
+    assert s_group == s_claim + 1
+    s_last = await api.append(run_id, "agent", model(2))
+
+    page = (await api.client.get(journal_path(run_id), params={"limit": "2"})).json()
+    assert [(e["seq"], e["type"]) for e in page["records"]] == [
+        (s_claim, "claim"), (s_group, "model"), (s_group, "model")
+    ]  # fmt: skip
+    assert [e["record"]["call"] for e in page["records"][1:]] == [0, 1]
+    assert page["next"] == s_group + 1
+    rest = (await api.client.get(journal_path(run_id), params={"from": str(page["next"])})).json()
+    assert [(e["seq"], e["record"]["call"]) for e in rest["records"]] == [(s_last, 2)]
+
+    # Cut the stream right after the first record of the group.
+    with trio.fail_after(EVENT_WAIT_S * 2):
+        async with api.client.stream(
+            "GET", journal_path(run_id), params={"follow": "1"}
+        ) as response:
+            events = sse_events(response)
+            first = [await anext(events), await anext(events)]
+    assert [e.id for e in first] == [str(s_claim), f"{s_group}.1"]
+    assert first[1].json()["record"]["call"] == 0
+    resumed: list[SseEvent] = []
+    with trio.fail_after(EVENT_WAIT_S * 2):
+        async with api.client.stream(
+            "GET",
+            journal_path(run_id),
+            params={"follow": "1"},
+            headers={"Last-Event-ID": f"{s_group}.1"},
+        ) as response:
+            events = sse_events(response)
+            resumed = [await anext(events), await anext(events)]
+    assert [(e.id, e.json()["record"]["call"]) for e in resumed] == [
+        (str(s_group), 1), (str(s_last), 2)
+    ]  # fmt: skip
+    # After the whole message: the next message, nothing of the group again.
+    with trio.fail_after(EVENT_WAIT_S * 2):
+        async with api.client.stream(
+            "GET",
+            journal_path(run_id),
+            params={"follow": "1"},
+            headers={"Last-Event-ID": str(s_group)},
+        ) as response:
+            after = await anext(sse_events(response))
+    assert (after.id, after.json()["record"]["call"]) == (str(s_last), 2)
+    for bad in ("1.0", "1.x", "1.", ".1", "1.2.3", "-1"):
+        r = await api.client.get(
+            journal_path(run_id), params={"follow": "1"}, headers={"Last-Event-ID": bad}
+        )
+        assert r.status_code == 400, bad
+        assert error_code(r) == "invalid_last_event_id"
+
+
 async def test_stream_of_finished_step_sends_all_then_ends(any_api: Stack) -> None:
     run_id = await idle_run(any_api)
     seqs = [await any_api.append(run_id, "agent", r) for r in (claim(), model(0))]

@@ -196,3 +196,37 @@ def test_a_batch_under_two_claims_is_caught() -> None:
     )
     report = check(records, batches={3: "1/2", 4: "2/2"})
     assert "batch-claims" in {v.rule for v in report.violations}, report.render()
+
+
+#: The paired journal as the writer stores it now: each pair ONE message (records share its seq).
+PAIRED_MESSAGES = [(1, PAIRED[0][1]), (2, PAIRED[1][1]), (2, PAIRED[2][1]), (3, PAIRED[3][1]),
+                   (3, PAIRED[4][1])]  # fmt: skip
+
+
+def test_records_sharing_a_message_pass_and_a_claim_or_two_claims_in_one_are_caught() -> None:
+    assert check(PAIRED_MESSAGES, 1).ok, check(PAIRED_MESSAGES, 1).render()
+    with_claim = [(1, claim(0, "a")), (2, claim(0, "b")), (2, ModelRecord(0, 1, "b", 0, "m"))]
+    report = check(with_claim)
+    assert [(v.rule, v.seq) for v in report.violations] == [("batch-claims", 2)], report.render()
+    two_claims = [
+        (1, claim(0, "a")),
+        (2, claim(0, "b")),
+        (3, ModelRecord(0, 1, "b", 0, "m")),
+        (3, intent(0, "a", 1)),
+    ]
+    report = check(two_claims)
+    assert ("batch-claims", 3) in {(v.rule, v.seq) for v in report.violations}, report.render()
+
+
+def test_a_groups_intents_in_one_message_pass_and_split_across_messages_are_caught() -> None:
+    """``group-intents-split`` with record groups: a group's intents all in one message is whole;
+    some in one message and the rest in another is split (unmarked, yet not stored alone)."""
+
+    def member(call: int) -> ToolIntentRecord:
+        return ToolIntentRecord(0, 1, "a", call, f"t{call}", None, Replay.SAFE, "k", 0, 3)
+
+    whole = [(1, claim(0, "a")), (2, member(0)), (2, member(1)), (2, member(2))]
+    assert check(whole).ok, check(whole).render()
+    split = [(1, claim(0, "a")), (2, member(0)), (2, member(1)), (3, member(2))]
+    report = check(split)
+    assert [(v.rule, v.seq) for v in report.violations] == [("group-intents-split", 2)]

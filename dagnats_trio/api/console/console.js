@@ -419,12 +419,14 @@ class Timeline {
     this.box = box;
     this.claims = new Map(); // "iteration/attempt" -> [seq of claims]
     this.latestClaim = null;
-    this.rows = new Map(); // seq -> {rec, node}
+    this.rows = new Map(); // event id (the record's place: "seq", or "seq.k" inside a message) -> row
     this.intents = new Map(); // "iteration/attempt/call" -> intent record
   }
 
-  add(entry) {
-    if (this.rows.has(entry.seq)) return; // never twice (a resumed stream repeats nothing)
+  // `id`: the event's id, unique per record (the records of one message share its seq).
+  add(entry, id) {
+    const key = id ?? String(entry.seq);
+    if (this.rows.has(key)) return; // never twice (a resumed stream repeats nothing)
     const rec = entry.record || {};
     const ia = `${rec.iteration}/${rec.attempt}`;
     const marks = [];
@@ -434,9 +436,9 @@ class Timeline {
         const earlier = this.claims.get(ia) || [];
         if (earlier.length) {
           marks.push(["recovered", `new holder recovered attempt ${rec.attempt} (claim seq ${earlier[earlier.length - 1]})`]);
-          for (const [seq, row] of this.rows) {
+          for (const row of this.rows.values()) {
             const r = row.rec;
-            if (seq < entry.seq && `${r.iteration}/${r.attempt}` === ia &&
+            if (row.seq < entry.seq && `${r.iteration}/${r.attempt}` === ia &&
                 (row.type === "model" || (row.type === "tool.result" && !r.interrupted))) this.mark(row, "reused", "reused");
           }
         } else if (rec.attempt > 1) marks.push(["retry", `attempt ${rec.attempt} (a retry)`]);
@@ -481,8 +483,8 @@ class Timeline {
     const summary = el("summary", {}, el("span", { class: "mono" }, `#${entry.seq}`), " ",
       el("b", {}, entry.type), ` it ${rec.iteration ?? "?"} att ${rec.attempt ?? "?"} · ${detail}`);
     const node = el("details", { "data-seq": entry.seq, "data-type": entry.type }, summary, el("pre", {}, json(entry)));
-    const row = { rec, type: entry.type, node, summary };
-    this.rows.set(entry.seq, row);
+    const row = { rec, seq: entry.seq, type: entry.type, node, summary };
+    this.rows.set(key, row);
     for (const [kind, text] of marks) this.mark(row, kind, text);
     this.box.append(node);
   }
@@ -563,7 +565,7 @@ function stepPage(main, runId, stepId, signal) {
         streamState.dataset.state = "ended";
       } else {
         box.dataset.received = String(Number(box.dataset.received || 0) + 1);
-        timeline.add(data);
+        timeline.add(data, ev.id);
         if (data.type === "input.placed") remember(data.record.request_id);
       }
     },
