@@ -34,7 +34,7 @@ from ._defaults import (
 )
 from ._dialer import SOCKET_ERRORS, Dialer
 from ._encoder import PONG_BYTES
-from ._events import Err, Info, Msg, Ping, Pong, Pub, Sub, Unsub
+from ._events import Err, Info, Msg, Ping, Pong, Sub, Unsub
 from ._handshake import ClientSettings, load_nkey_auth
 from ._headers import NO_RESPONDERS_STATUS, Headers
 from ._mux import RequestMux
@@ -322,7 +322,7 @@ class Connection:
     ) -> bytes:
         self._check_open()
         block = Headers.of(headers) if isinstance(headers, dict) else headers
-        return self._wire.send(Pub(subject, bytes(payload), reply, block))
+        return self._wire.send_pub(subject, bytes(payload), reply, block)
 
     def _queue(self, data: bytes) -> None:
         self._outbox.write(data)

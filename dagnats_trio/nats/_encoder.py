@@ -18,7 +18,7 @@ from ._events import (
     connect_json,
     info_json,
 )
-from ._headers import encode_headers
+from ._headers import Headers, encode_headers
 from ._limits import DEFAULT_MAX_PAYLOAD_BYTES, MAX_CONTROL_LINE_BYTES, MAX_JSON_LINE_BYTES
 
 _CRLF = b"\r\n"
@@ -64,49 +64,57 @@ def _message(
     return line + headers_block + payload + _CRLF
 
 
-def _plain_token(value: str | None) -> bool:
+def _plain_token(value: str) -> bool:
     """Whether ``value`` is a non-empty printable ASCII token without spaces: what every
     subject this runtime makes is, and what needs no byte-by-byte check."""
-    return (
-        value is not None
-        and value.isascii()
-        and value.isprintable()
-        and " " not in value
-        and value != ""
-    )
+    return value.isascii() and value.isprintable() and " " not in value and value != ""
 
 
-def _encode_pub(event: Pub, max_payload_bytes: int) -> bytes | None:
-    """The hot path: a PUB/HPUB of plain tokens in one pass, or None for :func:`encode`'s
-    field-by-field checks (which raise the errors; so this only skips work, never a check)."""
-    subject, reply, payload = event.subject, event.reply, event.payload
-    if not _plain_token(subject) or (reply is not None and not _plain_token(reply)):
-        return None
-    head = b"%s %s " % (subject.encode(), reply.encode()) if reply else b"%s " % subject.encode()
-    if event.headers is None:
-        total = len(payload)
-        if total > max_payload_bytes:
-            return None
-        line = b"PUB " + head + b"%d\r\n" % total
-        if len(line) > MAX_CONTROL_LINE_BYTES + 2:
-            return None
-        return line + payload + _CRLF
-    block = encode_headers(event.headers)
-    total = len(block) + len(payload)
-    if total > max_payload_bytes:
-        return None
-    line = b"HPUB " + head + b"%d %d\r\n" % (len(block), total)
-    if len(line) > MAX_CONTROL_LINE_BYTES + 2:
-        return None
-    return line + block + payload + _CRLF
+def encode_pub(
+    subject: str,
+    payload: bytes,
+    reply: str | None,
+    headers: Headers | None,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> bytes:
+    """The bytes of a PUB/HPUB, from its fields (no :class:`Pub` made: this is every request's
+    path). Plain tokens are framed in one pass; anything else goes through :func:`encode`'s
+    field-by-field checks, which raise the errors (so the fast path only skips work, never a
+    check)."""
+    if (
+        subject.isascii()
+        and subject.isprintable()
+        and " " not in subject
+        and subject
+        and (reply is None or _plain_token(reply))
+    ):
+        raw = subject.encode()
+        head = b"%s %s " % (raw, reply.encode()) if reply else raw + b" "
+        if headers is None:
+            total = len(payload)
+            line = b"PUB " + head + b"%d\r\n" % total
+            if total <= max_payload_bytes and len(line) <= MAX_CONTROL_LINE_BYTES + 2:
+                return line + payload + _CRLF
+        else:
+            block = encode_headers(headers)
+            total = len(block) + len(payload)
+            line = b"HPUB " + head + b"%d %d\r\n" % (len(block), total)
+            if total <= max_payload_bytes and len(line) <= MAX_CONTROL_LINE_BYTES + 2:
+                return line + block + payload + _CRLF
+    return _encode_checked(Pub(subject, payload, reply, headers), max_payload_bytes)
 
 
 def encode(event: Event, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
     """The bytes of ``event``; :class:`ProtocolError` names a field that cannot be sent."""
     if type(event) is Pub:
-        fast = _encode_pub(event, max_payload_bytes)
-        if fast is not None:
-            return fast
+        return encode_pub(
+            event.subject, event.payload, event.reply, event.headers, max_payload_bytes
+        )
+    return _encode_checked(event, max_payload_bytes)
+
+
+def _encode_checked(event: Event, max_payload_bytes: int) -> bytes:
+    """:func:`encode`, every field checked one by one (naming the one that cannot be sent)."""
     if isinstance(event, Pub):
         head = [b"PUB", _token("PUB", "subject", event.subject)]
         if event.reply is not None:

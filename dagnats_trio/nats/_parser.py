@@ -125,6 +125,25 @@ class Parser:
             self._error = exc
             raise
 
+    def next_events(self) -> list[Event]:
+        """The whole events buffered, in order, up to and including the first that is not a
+        :class:`Msg` (a caller may act on it, an INFO changing the limits, before the rest is
+        parsed); empty when none is whole. One call per read instead of one per event."""
+        if self._error is not None:
+            raise self._error
+        out: list[Event] = []
+        try:
+            while True:
+                event = self._next()
+                if event is NEED_DATA:
+                    return out
+                out.append(event)
+                if type(event) is not Msg:
+                    return out
+        except ProtocolError as exc:
+            self._error = exc
+            raise
+
     # --- internals ------------------------------------------------------------------------
 
     def _next(self) -> Event | Literal[NeedData.NEED_DATA]:

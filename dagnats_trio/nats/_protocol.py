@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Literal, final
 
-from ._encoder import encode
+from ._encoder import encode, encode_pub
 from ._errors import ProtocolError
 from ._events import CLIENT_EVENTS, SERVER_EVENTS, Event, Info, Msg, Pub
+from ._headers import Headers
 from ._limits import DEFAULT_MAX_PAYLOAD_BYTES
 from ._parser import NeedData, Parser
 
@@ -52,12 +53,29 @@ class ClientProtocol:
             return event
         if isinstance(event, NeedData):
             return event
+        self._check_server_event(event)
+        return event
+
+    def events(self) -> list[Event]:
+        """Every whole event from the server buffered, in order (``next_event`` until
+        ``NEED_DATA``, in one call: the reader makes one per read)."""
+        out: list[Event] = []
+        while True:
+            events = self._parser.next_events()
+            if not events:
+                return out
+            out += events
+            last = events[-1]
+            if type(last) is Msg:
+                return out  # the parser stopped for want of data
+            self._check_server_event(last)
+
+    def _check_server_event(self, event: Event) -> None:
         if not isinstance(event, SERVER_EVENTS):
             raise ProtocolError(f"{type(event).__name__.upper()}: not sent by a server")
         if isinstance(event, Info):
             self._info = event
             self._parser.max_payload_bytes = event.max_payload
-        return event
 
     def send(self, event: Event) -> bytes:
         """The bytes that send ``event`` to the server."""
@@ -71,3 +89,12 @@ class ClientProtocol:
         ):
             raise ProtocolError("HPUB: the server does not support headers")
         return encode(event, max_payload_bytes=self.max_payload_bytes)
+
+    def send_pub(
+        self, subject: str, payload: bytes, reply: str | None, headers: Headers | None
+    ) -> bytes:
+        """The bytes of a PUB/HPUB: :meth:`send` of a :class:`Pub`, without making one (every
+        request and publish comes this way)."""
+        if headers is not None and self._info is not None and not self._info.headers:
+            raise ProtocolError("HPUB: the server does not support headers")
+        return encode_pub(subject, payload, reply, headers, self.max_payload_bytes)

@@ -17,7 +17,6 @@ import trio
 
 from ._defaults import READ_CHUNK_BYTES
 from ._outbox import direct_fd
-from ._parser import NeedData
 from ._protocol import ClientProtocol
 from ._shell_errors import ConnectionLostError
 
@@ -31,7 +30,7 @@ async def read_events(
     if fd is not None:
         await _read_fd(fd, protocol, dispatch)
     while True:
-        for event in _events(protocol):
+        for event in protocol.events():
             dispatch(event)
         data = await stream.receive_some(READ_CHUNK_BYTES)
         if not data:
@@ -44,7 +43,7 @@ async def _read_fd(
 ) -> NoReturn:
     full = False
     while True:
-        for event in _events(protocol):
+        for event in protocol.events():
             dispatch(event)
         if not full:
             await trio.lowlevel.wait_readable(fd)
@@ -60,13 +59,3 @@ async def _read_fd(
         if full:
             # A busy socket must not starve the other tasks: a checkpoint per chunk.
             await trio.lowlevel.checkpoint()
-
-
-def _events(protocol: ClientProtocol) -> list[object]:
-    """Every whole event buffered (all of them first: dispatching may queue writes)."""
-    out: list[object] = []
-    while True:
-        event = protocol.next_event()
-        if isinstance(event, NeedData):
-            return out
-        out.append(event)

@@ -26,6 +26,7 @@ from dagnats_trio.nats import (
     Headers,
     Info,
     Msg,
+    NeedData,
     Ok,
     Parser,
     Ping,
@@ -149,6 +150,84 @@ def test_encode_then_parse_gives_the_same_event(event: Event) -> None:
 def test_a_stream_of_events_survives_any_chunking(batch: list[Event], cuts: list[int]) -> None:
     data = b"".join(encode(event) for event in batch)
     assert parse_all(data, chunks=cuts) == batch
+
+
+#: Subjects the fast path must tell from plain tokens: empty, spaced, non-ASCII, control bytes.
+any_subjects = st.one_of(tokens, st.text(max_size=12), st.sampled_from(["", " ", "a b", "a\tb"]))
+
+
+@settings(max_examples=EXAMPLES * 3, deadline=None)
+@given(any_subjects, payloads, st.one_of(st.none(), any_subjects), optional_headers)
+def test_send_pub_frames_what_parses_back_or_refuses(
+    subject: str, payload: bytes, reply: str | None, headers: Headers | None
+) -> None:
+    """The PUB fast path (no :class:`Pub` made) frames only what parses back to the same
+    message, and refuses with the field-by-field checks' error otherwise."""
+    proto = ClientProtocol()
+    try:
+        data = proto.send_pub(subject, payload, reply, headers)
+    except ProtocolError as exc:
+        with pytest.raises(ProtocolError) as checked:
+            encode(Msg(subject, "1", payload, reply, headers))  # the same fields, checked
+        assert (
+            str(exc).removeprefix("H").split(":")[1:2]
+            == (str(checked.value).removeprefix("H").split(":")[1:2])
+        )
+        return
+    assert parse_all(data) == [Pub(subject, payload, reply, headers)]
+    assert proto.send(Pub(subject, payload, reply, headers)) == data
+
+
+def _one_by_one(proto: ClientProtocol) -> list[Event]:
+    out: list[Event] = []
+    while (event := proto.next_event()) is not NEED_DATA:
+        assert not isinstance(event, NeedData)
+        out.append(event)
+    return out
+
+
+server_events: st.SearchStrategy[Event] = st.one_of(
+    st.builds(Msg, tokens, tokens, payloads, optional_tokens, optional_headers),
+    st.just(Ping()),
+    st.just(Pong()),
+    st.just(Ok()),
+    # An INFO may lower max_payload below a message that follows it in the same read.
+    st.builds(Info, max_payload=st.integers(1, 400), headers=st.booleans()),
+    st.builds(Sub, tokens, tokens, optional_tokens),  # not a server's: refused
+)
+
+
+@settings(max_examples=EXAMPLES * 2, deadline=None)
+@given(
+    st.lists(server_events, min_size=1, max_size=8),
+    st.lists(st.integers(0, 4000), max_size=12),
+)
+def test_events_in_one_call_are_next_event_one_by_one(batch: list[Event], cuts: list[int]) -> None:
+    """``events()`` (the reader's one call per read) gives what ``next_event`` until
+    ``NEED_DATA`` gives, INFO's new limits applied to what follows it, and the same error."""
+    data = b"".join(encode(event) for event in batch)
+    one, bulk = ClientProtocol(), ClientProtocol()
+    got_one: list[Event] = []
+    got_bulk: list[Event] = []
+    error_one = error_bulk = None
+    for piece in split_at(data, cuts):
+        one.receive_data(piece)
+        bulk.receive_data(piece)
+        if error_one is None:
+            try:
+                got_one += _one_by_one(one)
+            except ProtocolError as exc:
+                error_one = str(exc)
+        if error_bulk is None:
+            try:
+                got_bulk += bulk.events()
+            except ProtocolError as exc:
+                error_bulk = str(exc)
+    assert error_bulk == error_one
+    if error_one is None:
+        assert got_bulk == got_one == batch
+    else:  # the events of the failed read before the error are not handed out
+        assert got_one[: len(got_bulk)] == got_bulk
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
