@@ -13,7 +13,7 @@ import enum
 from typing import Any, final
 
 import attrs
-from cattrs.gen import make_dict_unstructure_fn
+from cattrs.gen import make_dict_unstructure_fn, override
 
 from ..dag import WorkflowDef
 from ..protocol import (
@@ -23,8 +23,8 @@ from ..protocol import (
     RunStatus,
     Wait,
     converter,
+    dumps_json,
     from_json,
-    to_json,
 )
 from .effects import Effect
 
@@ -123,33 +123,83 @@ class RunSnapshot:
         }
 
 
-#: Bound on :data:`_OUTBOX_JSON`; it is emptied when full (a miss only costs the encoding).
+#: Bound on each memo below; a memo is emptied when full (a miss only costs the encoding).
 OUTBOX_JSON_MEMO_MAX_ENTRIES = 4096
 
-#: An outbox entry's JSON values, by the entry's identity. A snapshot keeps the last
-#: ``OUTBOX_KEEP_EVENTS`` entries from one save to the next unchanged (the same frozen objects),
-#: so each is unstructured once, not on every save. The entry is held beside its values, so
-#: its ``id`` cannot be reused while the slot lives. The values are only read (encoded).
-_OUTBOX_JSON: dict[int, tuple[OutboxEntry, dict[str, Any]]] = {}
+#: An outbox entry's JSON values and (once encoded) text, by the entry's identity. A snapshot
+#: keeps the last ``OUTBOX_KEEP_EVENTS`` entries from one save to the next unchanged (the same
+#: frozen objects), so each is unstructured and spelled once, not on every save. The entry is
+#: held beside its values, so its ``id`` cannot be reused while the slot lives. The values are
+#: only read (encoded).
+_OUTBOX_JSON: dict[int, list[Any]] = {}
+#: A definition's JSON text by its identity: a run's snapshots all hold the one definition
+#: object the run started with (``attrs.evolve`` keeps it), so it is spelled once per run.
+_DEFINITION_TEXT: dict[int, tuple[WorkflowDef, str]] = {}
 _unstructure_outbox_entry = make_dict_unstructure_fn(OutboxEntry, converter)
+#: A snapshot's own fields: ``definition`` and ``outbox`` are spliced in as memoised texts.
+_unstructure_rest = make_dict_unstructure_fn(
+    RunSnapshot, converter, definition=override(omit=True), outbox=override(omit=True)
+)
+#: The fields stored before ``definition``, in field order (the bytes keep the field order).
+_BEFORE_DEFINITION = ("run_id", "status", "workflow")
+_FIELD_NAMES = tuple(f.name for f in attrs.fields(RunSnapshot))
+if _FIELD_NAMES[:4] != (*_BEFORE_DEFINITION, "definition") or _FIELD_NAMES[-1] != "outbox":
+    raise RuntimeError(f"encode_snapshot splices by field order; RunSnapshot has {_FIELD_NAMES}")
+
+
+def _outbox_slot(entry: OutboxEntry) -> list[Any]:
+    """``[entry, values, text or None]``, memoised by identity."""
+    slot = _OUTBOX_JSON.get(id(entry))
+    if slot is not None and slot[0] is entry:
+        return slot
+    slot = [entry, _unstructure_outbox_entry(entry), None]
+    if len(_OUTBOX_JSON) >= OUTBOX_JSON_MEMO_MAX_ENTRIES:
+        _OUTBOX_JSON.clear()
+    _OUTBOX_JSON[id(entry)] = slot
+    return slot
 
 
 def _outbox_entry_json(entry: OutboxEntry) -> dict[str, Any]:
-    slot = _OUTBOX_JSON.get(id(entry))
-    if slot is not None and slot[0] is entry:
-        return slot[1]
-    raw: dict[str, Any] = _unstructure_outbox_entry(entry)
-    if len(_OUTBOX_JSON) >= OUTBOX_JSON_MEMO_MAX_ENTRIES:
-        _OUTBOX_JSON.clear()
-    _OUTBOX_JSON[id(entry)] = (entry, raw)
+    raw: dict[str, Any] = _outbox_slot(entry)[1]
     return raw
+
+
+def _outbox_entry_text(entry: OutboxEntry) -> str:
+    slot = _outbox_slot(entry)
+    text: str | None = slot[2]
+    if text is None:
+        text = slot[2] = dumps_json(slot[1])
+    return text
+
+
+def _definition_text(definition: WorkflowDef | None) -> str:
+    if definition is None:
+        return "null"
+    slot = _DEFINITION_TEXT.get(id(definition))
+    if slot is not None and slot[0] is definition:
+        return slot[1]
+    text = dumps_json(converter.unstructure(definition))
+    if len(_DEFINITION_TEXT) >= OUTBOX_JSON_MEMO_MAX_ENTRIES:
+        _DEFINITION_TEXT.clear()
+    _DEFINITION_TEXT[id(definition)] = (definition, text)
+    return text
 
 
 converter.register_unstructure_hook(OutboxEntry, _outbox_entry_json)
 
 
 def encode_snapshot(snapshot: RunSnapshot) -> bytes:
-    return to_json(snapshot)
+    """The same bytes as ``to_json(snapshot)``, put together from the snapshot's own fields and
+    the memoised texts of its definition and outbox entries: the engine saves a run's snapshot
+    on every event, and those two parts (most of its bytes) rarely change between saves."""
+    rest = _unstructure_rest(snapshot)
+    head = {name: rest.pop(name) for name in _BEFORE_DEFINITION}
+    outbox = ",".join([_outbox_entry_text(entry) for entry in snapshot.outbox])
+    text = (
+        f'{dumps_json(head)[:-1]},"definition":{_definition_text(snapshot.definition)},'
+        f'{dumps_json(rest)[1:-1]},"outbox":[{outbox}]}}'
+    )
+    return text.encode()
 
 
 def decode_snapshot(data: bytes) -> RunSnapshot:

@@ -129,12 +129,18 @@ def to_json(value: Any, cls: Any = None) -> bytes:
         if cls is not None
         else (converter.unstructure(value))
     )
+    return dumps_json(raw).encode()
+
+
+def dumps_json(raw: Any) -> str:
+    """The compact JSON text of an unstructured value (what :func:`to_json` encodes), for a
+    caller that puts stored JSON texts together itself."""
     try:
-        return _ENCODER.encode(raw).encode()
+        return _ENCODER.encode(raw)
     except TypeError:
         # A ``JsonValue`` field held something that is not plain JSON (an attrs instance, an
         # enum): unstructured by its own type, as cattrs did before the field was handed on.
-        return _ENCODER.encode(_plain(raw)).encode()
+        return _ENCODER.encode(_plain(raw))
 
 
 def _plain(value: Any) -> Any:

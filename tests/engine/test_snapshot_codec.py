@@ -1,21 +1,30 @@
 """The snapshot's encoding (issue 12 item 3): outbox entries carried from one save to the next
-are turned into JSON values once, and what is stored is the same bytes as before."""
+are turned into JSON values and text once, the run's definition into text once, and what is
+stored is the same bytes as the one converter's encoding."""
 
 from __future__ import annotations
 
 import json
+from typing import Any, final
 
 import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from dagnats_trio.dag import WorkflowDef
 from dagnats_trio.engine.effects import PublishTask
 from dagnats_trio.engine.snapshot import (
     OUTBOX_JSON_MEMO_MAX_ENTRIES,
     OutboxEntry,
+    Park,
     RunSnapshot,
+    StepState,
+    StepStatus,
     decode_snapshot,
     encode_snapshot,
 )
-from dagnats_trio.protocol import DispatchId, RunStatus, TaskMessage, converter
+from dagnats_trio.protocol import DispatchId, RunStatus, TaskMessage, converter, to_json
+from dagnats_trio.testing import agent_workflow
 
 
 def _entry(seq: int) -> OutboxEntry:
@@ -60,3 +69,139 @@ def test_the_memo_is_bounded() -> None:
     again = converter.unstructure(kept[0])
     assert again is not first
     assert again == first
+
+
+# --- the spliced encoding (issue 12 goal 3) ---------------------------------------------------
+
+#: Hypothesis examples per property: the file runs in a second or two.
+SNAPSHOT_EXAMPLES = settings(deadline=None, max_examples=60)
+
+_DEFINITIONS = (
+    None,
+    WorkflowDef.from_json(agent_workflow("wf-agent")),
+    WorkflowDef.from_json(
+        {
+            "name": "wf-two",
+            "steps": [
+                {"id": "a", "task": "t", "timeout": "5s"},
+                {"id": "b", "task": "u", "depends_on": ["a"], "retry": {"max_attempts": 3}},
+            ],
+        }
+    ),
+)
+_texts = st.text(max_size=12)
+_json_values: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False,
+    allow_infinity=False) | _texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_texts, inner, max_size=3),
+    max_leaves=8,
+)  # fmt: skip
+_optional_ints = st.none() | st.integers(0, 2**53)
+_dispatches = st.builds(DispatchId, st.integers(0, 1000), st.integers(1, 9), _texts)
+_step_states = st.builds(
+    StepState,
+    step_id=_texts,
+    status=st.sampled_from(list(StepStatus)),
+    dispatch=st.none() | _dispatches,
+    park=st.none() | st.sampled_from(list(Park)),
+    output=_json_values,
+    error=st.none() | _texts,
+    journal_seq=_optional_ints,
+    iterations=st.integers(0, 100),
+    started_at_ms=_optional_ints,
+)
+_tasks = st.builds(
+    TaskMessage,
+    _texts,
+    _texts,
+    _texts,
+    _texts,
+    _dispatches,
+    _json_values,
+    journal_seq=_optional_ints,
+)
+_entries = st.builds(
+    OutboxEntry,
+    st.integers(0, 2**53),
+    st.lists(st.builds(PublishTask, _tasks, _texts), max_size=2).map(tuple),
+)
+_snapshots = st.builds(
+    RunSnapshot,
+    _texts,
+    st.sampled_from(list(RunStatus)),
+    _texts,
+    definition=st.sampled_from(_DEFINITIONS),
+    input=_json_values,
+    output=_json_values,
+    error=st.none() | _texts,
+    started=st.booleans(),
+    updated_at_ms=st.integers(0, 2**53),
+    steps=st.dictionaries(_texts, _step_states, max_size=3),
+    last_seq=st.integers(0, 2**53),
+    outbox=st.lists(_entries, max_size=3).map(tuple),
+)
+
+
+@SNAPSHOT_EXAMPLES
+@given(snap=_snapshots)
+def test_the_spliced_snapshot_is_the_bytes_of_the_one_converter(snap: RunSnapshot) -> None:
+    data = encode_snapshot(snap)
+    assert data == to_json(snap)
+    assert encode_snapshot(snap) == data  # the memoised texts spell the same
+    assert decode_snapshot(data) == snap
+    # The field order of the class is the order of the bytes.
+    assert list(json.loads(data)) == [f.name for f in attrs.fields(RunSnapshot)]
+
+
+@SNAPSHOT_EXAMPLES
+@given(snap=_snapshots, later=_snapshots)
+def test_a_shared_definition_and_carried_entries_encode_as_their_own_fields(
+    snap: RunSnapshot, later: RunSnapshot
+) -> None:
+    """The next save of a run: the same definition and some of the same entries, everything
+    else changed."""
+    moved = attrs.evolve(later, definition=snap.definition, outbox=snap.outbox[1:] + later.outbox)
+    data = encode_snapshot(moved)
+    assert data == to_json(moved)
+    assert decode_snapshot(data) == moved
+
+
+@final
+@attrs.frozen
+class _Counted:
+    """Not plain JSON: unstructured by the hook the test registers, which counts."""
+
+    n: int
+
+
+def test_a_carried_outbox_entry_and_the_definition_are_spelled_once() -> None:
+    """The engine saves a run's snapshot on every event; the outbox entries it carries and the
+    run's definition (most of the bytes) are turned into JSON text once, not on every save.
+    Counted by the converter's hooks: a non-JSON value in a task's input is unstructured by
+    its type's hook each time the entry is spelled, and so is the definition."""
+    spelled: list[str] = []
+    converter.register_unstructure_hook(_Counted, lambda c: spelled.append("entry") or {"n": c.n})
+    definition = WorkflowDef.from_json(agent_workflow("wf-counted"))
+    unstructure_definition = converter.get_unstructure_hook(WorkflowDef)
+
+    def counted_definition(d: WorkflowDef) -> Any:
+        spelled.append("definition")
+        return unstructure_definition(d)
+
+    converter.register_unstructure_hook(WorkflowDef, counted_definition)
+    try:
+        task = TaskMessage("r1", "a", "t", "wf", DispatchId(0, 1, "n0"), {"c": _Counted(7)})
+        entry = OutboxEntry(1, (PublishTask(task, "r1.a.n0"),))
+        snap = RunSnapshot("r1", RunStatus.RUNNING, "wf", definition=definition, outbox=(entry,))
+        first = encode_snapshot(snap)
+        assert json.loads(first)["outbox"][0]["effects"][0]["task"]["input"] == {"c": {"n": 7}}
+        assert sorted(spelled) == ["definition", "entry"]
+        for last_seq in range(2, 6):
+            encode_snapshot(attrs.evolve(snap, last_seq=last_seq))
+        assert sorted(spelled) == ["definition", "entry"]
+        # Another definition object (another run), equal or not, is spelled for itself.
+        twin = WorkflowDef.from_json(agent_workflow("wf-counted"))
+        encode_snapshot(attrs.evolve(snap, definition=twin))
+        assert sorted(spelled) == ["definition", "definition", "entry"]
+    finally:
+        converter.register_unstructure_hook(WorkflowDef, unstructure_definition)
