@@ -115,7 +115,7 @@ Per tool iteration of a journal step (model call + tool call), each record writt
 
 Paired (printed beside): model record + tool intent is one atomic batch, fenced on the claim's
 sequence, and tool result + commit another, fenced on the intent's: 6 durable writes and 9
-round trips per tool iteration, 45 round trips per run, 34 on the critical path; each batch
+round trips per tool iteration, 44 round trips per run, 33 on the critical path; each batch
 pays the staging above, so it is slower here; where a batch stages in memory it is not (a
 memory stream, `just bench batch`; a 3-replica stream: a batch of 2 in 0.42 ms against 0.69 ms
 for two publishes, docs/jetstream.md).
@@ -130,19 +130,26 @@ Per run (3 tool iterations, 1 answer iteration), each record written alone:
          marker (two publishes at once: one waited) +                  re-registered at any time:
          snapshot create + workflow.started                            reading it is the only
                                                                        way to start the current)
- engine  workflow.started: pull + snapshot read + CAS + task        4  (the read: the engine does
-                                                                       not know the revision the
-                                                                       service created)
+ engine  workflow.started: pull + CAS + task                        3  (no snapshot read: the
+                                                                       event names the revision
+                                                                       the service created and
+                                                                       the definition's; the
+                                                                       engine derives the same
+                                                                       snapshot, engine._store.
+                                                                       started_with; a CAS on a
+                                                                       run that moved on fails
+                                                                       and reads, as before)
  worker  3 x 8 (tool iterations) + 6 (answer)                       30
  engine  3 x step.continue (pull + CAS + task) + step.completed     12
          (pull + CAS + active marker purge, after the finished
          snapshot is saved: off the critical path)
- => 51 counted, of which 9 are pull requests left waiting and 2 overlap or follow the run's end
-    (the second index publish, the marker purge): 40 on the critical path. (Before the claim's
-    ack stood for the model's tail read: 55 and 44, one read per model call.)
+ => 50 counted, of which 9 are pull requests left waiting and 2 overlap or follow the run's end
+    (the second index publish, the marker purge): 39 on the critical path. (Before the claim's
+    ack stood for the model's tail read: 55 and 44, one read per model call; before the start
+    named its snapshot's revision: 51 and 40, the engine's snapshot read.)
 """
 #: Requests counted per run at the floor of MIN_ROUND_TRIPS_DERIVATION (each record alone).
-MIN_ROUND_TRIPS_PER_RUN = 5 + 4 + (3 * 8 + 6) + (3 * 3 + 3)
+MIN_ROUND_TRIPS_PER_RUN = 5 + 3 + (3 * 8 + 6) + (3 * 3 + 3)
 #: The same for the paired script: two fewer worker writes per tool iteration.
 PAIRED_MIN_ROUND_TRIPS_PER_RUN = MIN_ROUND_TRIPS_PER_RUN - 3 * 2
 #: Of those, the pull requests (one per delivery), left waiting before their message arrives.

@@ -38,14 +38,14 @@ def test_the_headline_writes_each_record_alone_and_the_paired_script_is_beside_i
 
 
 def test_the_derivation_states_the_constants() -> None:
-    assert _number_before("counted") == MIN_ROUND_TRIPS_PER_RUN == 51
+    assert _number_before("counted") == MIN_ROUND_TRIPS_PER_RUN == 50
     waited = MIN_ROUND_TRIPS_PER_RUN - PULLS_PER_RUN - OFF_PATH_PER_RUN
-    assert _number_before(r"on the critical path\.") == waited == 40
+    assert _number_before(r"on the critical path\.") == waited == 39
     assert _number_before("durable writes per tool iteration;") == (
         DURABLE_WRITES_PER_TOOL_ITERATION
     )
     assert _number_before(r"round trips counted \(") == MIN_ROUND_TRIPS_PER_TOOL_ITERATION
     assert _number_before("durable writes and 9") == PAIRED_DURABLE_WRITES_PER_TOOL_ITERATION
-    assert _number_before("round trips per run, 34") == PAIRED_MIN_ROUND_TRIPS_PER_RUN == 45
+    assert _number_before("round trips per run, 33") == PAIRED_MIN_ROUND_TRIPS_PER_RUN == 44
     # Each tool iteration pairs away two of the worker's writes.
     assert DURABLE_WRITES_PER_TOOL_ITERATION - PAIRED_DURABLE_WRITES_PER_TOOL_ITERATION == 2

@@ -154,11 +154,16 @@ class Service:
 
     async def get_workflow(self, name: str, *, field: str = "name") -> WorkflowDef:
         """The definition; :class:`InvalidId` naming ``field`` when ``name`` is no id."""
+        definition, _ = await self._workflow_and_revision(name, field)
+        return definition
+
+    async def _workflow_and_revision(self, name: str, field: str) -> tuple[WorkflowDef, int]:
+        """The definition and the revision it is stored at (what a start names)."""
         check_id(field, name)
         entry = await self.transport.kv_get(layout.DEFS_BUCKET, name)
         if entry is None or entry.value is None:
             raise WorkflowNotFound(name)
-        return from_json(entry.value, WorkflowDef, "workflow definition")
+        return from_json(entry.value, WorkflowDef, "workflow definition"), entry.revision
 
     async def list_workflows(self) -> list[WorkflowDef]:
         found = []
@@ -185,21 +190,26 @@ class Service:
             return await self._start_run(workflow, input, idempotency_key)
 
     async def _start_run(self, workflow: str, input: JsonValue, idempotency_key: str | None) -> str:
-        definition = await self.get_workflow(workflow, field="workflow")
+        definition, definition_revision = await self._workflow_and_revision(workflow, "workflow")
         run_id = check_id("run_id", self.env.new_id())
         if idempotency_key is not None:
             run_id = await self._claim_idempotency_key(idempotency_key, run_id)
-        now = self.env.wall_ms()
         event = WorkflowStarted(
             run_id=run_id,
             workflow=definition.name,
             input=input,
             idempotency_key=idempotency_key,
-            started_at_ms=now,
+            started_at_ms=self.env.wall_ms(),
         )
         # The engine's function writes it; on a retry with the same idempotency key the run is
-        # already recorded and its snapshot is left as it is.
-        await write_first_snapshot(self.transport, event, definition, now)
+        # already recorded and its snapshot is left as it is. When this start wrote it, the
+        # event names its revision and the definition's, so the engine derives the snapshot
+        # instead of reading it (``engine._store.started_with``).
+        revision = await write_first_snapshot(self.transport, event, definition)
+        if revision is not None:
+            event = attrs.evolve(
+                event, snapshot_revision=revision, definition_revision=definition_revision
+            )
         await self.transport.publish(
             layout.history_subject(run_id), encode_event(event), msg_id=f"{run_id}.started"
         )

@@ -34,8 +34,6 @@ from ..protocol import (
     decode_event,
     encode_event,
     encode_task,
-    from_json,
-    is_id,
     layout,
 )
 from ..transport import (
@@ -46,8 +44,9 @@ from ..transport import (
     Transport,
     TransportError,
 )
+from ._definitions import Definitions
 from ._run_index import drop_active
-from ._store import create_snapshot
+from ._store import create_snapshot, started_with
 from .core import AdvanceContext, decide
 from .effects import (
     AnnounceCancel,
@@ -116,6 +115,8 @@ class EngineStats:
     malformed: int = 0
     missing_run: int = 0
     timers_fired: int = 0
+    #: Runs whose first snapshot was derived from their ``workflow.started`` instead of read.
+    derived: int = 0
 
 
 @final
@@ -151,6 +152,7 @@ class Engine:
         self.stats = EngineStats()
         self._stats_changed = trio.Event()
         self._cache: OrderedDict[str, tuple[RunSnapshot, int]] = OrderedDict()
+        self._definitions = Definitions(transport)
 
     async def wait_stats(self, predicate: Callable[[EngineStats], bool]) -> None:
         """Return once ``predicate(self.stats)`` holds (the caller bounds the wait)."""
@@ -278,8 +280,15 @@ class Engine:
     async def _handle(self, d: Delivery, event: RunEvent) -> None:
         run_id = event.run_id
         self._warn_legacy_once(event)
+        derive = isinstance(event, WorkflowStarted)
         for _ in range(CAS_ATTEMPTS_MAX):
-            loaded = await self._load(run_id)
+            loaded = None
+            if derive:
+                assert isinstance(event, WorkflowStarted)
+                derive = False  # once: after a failed compare-and-set, the store is read
+                loaded = await self._derive_first(event)
+            if loaded is None:
+                loaded = await self._load(run_id)
             from_cache = loaded is not None and loaded[2]
             snap, rev = (loaded[0], loaded[1]) if loaded is not None else (None, 0)
             definition: WorkflowDef | None = None
@@ -357,6 +366,24 @@ class Engine:
         else:
             await self._settle(d.nak, MISSING_RUN_NAK_DELAY_S)
 
+    async def _derive_first(self, event: WorkflowStarted) -> tuple[RunSnapshot, int, bool] | None:
+        """The run's first snapshot derived from the event that names it (``started_with``:
+        why a compare-and-set on it is safe), unless this engine holds the run already; counted
+        as a cached copy, so a drop decided on it is confirmed against the store. The definition
+        is the one kept at the event's revision, else read once (None if it moved on)."""
+        if event.run_id in self._cache or event.definition_revision is None:
+            return None
+        definition = self._definitions.kept(event.workflow, event.definition_revision)
+        if definition is None and event.snapshot_revision is not None:
+            current = await self._definitions.current(event.workflow)
+            if current is not None and current[1] == event.definition_revision:
+                definition = current[0]
+        derived = started_with(event, definition)
+        if derived is None:
+            return None
+        self.stats.derived += 1
+        return derived[0], derived[1], True
+
     async def _load(self, run_id: str) -> tuple[RunSnapshot, int, bool] | None:
         cached = self._cache.get(run_id)
         if cached is not None:
@@ -393,16 +420,8 @@ class Engine:
             self._cache.popitem(last=False)
 
     async def _load_definition(self, name: str) -> WorkflowDef | None:
-        if not is_id(name):
-            return None
-        entry = await self.transport.kv_get(layout.DEFS_BUCKET, name)
-        if entry is None or entry.value is None:
-            return None
-        try:
-            return from_json(entry.value, WorkflowDef, "workflow definition")
-        except DecodeError as exc:
-            log.error("stored definition of %s is unreadable: %s", name, exc)
-            return None
+        current = await self._definitions.current(name)
+        return current[0] if current is not None else None
 
     # --- effects -------------------------------------------------------------------------------
 

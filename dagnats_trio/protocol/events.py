@@ -14,6 +14,13 @@ from .records import CommitAction
 @final
 @attrs.frozen
 class WorkflowStarted:
+    """A run's start. ``snapshot_revision`` and ``definition_revision`` are set by the service
+    that wrote the run's first snapshot from this very event (``engine.new_run_snapshot`` of
+    it, the definition stored at ``definition_revision`` and ``started_at_ms``) at
+    ``snapshot_revision``: the engine can then derive that snapshot instead of reading it (see
+    ``engine._first_snapshot``). None when the service did not write it (a retried start left
+    the run's snapshot as it was, a child run's start, an older service)."""
+
     TYPE: ClassVar[str] = "workflow.started"
     run_id: str
     workflow: str
@@ -21,6 +28,8 @@ class WorkflowStarted:
     parent: ParentRef | None = None
     idempotency_key: str | None = None
     started_at_ms: int = 0
+    snapshot_revision: int | None = None
+    definition_revision: int | None = None
 
 
 @final
