@@ -252,12 +252,14 @@ class FencedWriter:
         holder spends nothing. With records held, storing them is that proof (a fenced append
         succeeds only on the tail), so they are written instead of reading the tail. An append
         acked (or a tail read answered) less than :data:`TAIL_PROOF_FRESH_S` ago, by a holder
-        still writable whose lease was not lost, is that proof too: no read then."""
+        still writable whose lease was not lost, is that proof too: no read then, and no
+        scheduler pass either (the model's record is appended next, which waits on the server):
+        only the cancellation check, so a cancelled holder still spends nothing."""
         if self._held:
             await self.flush()
             return
         if self._tail_proof_fresh():
-            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.checkpoint_if_cancelled()
             return
         tail = await read_tail(self._transport, self._subject)
         if tail is None or tail.seq != self._last_seq:

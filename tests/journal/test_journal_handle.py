@@ -254,6 +254,51 @@ async def test_a_successor_claiming_after_the_bound_fences_the_old_holder_s_mode
     assert [type(r).__name__ for r in recs] == ["ClaimRecord", "ClaimRecord", "ModelRecord"]
 
 
+@attrs.define(eq=False)
+class _StepsOf(trio.abc.Instrument):
+    """Counts the scheduler's steps of one task (trio's public instrument hook)."""
+
+    task: trio.lowlevel.Task
+    steps: int = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.steps += 1
+
+
+async def test_a_fresh_tail_proof_costs_the_model_call_no_scheduler_pass(
+    transport: Transport,
+) -> None:
+    """With the claim's ack as the tail proof, nothing stands between the call and the model
+    request: no read and no scheduler pass (the model's record is appended next, which waits on
+    the server). A cancelled holder still spends no model request."""
+    task = make_task(uid())
+    j = await open_journal(transport, task)
+    steps = _StepsOf(trio.lowlevel.current_task())
+    seen_at_request: list[int] = []
+
+    def model() -> str:
+        seen_at_request.append(steps.steps)
+        return "a"
+
+    trio.lowlevel.add_instrument(steps)
+    try:
+        assert await j.model(model) == "a"
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    assert seen_at_request == [0]
+    assert steps.steps >= 1  # the append's wait on the server is the call's schedule point
+
+    cancelled = ScriptedModel(["b"])
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await j.model(cancelled)
+    assert scope.cancelled_caught
+    assert cancelled.requests == 0
+    recs = await records(transport, task)
+    assert [type(r).__name__ for r in recs] == ["ClaimRecord", "ModelRecord"]
+
+
 async def test_a_holder_whose_lease_was_lost_reads_the_tail_however_fresh_its_claim(
     transport: Transport,
 ) -> None:
