@@ -19,14 +19,15 @@ import attrs
 
 class Seam(enum.Enum):
     """The boundaries, in the order a holder reaches them. ``INSIDE_BATCH`` is reached before each
-    atomic batch of journal records is sent. ``INSIDE_TOOL`` is reached once the tool
-    function has run (its effect has happened) and before its result is recorded; the engine seam
-    lies between saving a dispatch in the run's snapshot and publishing its task."""
+    group of journal records stored together is sent (one message, or an atomic batch).
+    ``INSIDE_TOOL`` is reached once the tool function has run (its effect has happened) and
+    before its result is recorded; the engine seam lies between saving a dispatch in the run's
+    snapshot and publishing its task."""
 
     BEFORE_CLAIM = "before_claim"
     AFTER_CLAIM = "after_claim"
-    #: A batch of records is about to go out (a model response with its tool intent first):
-    #: a crash here, or while its messages are on the wire, stores none of it.
+    #: A group of records is about to go out (a model response with its tool intent first), as
+    #: one message or an atomic batch: a crash here, or while it is on the wire, stores none of it.
     INSIDE_BATCH = "inside_batch"
     AFTER_TOOL_INTENT = "after_tool_intent"
     INSIDE_TOOL = "inside_tool"

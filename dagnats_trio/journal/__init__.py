@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from ._calls import GroupCall, ModelFn, NextTool, ThenContinue, ThenTool, ToolCall, ToolFn
     from ._committed import CommittedIteration, OnCommitted
     from ._events import publish_lifecycle
-    from ._fencing import TAIL_PROOF_FRESH_S
+    from ._fencing import MAX_GROUP_MESSAGE_BYTES, TAIL_PROOF_FRESH_S
     from ._golden import (
         Finding,
         GoldenDelivery,
@@ -75,7 +75,7 @@ else:
         __name__,
         {
             "._events": ("publish_lifecycle",),
-            "._fencing": ("TAIL_PROOF_FRESH_S",),
+            "._fencing": ("MAX_GROUP_MESSAGE_BYTES", "TAIL_PROOF_FRESH_S"),
             "._calls": (
                 "GroupCall",
                 "ModelFn",
@@ -122,6 +122,7 @@ __all__ = [
     "DEFAULT_RESTART_LIMIT",
     "MAX_CALLS_PER_ITERATION",
     "MAX_GROUP_CALLS",
+    "MAX_GROUP_MESSAGE_BYTES",
     "MAX_RESTART_LIMIT",
     "MIN_RESTART_LIMIT",
     "READ_PAGE_RECORDS",

@@ -6,14 +6,21 @@ publish ack is resolved by reading the tail: the record stored is ours only when
 exactly the ones we sent; anything else fences. The journal handle, its claim and the failure of
 an unreadable journal all write through a :class:`FencedWriter`.
 
+Records stored together (:meth:`FencedWriter.append_batch`: a tool group's intents, a record
+held with the next append) go as ONE message on the journal subject, a record group
+(:class:`dagnats_trio.protocol.RecordGroup`) fenced once like any append, when its body is at
+most :data:`MAX_GROUP_MESSAGE_BYTES`: stored whole or not at all because it is one message, at
+the cost of one publish. A bigger group goes as one JetStream atomic batch fenced on the same
+last sequence (the server stores it whole or not at all too, staged on disk first: several
+publishes' worth on a single-replica file stream).
+
 Records that may be written again without harm (a model response, a safe tool's result) can be
-*held* (:meth:`FencedWriter.hold`): they are stored with the next append, the records and it as
-one JetStream atomic batch fenced on the same last sequence, so the batch is stored whole or not
-at all. A crash before that leaves the journal as if the held records had never been made; the
-replay rules then ask the model again or run the safe tool again, which the spec allows for both
-(a new attempt runs them fresh too). Nothing that may not run twice is ever held: a tool intent
-is the last record of its batch, stored before its tool starts; an unsafe tool's result is
-written at once.
+*held* (:meth:`FencedWriter.hold`): they are stored with the next append, in one group with it,
+so they are stored with it or not at all. A crash before that leaves the journal as if the
+held records had never been made; the replay rules then ask the model again or run the safe tool
+again, which the spec allows for both (a new attempt runs them fresh too). Nothing that may
+not run twice is ever held: a tool intent is the last record of its group, stored before its
+tool starts; an unsafe tool's result is written at once.
 
 Before a model request the holder must hold the tail (:meth:`FencedWriter.check_tail`, the
 spec's "reads the tail first, so a holder that is already fenced does not spend a model call").
@@ -37,7 +44,9 @@ from dagnats_trio.protocol import (
     DecodeError,
     JournalRecord,
     decode_records,
+    encode_group,
     encode_record,
+    group_headers,
     record_headers,
 )
 from dagnats_trio.transport import (
@@ -69,6 +78,12 @@ from ._reads import read_tail
 #: comfortably covers the handler's code between the claim and its first model call (well
 #: under a millisecond, a few on a loaded machine). Anything older is read again.
 TAIL_PROOF_FRESH_S: Final = 0.02
+
+#: Largest body (bytes) of a group of records sent as ONE message; a bigger group goes as an
+#: atomic batch. A quarter of nats-server's default ``max_payload`` (1 MiB,
+#: ``dagnats_trio.nats.DEFAULT_MAX_PAYLOAD_BYTES``; the transport interface names no server
+#: limit), so the group's message stays well under what a server accepts with its headers.
+MAX_GROUP_MESSAGE_BYTES: Final = 256 * 1024
 
 
 def moved_by(tail: StoredMsg | None, own_claim: str) -> str:
@@ -135,24 +150,25 @@ class FencedWriter:
         return bool(self._held)
 
     def hold(self, record: JournalRecord) -> None:
-        """Keep ``record`` to be stored with the next append, in one atomic batch (only records
+        """Keep ``record`` to be stored with the next append, in one group with it (only records
         that may be made again without harm: see the module's docstring)."""
         self._holder.check_writable()
         self._held.append(record)
 
     async def append(self, record: JournalRecord) -> int:
-        """Append ``record`` after the last sequence seen (after the records held, as one
-        atomic batch); raises :class:`Fenced` on a lost tail (and the holder is fenced),
+        """Append ``record`` after the last sequence seen (after the records held, stored
+        together); raises :class:`Fenced` on a lost tail (and the holder is fenced),
         :class:`HolderKilled` once the holder is dead. Returns ``record``'s sequence."""
         return await self.append_batch([record])
 
     async def append_batch(self, records: Sequence[JournalRecord]) -> int:
-        """Append ``records`` as one atomic batch (after the records held, in the same batch
-        when the server's limit allows), fenced like :meth:`append`: stored whole or not at
-        all. Held records that would take the batch past :data:`MAX_BATCH_PUBLISH_MSGS` are
-        stored first, in a batch of their own (they may be written at any time before).
-        ValueError, writing nothing, for an empty list or one over the limit. Returns the last
-        record's sequence."""
+        """Append ``records`` stored together (after the records held, in the same group
+        when the server's batch limit allows), fenced like :meth:`append`: stored whole or not
+        at all, as one message (a record group) or, over :data:`MAX_GROUP_MESSAGE_BYTES`, one
+        atomic batch. Held records that would take the group past
+        :data:`MAX_BATCH_PUBLISH_MSGS` are stored first, in a group of their own (they may be
+        written at any time before). ValueError, writing nothing, for an empty list or one over
+        the limit. Returns the last record's sequence (a group's records share it)."""
         if not 1 <= len(records) <= MAX_BATCH_PUBLISH_MSGS:
             raise ValueError(
                 f"an atomic batch of journal records holds 1 to {MAX_BATCH_PUBLISH_MSGS} records "
@@ -170,7 +186,7 @@ class FencedWriter:
             self._lock.release()
 
     async def flush(self) -> int:
-        """Store the records held, if any (one batch); returns the last sequence seen."""
+        """Store the records held, if any (one group); returns the last sequence seen."""
         await self._acquire_lock()
         records, self._held = self._held, []
         try:
@@ -182,12 +198,17 @@ class FencedWriter:
 
     async def _write_locked(self, records: list[JournalRecord]) -> int:
         if len(records) == 1:
-            return await self._publish_one(records[0])
-        return await self._publish_batch(records)
+            return await self._publish(encode_record(records[0]), record_headers(records[0]))
+        data = encode_group(records)
+        if len(data) > MAX_GROUP_MESSAGE_BYTES:
+            return await self._publish_batch(records)
+        await self._holder.seam(Seam.INSIDE_BATCH)
+        return await self._publish(data, group_headers(records))
 
-    async def _publish_one(self, record: JournalRecord) -> int:
-        data = encode_record(record)
-        headers = record_headers(record)
+    async def _publish(self, data: bytes, headers: dict[str, str]) -> int:
+        """One message (a record, or a group of them), fenced on the last sequence seen. A lost
+        answer is resolved on the tail: the message there exactly as sent is ours (for a group:
+        all of its records, stored as that one message)."""
         backoff = TransientRetry()
         while True:
             self._holder.check_writable()
@@ -212,7 +233,8 @@ class FencedWriter:
             return seq
 
     async def _publish_batch(self, records: list[JournalRecord]) -> int:
-        """The records as one atomic batch, fenced on the last sequence seen. Each carries
+        """The records as one atomic batch (a group too big for one message), fenced on the
+        last sequence seen. Each carries
         :data:`BATCH_HEADER` (its place in the batch), so the audit can see the batch whole.
         A lost answer is resolved as for one record, on the batch's last record: the server
         stores a batch whole or not at all, so its last record at the tail, exactly as sent,

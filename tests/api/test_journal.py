@@ -265,8 +265,8 @@ async def test_stream_disconnect_leaves_server_serving(any_api: Stack) -> None:
 
 async def test_a_parallel_group_as_the_reader_and_the_audit_show_it(any_api: Stack) -> None:
     """A group run through ``Journal.tools`` (one member fails and cancels the other): the REST
-    reader shows each intent's group, size and call id with its batch mark (the intents are one
-    atomic batch), the cancelled result names the failed member, and the check route is clean."""
+    reader shows each intent's group, size and call id, both at one sequence (the intents are one
+    message), the cancelled result names the failed member, and the check route is clean."""
     from dagnats_trio.journal import Replay, ToolCall, open_journal
     from tests.journal._helpers import make_task
 
@@ -297,8 +297,9 @@ async def test_a_parallel_group_as_the_reader_and_the_audit_show_it(any_api: Sta
     intents = [e for e in entries if e["type"] == "tool.intent"]
     assert [(e["batch"], e["record"]["group"], e["record"]["group_size"],
              e["record"]["call_id"]) for e in intents] == [
-        ("1/2", 0, 2, "call_a"), ("2/2", 0, 2, "call_b")
+        (None, 0, 2, "call_a"), (None, 0, 2, "call_b")
     ]  # fmt: skip
+    assert intents[0]["seq"] == intents[1]["seq"]  # one message: stored whole
     results = {e["record"]["call"]: e["record"] for e in entries if e["type"] == "tool.result"}
     assert results[0]["error"] == "ValueError: no such user" and results[0]["cancelled_by"] is None
     assert results[1]["cancelled_by"] == 0 and results[1]["interrupted"] is True

@@ -1,7 +1,7 @@
-"""A paired write that finds the server's table of open batches full is sent again, not failed
-(issue 12): the refusal stores nothing, the fenced writer backs off, and the batch is stored
-whole once the table has room; the tool still starts once. Real server only (the table is
-nats-server's), both clients."""
+"""A paired write that goes as an atomic batch (a pair too big for one message) and finds the
+server's table of open batches full is sent again, not failed (issue 12): the refusal stores
+nothing, the fenced writer backs off, and the batch is stored whole once the table has room; the
+tool still starts once. Real server only (the table is nats-server's), both clients."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 import trio
 
-from dagnats_trio.journal import DeliveryState, ScriptedModel, TaskIdentity, open_journal
+from dagnats_trio.journal import (
+    MAX_GROUP_MESSAGE_BYTES,
+    DeliveryState,
+    ScriptedModel,
+    TaskIdentity,
+    open_journal,
+)
 from dagnats_trio.protocol.layout import JOURNAL_STREAM, journal_subject
 from dagnats_trio.transport import BatchAck, BatchMsg, TemporarilyUnavailable, Transport
 
@@ -73,7 +79,8 @@ async def test_a_paired_write_refused_by_a_full_batch_table_is_sent_again(
     wrapped = FreesTheTableWhenRefused(real_transport, blockers, ids)
     await open_batches(real_transport, blockers, ids)
     holder = DeliveryState(TaskIdentity.of(task))
-    model, starts = ScriptedModel([REPLY]), {}
+    # Too big for one message: the model response and its intent go as an atomic batch.
+    model, starts = ScriptedModel([{**REPLY, "text": "x" * MAX_GROUP_MESSAGE_BYTES}]), {}
     with trio.fail_after(30):
         j = await open_journal(wrapped, task, holder=holder)  # type: ignore[arg-type]
         result = await paired_turn(j, model, starts)
@@ -84,8 +91,7 @@ async def test_a_paired_write_refused_by_a_full_batch_table_is_sent_again(
         ("claim", None),
         ("model", "1/2"),
         ("tool.intent", "2/2"),
-        ("tool.result", "1/2"),
-        ("commit", "2/2"),
+        ("tool.result+commit", None),
     ]
     await audit_ok(real_transport, task)
     blocked = await real_transport.read_subject(JOURNAL_STREAM, blockers, 1, 200)

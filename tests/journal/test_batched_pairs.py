@@ -1,7 +1,9 @@
-"""Records stored in pairs as atomic batches (issue 12 item 2), on a real nats-server and on
-SimTransport: a model response with the tool intent it leads to (``then_tool``), a tool result
-with the continue commit (``then_continue``). A crash inside a batch stores none of it; a crash
-after it finds all of it; a zombie's batch is fenced whole. Journal check sees the batches."""
+"""Records stored in pairs (issue 12 item 2), on a real nats-server (the nats-py and the native
+transport) and on SimTransport: a model response with the tool intent it leads to
+(``then_tool``), a tool result with the continue commit (``then_continue``), each pair ONE
+message on the journal subject (a record group, fenced once), or an atomic batch when the pair is
+too big for one message. A crash before the message stores none of it; a crash after it finds
+all of it; a zombie's pair is fenced whole. Journal check sees each pair whole."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import trio
 
 from dagnats_trio._seams import Seam, SeamContext, install_hook
 from dagnats_trio.journal import (
+    MAX_GROUP_MESSAGE_BYTES,
     DeliveryState,
     Fenced,
     HolderKilled,
@@ -28,11 +31,13 @@ from dagnats_trio.journal import (
     open_journal,
     read_journal_for_audit,
 )
+from dagnats_trio.journal._fencing import FencedWriter
 from dagnats_trio.protocol import (
     BATCH_HEADER,
     RECORD_TYPE_HEADER,
     CommitAction,
     CommitRecord,
+    JournalRecord,
     ModelRecord,
     StepContinue,
     TaskMessage,
@@ -88,8 +93,16 @@ def state_of(result: ToolResult) -> Any:
     return {"result": result.output, "interrupted": result.interrupted}
 
 
+@pytest.fixture(params=["nats", "trio", "sim"])
+def any_transport(request: pytest.FixtureRequest) -> Transport:
+    """The nats-py and the native transport on the session nats-server, and SimTransport."""
+    value: Transport = request.getfixturevalue(f"{request.param}_transport")
+    return value
+
+
 async def stored(t: Transport, task: TaskMessage) -> list[tuple[str, str | None]]:
-    """(record type, batch mark) of every stored record of the task's journal, in order."""
+    """(``Dagnats-Record``, batch mark) of every stored MESSAGE of the task's journal, in
+    order: a record group's header names its records' types joined by ``+``."""
     msgs = await t.read_subject(JOURNAL_STREAM, journal_subject(task.run_id, task.step_id), 1, 1000)
     return [(m.headers[RECORD_TYPE_HEADER], m.headers.get(BATCH_HEADER)) for m in msgs]
 
@@ -105,7 +118,10 @@ async def paired_turn(j: Journal, model: ScriptedModel, starts: dict[str, int]) 
     return await j.tool(CALL, Replay.UNSAFE, counting(starts), then_continue=state_of)
 
 
-async def test_a_paired_turn_is_a_claim_and_two_batches(transport: Transport) -> None:
+async def test_a_paired_turn_is_a_claim_and_two_messages(any_transport: Transport) -> None:
+    """Each pair is ONE message on the journal subject: the stream holds three messages for the
+    turn's five records (counted on the transport, not as records)."""
+    transport = any_transport
     task = make_task(uid())
     counted = CountWrites(transport)
     holder = DeliveryState(TaskIdentity.of(task))
@@ -117,10 +133,8 @@ async def test_a_paired_turn_is_a_claim_and_two_batches(transport: Transport) ->
     assert counted.writes == 4
     assert await stored(transport, task) == [
         ("claim", None),
-        ("model", "1/2"),
-        ("tool.intent", "2/2"),
-        ("tool.result", "1/2"),
-        ("commit", "2/2"),
+        ("model+tool.intent", None),
+        ("tool.result+commit", None),
     ]
     assert holder.settlement is Settlement.ACK
     records, _, _ = await read_journal_for_audit(transport, task.run_id, task.step_id)
@@ -129,6 +143,35 @@ async def test_a_paired_turn_is_a_claim_and_two_batches(transport: Transport) ->
     assert commit.state == {"result": {"sent": f"{task.run_id}.agent.0.1"}, "interrupted": False}
     (event,) = await history(transport, task.run_id)
     assert isinstance(event, StepContinue) and event.journal_seq == commit_seq
+    await audit_ok(transport, task)
+
+
+async def test_a_pair_too_big_for_one_message_goes_as_an_atomic_batch(
+    any_transport: Transport,
+) -> None:
+    """A model response bigger than :data:`MAX_GROUP_MESSAGE_BYTES` is stored with its intent
+    as an atomic batch (each record its own message, marked ``k/n``), still one durable write; a
+    crash before the batch stores none of it, and the successor's pair is found whole."""
+    transport = any_transport
+    task = make_task(uid())
+    big = {**REPLY, "text": "x" * MAX_GROUP_MESSAGE_BYTES}
+    model, starts = ScriptedModel([big, big]), {}
+    with install_hook(kill_at(Seam.INSIDE_BATCH)):
+        j = await open_journal(transport, task)
+        with pytest.raises(HolderKilled):
+            await paired_turn(j, model, starts)
+    assert await stored(transport, task) == [("claim", None)]
+    counted = CountWrites(transport)
+    j2 = await open_journal(counted, task)  # type: ignore[arg-type]
+    result = await paired_turn(j2, model, starts)
+    assert model.requests == 2 and starts == {"send_message": 1} and not result.interrupted
+    assert counted.writes == 4  # claim, (model + intent) batch, (result + commit), event
+    assert (await stored(transport, task))[1:] == [
+        ("claim", None),
+        ("model", "1/2"),
+        ("tool.intent", "2/2"),
+        ("tool.result+commit", None),
+    ]
     await audit_ok(transport, task)
 
 
@@ -167,7 +210,10 @@ def kill_at(seam: Seam, nth: int = 1) -> Any:
     return hook
 
 
-async def test_a_crash_inside_the_model_batch_stores_none_of_it(transport: Transport) -> None:
+async def test_a_crash_before_the_model_message_stores_none_of_it(
+    any_transport: Transport,
+) -> None:
+    transport = any_transport
     task = make_task(uid())
     model, starts = ScriptedModel([REPLY, REPLY]), {}
     with install_hook(kill_at(Seam.INSIDE_BATCH)):
@@ -180,21 +226,22 @@ async def test_a_crash_inside_the_model_batch_stores_none_of_it(transport: Trans
     # the response was lost with its batch: asked again; the unsafe tool started once
     assert model.requests == 2 and starts == {"send_message": 1}
     assert [k for k, _ in await stored(transport, task)] == [
-        "claim", "claim", "model", "tool.intent", "tool.result", "commit"
+        "claim", "claim", "model+tool.intent", "tool.result+commit"
     ]  # fmt: skip
     await audit_ok(transport, task)
 
 
-async def test_a_crash_inside_the_commit_batch_leaves_the_intent_open(
-    transport: Transport,
+async def test_a_crash_before_the_commit_message_leaves_the_intent_open(
+    any_transport: Transport,
 ) -> None:
+    transport = any_transport
     task = make_task(uid())
     model, starts = ScriptedModel([REPLY]), {}
     with install_hook(kill_at(Seam.INSIDE_BATCH, nth=2)):
         j = await open_journal(transport, task)
         with pytest.raises(HolderKilled):
             await paired_turn(j, model, starts)
-    assert [k for k, _ in await stored(transport, task)] == ["claim", "model", "tool.intent"]
+    assert [k for k, _ in await stored(transport, task)] == ["claim", "model+tool.intent"]
     j2 = await open_journal(transport, task)
     result = await paired_turn(j2, model, starts)
     # the model answer is reused; the unsafe intent without a result is answered interrupted
@@ -202,21 +249,23 @@ async def test_a_crash_inside_the_commit_batch_leaves_the_intent_open(
     await audit_ok(transport, task)
 
 
-async def test_a_batch_stored_whole_is_found_whole(transport: Transport) -> None:
-    """Killed right after the model + intent batch was stored: the successor finds both."""
+async def test_a_message_stored_whole_is_found_whole(any_transport: Transport) -> None:
+    """Killed right after the model + intent message was stored: the successor finds both."""
+    transport = any_transport
     task = make_task(uid())
     model, starts = ScriptedModel([REPLY]), {}
     with install_hook(kill_at(Seam.AFTER_TOOL_INTENT)):
         j = await open_journal(transport, task)
         with pytest.raises(HolderKilled):
             await paired_turn(j, model, starts)
+    assert [k for k, _ in await stored(transport, task)] == ["claim", "model+tool.intent"]
     j2 = await open_journal(transport, task)
     result = await paired_turn(j2, model, starts)
     assert model.requests == 1 and starts == {} and result.interrupted
     await audit_ok(transport, task)
 
 
-async def test_a_zombies_batch_is_fenced_whole(transport: Transport) -> None:
+async def test_a_zombies_pair_is_fenced_whole(transport: Transport) -> None:
     task = make_task(uid())
     model, starts = ScriptedModel([REPLY]), {}
     holder = DeliveryState(TaskIdentity.of(task))
@@ -228,11 +277,35 @@ async def test_a_zombies_batch_is_fenced_whole(transport: Transport) -> None:
     # The zombie ran its tool (the spec allows that); its result and commit stored nothing.
     assert starts == {"send_message": 1} and holder.fenced
     assert [k for k, _ in await stored(transport, task)] == [
-        "claim", "model", "tool.intent", "claim"
+        "claim", "model+tool.intent", "claim"
     ]  # fmt: skip
     result = await paired_turn(successor, model, starts)  # the response is reused
     assert result.interrupted and starts == {"send_message": 1} and model.requests == 1
     await audit_ok(transport, task)
+
+
+@pytest.mark.parametrize("pad", [0, MAX_GROUP_MESSAGE_BYTES], ids=["message", "batch"])
+async def test_a_zombies_group_is_fenced_whole(transport: Transport, pad: int) -> None:
+    """A holder overtaken by a successor's claim appends a group: as one message (small) or an
+    atomic batch (too big for one message), it stores nothing and the holder is fenced."""
+    task = make_task(uid())
+    holder = DeliveryState(TaskIdentity.of(task))
+    zombie = await open_journal(transport, task, holder=holder)
+    subject = journal_subject(task.run_id, task.step_id)
+    writer = FencedWriter(transport=transport, subject=subject, holder=holder,
+                          claim_id=zombie.claim_id, last_seq=zombie.last_seq)  # fmt: skip
+    await open_journal(transport, task)  # the successor claims
+    ident = TaskIdentity.of(task)
+    group: list[JournalRecord] = [
+        ModelRecord(ident.iteration, ident.attempt, zombie.claim_id, 0, {"pad": "x" * pad}),
+        ToolIntentRecord(
+            ident.iteration, ident.attempt, zombie.claim_id, 1, CALL.name, None, Replay.UNSAFE, "k"
+        ),
+    ]
+    with pytest.raises(Fenced):
+        await writer.append_batch(group)
+    assert holder.fenced
+    assert await stored(transport, task) == [("claim", None), ("claim", None)]
 
 
 async def test_a_batch_cut_short_on_the_wire_is_never_stored(
@@ -266,8 +339,7 @@ async def test_a_batch_cut_short_on_the_wire_is_never_stored(
     await paired_turn(j2, model, starts)
     assert model.requests == 1 and starts == {"send_message": 1}
     kinds = await stored(t, task)
-    assert [k for k, _ in kinds] == ["claim", "claim", "model", "tool.intent", "tool.result",
-                                      "commit"]  # fmt: skip
+    assert [k for k, _ in kinds] == ["claim", "claim", "model+tool.intent", "tool.result+commit"]
     records, _, _ = await read_journal_for_audit(t, task.run_id, task.step_id)
     assert [r.claim_id for _, r in records[2:]] == [j2.claim_id] * 4
     await audit_ok(t, task)
@@ -283,7 +355,7 @@ async def test_the_next_tool_must_be_the_paired_intent(transport: Transport) -> 
         await j.tool(ToolCall("other"), Replay.SAFE, counting({}))
     await transport_settle(j)
     records, _, _ = await read_journal_for_audit(transport, task.run_id, task.step_id)
-    # the intent never ran: the commit's batch answers it, interrupted
+    # the intent never ran: the commit's message answers it, interrupted
     result = [r for _, r in records if isinstance(r, ToolResultRecord)]
     assert len(result) == 1 and result[0].interrupted and result[0].error
     assert [type(r) for _, r in records][-2:] == [ToolResultRecord, CommitRecord]
@@ -309,8 +381,7 @@ async def test_no_pairing_when_the_rules_answer_from_the_journal(transport: Tran
     result = await paired_turn(j2, ScriptedModel([REPLY]), starts)
     assert result.interrupted and starts == {"send_message": 1}
     marks = await stored(transport, retry)
-    assert marks[-4:] == [("model", None), ("tool.intent", None), ("tool.result", "1/2"),
-                          ("commit", "2/2")]  # fmt: skip
+    assert marks[-3:] == [("model", None), ("tool.intent", None), ("tool.result+commit", None)]
     intents = [r for _, r in (await read_journal_for_audit(transport, run, "agent"))[0]
                if isinstance(r, ToolIntentRecord)]  # fmt: skip
     assert [i.attempt for i in intents] == [1, 2]

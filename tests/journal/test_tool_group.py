@@ -22,6 +22,7 @@ from dagnats_trio._seams import Seam, SeamContext, install_hook
 from dagnats_trio.journal import (
     MAX_CALLS_PER_ITERATION,
     MAX_GROUP_CALLS,
+    MAX_GROUP_MESSAGE_BYTES,
     CheckReport,
     DeliveryState,
     Fenced,
@@ -60,8 +61,8 @@ from dagnats_trio.transport import (
 
 from ._helpers import WAIT_S, make_task, uid
 
-#: The seams a group reaches once: before its intents' atomic batch goes out (a crash there
-#: stores no intent of the group), after that batch is stored (every intent, no start).
+#: The seams a group reaches once: before its intents' message (or atomic batch) goes out (a
+#: crash there stores no intent of the group), after it is stored (every intent, no start).
 GROUP_ONCE_SEAMS = (Seam.INSIDE_BATCH, Seam.AFTER_TOOL_INTENT)
 #: The seams a group reaches once per member: inside each member after its function ran, after
 #: each result.
@@ -76,7 +77,8 @@ async def journal_records(t: Transport, task: TaskMessage) -> list[tuple[int, An
 
 
 async def batch_marks(t: Transport, task: TaskMessage) -> list[tuple[str, str | None]]:
-    """(record type, batch mark) of every stored record of the task's journal, in order."""
+    """(``Dagnats-Record``, batch mark) of every stored message of the task's journal, in order
+    (a record group's header joins its records' types with ``+``)."""
     subject = journal_subject(task.run_id, task.step_id)
     msgs = await t.read_subject(JOURNAL_STREAM, subject, 1, MAX_CALLS_PER_ITERATION * 3)
     return [(m.headers[RECORD_TYPE_HEADER], m.headers.get(BATCH_HEADER)) for m in msgs]
@@ -105,9 +107,14 @@ class Tools:
         return run
 
 
-def group_of(tools: Tools, replays: list[Replay]) -> list[tuple[ToolCall, Replay, Any]]:
+def group_of(
+    tools: Tools, replays: list[Replay], pad: str = ""
+) -> list[tuple[ToolCall, Replay, Any]]:
+    """The group's calls; ``pad`` goes into each input (a big one makes the intents too big for
+    one message: an atomic batch)."""
+    inputs = [{"k": k, "pad": pad} if pad else {"k": k} for k in range(len(replays))]
     return [
-        (ToolCall(f"t{k}", {"k": k}, call_id=f"call_{k}"), r, tools.fn(f"t{k}"))
+        (ToolCall(f"t{k}", inputs[k], call_id=f"call_{k}"), r, tools.fn(f"t{k}"))
         for k, r in enumerate(replays)
     ]
 
@@ -147,12 +154,10 @@ async def test_members_run_at_once_and_record_in_completion_order(transport: Tra
         ("ToolResultRecord", 1),
         ("ToolResultRecord", 0),
     ]
-    # the three intents are one atomic batch; each result is stored alone
+    # the three intents are one message; each result is stored alone
     assert await batch_marks(transport, task) == [
         ("claim", None),
-        ("tool.intent", "1/3"),
-        ("tool.intent", "2/3"),
-        ("tool.intent", "3/3"),
+        ("tool.intent+tool.intent+tool.intent", None),
         ("tool.result", None),
         ("tool.result", None),
         ("tool.result", None),
@@ -524,20 +529,22 @@ async def test_a_group_batch_cut_short_on_the_wire_stores_no_intent(
     real_transport: Transport, sent: int
 ) -> None:
     """The crash between a group's intents, on a real server: the holder dies with ``sent`` of
-    its three intents on the wire and no commit. The server stores none of them and no member
-    started; the redelivery records all three intents as one batch and runs each member once."""
+    its three intents on the wire and no commit (intents too big for one message go as an
+    atomic batch). The server stores none of them and no member started; the redelivery records
+    all three intents as one batch and runs each member once."""
     t = real_transport
     task = make_task(uid())
     tools = Tools()
     cut = CutShort(t, sent)
     j = await open_journal(cut, task)  # type: ignore[arg-type]
+    pad = "x" * (MAX_GROUP_MESSAGE_BYTES // 2)
     with trio.fail_after(WAIT_S), pytest.raises(Kill):
-        await j.tools(group_of(tools, MIX))
+        await j.tools(group_of(tools, MIX, pad))
     assert cut.cut and tools.starts == {}
     assert await batch_marks(t, task) == [("claim", None)]
     j2 = await claim(t, task)
     with trio.fail_after(WAIT_S):
-        results = await j2.tools(group_of(tools, MIX))
+        results = await j2.tools(group_of(tools, MIX, pad))
         await j2.settle(CommitAction.COMPLETE)
     assert verdict(tools, results, MIX) == []
     assert tools.starts == {"t0": 1, "t1": 1, "t2": 1}
@@ -580,8 +587,8 @@ async def test_a_zombies_group_batch_is_fenced_whole(transport: Transport) -> No
 
 
 async def test_a_group_over_the_batch_limit_is_refused_whole(transport: Transport) -> None:
-    """A group of the server's atomic batch limit is one batch of intents; one call more is a
-    ValueError naming the limit, and nothing is written."""
+    """A group of the server's atomic batch limit is one message of intents; one call more is
+    a ValueError naming the limit, and nothing is written."""
     task = make_task(uid())
     tools = Tools()
     j = await open_journal(transport, task)
@@ -593,16 +600,18 @@ async def test_a_group_over_the_batch_limit_is_refused_whole(transport: Transpor
         results = await j.tools(too_many[:MAX_GROUP_CALLS])
     assert len(results) == MAX_GROUP_CALLS and tools.starts == {"t": MAX_GROUP_CALLS}
     marks = await batch_marks(transport, task)
-    intents = [m for kind, m in marks if kind == "tool.intent"]
-    n = MAX_GROUP_CALLS
-    assert intents == [f"{k}/{n}" for k in range(1, n + 1)]
+    assert marks[1] == ("+".join(["tool.intent"] * MAX_GROUP_CALLS), None)
+    records = await journal_records(transport, task)
+    intents = [seq for seq, r in records if isinstance(r, ToolIntentRecord)]
+    assert len(intents) == MAX_GROUP_CALLS and set(intents) == {intents[0]}
 
 
 async def test_held_records_past_the_limit_go_first_in_a_batch_of_their_own(
     transport: Transport,
 ) -> None:
-    """FencedWriter.append_batch: held records that would take a batch past the server's limit
-    are stored first; a batch over the limit alone, or an empty one, is refused unwritten."""
+    """FencedWriter.append_batch: held records that would take a group past the server's batch
+    limit are stored first; a group over the limit alone, or an empty one, is refused
+    unwritten. Groups this small are one message each."""
     task = make_task(uid())
     holder = DeliveryState(TaskIdentity.of(task))
     j = await open_journal(transport, task, holder=holder)
@@ -621,11 +630,12 @@ async def test_held_records_past_the_limit_go_first_in_a_batch_of_their_own(
     writer.hold(model(0))
     await writer.append_batch([model(k) for k in range(1, n + 1)])
     marks = await batch_marks(transport, task)
-    assert marks[:3] == [("claim", None), ("model", None), ("model", f"1/{n}")]
-    assert len(marks) == n + 2 and marks[-1] == ("model", f"{n}/{n}")
+    assert marks == [("claim", None), ("model", None), ("+".join(["model"] * n), None)]
     writer.hold(model(n + 1))
-    await writer.append_batch([model(n + 2)])  # within the limit: one batch, as before
-    assert (await batch_marks(transport, task))[-2:] == [("model", "1/2"), ("model", "2/2")]
+    await writer.append_batch([model(n + 2)])  # within the limit: one group, as before
+    assert (await batch_marks(transport, task))[-1] == ("model+model", None)
+    records = await journal_records(transport, task)
+    assert [r.call for _, r in records[1:]] == list(range(n + 3))  # type: ignore[union-attr]
 
 
 def test_check_sees_a_groups_intents_split_across_writes() -> None:
