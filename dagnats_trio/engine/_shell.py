@@ -280,7 +280,9 @@ class Engine:
     async def _handle(self, d: Delivery, event: RunEvent) -> None:
         run_id = event.run_id
         self._warn_legacy_once(event)
-        derive = isinstance(event, WorkflowStarted)
+        # Derived only on a first delivery: a redelivered start may have been applied already
+        # (an answer lost after the save), which only the store can tell.
+        derive = isinstance(event, WorkflowStarted) and d.num_delivered == 1
         for _ in range(CAS_ATTEMPTS_MAX):
             loaded = None
             if derive:
