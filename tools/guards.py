@@ -433,6 +433,20 @@ GUARDS: tuple[Guard, ...] = (
         ],
         [f"{JH}::test_a_holder_whose_lease_was_lost_reads_the_tail_however_fresh_its_claim"],
     ),
+    _g(
+        "Engine: a start's snapshot is derived only from the definition it was made from",
+        "Engine._derive_first: the current definition is used whatever its revision",
+        [
+            (
+                "if current is not None and current[1] == event.definition_revision:",
+                "if current is not None:",
+            )
+        ],
+        [
+            "tests/engine/test_first_snapshot.py::"
+            "test_a_definition_registered_again_since_the_start_is_not_derived"
+        ],
+    ),
 )
 
 
