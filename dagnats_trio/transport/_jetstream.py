@@ -57,6 +57,14 @@ ERR_STREAM_NAME_IN_USE = 10058
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}\Z")
 _KV_KEY = re.compile(r"^[-/_=.A-Za-z0-9]+\Z")
+#: A publish ack as nats-server spells one (stream, an optional domain, seq, an optional
+#: duplicate flag, which the server writes ``"duplicate": true``, with a space; nothing else):
+#: the sequence is read without a JSON parse, on every append. Any other answer (an error, a
+#: field this does not know) goes through the JSON decoder.
+_PLAIN_PUB_ACK = re.compile(
+    rb'\{"stream":"[^"\\\x00-\x1f]*",(?:"domain":"[^"\\\x00-\x1f]*",)?'
+    rb'"seq":(0|[1-9][0-9]{0,18})(?:,"duplicate": ?true)?\}'
+)
 
 
 def check_name(kind: str, value: str) -> str:
@@ -78,6 +86,14 @@ def check_key(key: str) -> str:
 def ns(seconds: float) -> int:
     """Seconds as the nanoseconds JetStream's API speaks."""
     return int(seconds * 1_000_000_000)
+
+
+def plain_pub_ack_seq(answer: bytes) -> int | None:
+    """The sequence of a plain publish ack (what ``json.loads(answer)["seq"]`` says), or None
+    for any other answer, which the caller parses as JSON (an error, a field this does not
+    know)."""
+    match = _PLAIN_PUB_ACK.fullmatch(answer)
+    return int(match[1]) if match is not None else None
 
 
 # --- errors ----------------------------------------------------------------------------------
@@ -266,6 +282,9 @@ class JetStreamOverRequests(ABC):
             answer = await self._js_request(subject, data, hdrs, "publish")
         except NoResponders:
             raise await self._why_no_stream(subject) from None
+        seq = plain_pub_ack_seq(answer)
+        if seq is not None:
+            return seq
         ack = loads_json(answer)
         err = ack.get("error")
         if err is not None:
@@ -278,8 +297,8 @@ class JetStreamOverRequests(ABC):
                 if last is not None and last.headers.get(MSG_ID) == hdrs[MSG_ID]:
                     return last.seq
             raise error
-        seq: int = ack["seq"]
-        return seq
+        acked: int = ack["seq"]
+        return acked
 
     async def _why_no_stream(self, subject: str) -> TransportError:
         """No responders to a publish: no stream for the subject, or its leader is missing."""
