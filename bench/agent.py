@@ -60,22 +60,23 @@ durable write is one that the server stores (and, with sync_interval always, fsy
 answers: a publish, an atomic batch of publishes (stored whole or not at all), a KV write. Acks
 are neither (sent without waiting).
 
-The headline is the scripted agent writing each record alone (no then_tool / then_continue),
-because that is the faster configuration on the streams measured here: single-replica file
-streams. On them nats-server (2.15.1, newBatchStore in server/jetstream_batching.go) stages
-every atomic batch in a file store of its own, created for the batch and deleted at its commit:
-per batch of 2, 3 mkdir, 18 open, 3 rename, 12 unlink, 12 getdents and 2 fsyncs more than two
-publishes (strace -c), ~2.3 ms on an idle machine whatever sync_interval says, with nats-py as
-with the native client; a publish costs 0.07 ms (0.34 ms with fsync). A replicated stream or a
-memory stream stages in memory (0.1 ms). So a batch that saves one publish costs several, and
-the paired agent (6 writes per tool iteration) is printed beside the headline, not as it.
+The headline is the scripted agent storing its records in pairs (then_tool / then_continue):
+the model response with the tool intent it leads to, and the tool result with the continue
+commit, each pair ONE message on the journal subject (a record group: atomic because it is one
+message, fenced once like any record, docs/journal-wire-format.md), so a pair costs one
+publish. The same script writing each record alone is printed beside it. (Before record groups a
+pair was a JetStream atomic batch, which nats-server 2.15.1 stages in a file store of its own on
+a single-replica file stream, ~2.3 ms per batch against 0.34 ms for an fsync'd publish, so the
+headline then wrote each record alone; a pair over MAX_GROUP_MESSAGE_BYTES still goes as a
+batch; docs/jetstream.md, "Cost".)
 
-Per tool iteration of a journal step (model call + tool call), each record written alone:
+Per tool iteration of a journal step (model call + tool call), the records paired:
  worker  pull request       counted, but left waiting before the task is stored, so the task
                             arrives with no request on the critical path.
          tail read          required: "reads the journal tail from the stream leader" (the Stale
                             check, and the sequence the claim is fenced on). In the fast path the
-                            tail IS the previous commit, so it is also the state read by
+                            tail IS the previous commit (the last record of the previous
+                            iteration's result + commit message), so it is also the state read by
                             journal_seq: one get, not two.
          claim              WRITE 1. Required: Journal() appends it before it returns; it fences
                             every earlier claim and counts toward the restart limit, so it cannot
@@ -88,44 +89,40 @@ Per tool iteration of a journal step (model call + tool call), each record writt
                             writable with its lease, stands for the read (journal/_fencing.py
                             argues the bound against the AckWait and heartbeat). The model call
                             follows the claim at once, so the read is made only after a stall.
-         model record       WRITE 2, fenced on the claim's sequence: the response is durable
-                            before anything acts on it.
-         tool intent        WRITE 3, fenced on the model record's sequence (the server cannot
-                            check a sequence it has not assigned yet, so the two cannot be sent
-                            together and stay fenced, except as one atomic batch): stored before
-                            the tool starts, as the spec requires.
-         tool result        WRITE 4, fenced on the intent's sequence.
-         commit             WRITE 5, fenced on the result's sequence; stored before the event,
-                            as the spec requires.
-         lifecycle event    WRITE 6: required, on the history stream; it carries the commit's
-                            sequence, so it also waits for the commit.
+         model record +     WRITE 2: one message holding both, fenced on the claim's sequence.
+         tool intent        The response is durable before anything acts on it, and the intent
+                            is stored before the tool starts, as the spec requires. Stored
+                            apart, the intent would be a write of its own: the server cannot
+                            check a sequence it has not assigned yet, so two fenced publishes
+                            cannot be sent together. A crash before the message stores neither
+                            (the model is asked again, which the spec allows; nothing ran).
+         tool result +      WRITE 3: one message holding both, fenced on the model + intent
+         commit             message's sequence; the commit is stored before the event, as the
+                            spec requires, and the result with it (a crash before the message
+                            leaves the intent open: an unsafe tool is answered interrupted,
+                            never started twice).
+         lifecycle event    WRITE 4: required, on the history stream; it carries the commit's
+                            sequence (the message's), so it also waits for the commit.
          task ack           NOT a round trip: sent without waiting (ack_nowait) once the event is
                             stored; a lost ack is a redelivery that the journal answers with
                             Committed and the stream's msg id / the engine's acceptance rule drop.
  engine  pull request       counted, left waiting, as for the worker.
-         snapshot CAS       WRITE 7: the dispatch is saved before the task is published (the KV
-                            bucket is a stream of its own: no batch with the task).
-         task publish       WRITE 8: stored before the event is acked (else a crash after the
+         snapshot CAS       WRITE 5: the dispatch is saved before the task is published (the KV
+                            bucket is a stream of its own: no message or batch with the task).
+         task publish       WRITE 6: stored before the event is acked (else a crash after the
                             ack would lose the dispatch).
          event ack          NOT a round trip: ack_nowait after the task is stored; a lost ack is
                             a redelivery that the snapshot's outbox replays idempotently.
- => 8 durable writes per tool iteration; 11 round trips counted (9 waited on + 2 pull
+ => 6 durable writes per tool iteration; 9 round trips counted (7 waited on + 2 pull
     requests). An answer iteration has no intent, result or next task: worker 6 round trips
-    (pull, tail, claim, model record, commit, event: 4 writes), engine 2 (CAS + pull).
+    (pull, tail, claim, model record, commit, event: 4 writes; the answer's model record is
+    stored alone, before the handler decides to complete), engine 2 (CAS + pull).
 
-Paired (printed beside): model record + tool intent is one atomic batch, fenced on the claim's
-sequence, and tool result + commit another, fenced on the intent's: 6 durable writes and 9
-round trips per tool iteration, 44 round trips per run, 33 on the critical path; each batch
-pays the staging above, so it is slower here; where a batch stages in memory it is not (a
-memory stream, `just bench batch`; a 3-replica stream: a batch of 2 in 0.42 ms against 0.69 ms
-for two publishes, docs/jetstream.md).
+Each record alone (printed beside): the model record, the tool intent, the tool result and the
+commit are a write each, each fenced on the one before: 8 durable writes and 11 round trips per
+tool iteration, 50 round trips per run, 39 of them waited on.
 
-Five writes or fewer at the cost of single publishes needs what a batch gives without the
-server's staging: one message holding the two records of a pair (atomic because it is one
-message, fenced once), which every journal reader (replay view, journal check, REST journal,
-timeline) would have to expand. Not done; see docs/jetstream.md, "Cost".
-
-Per run (3 tool iterations, 1 answer iteration), each record written alone:
+Per run (3 tool iterations, 1 answer iteration), the records paired:
  client  definition read + run index entry and active               5  (the definition may be
          marker (two publishes at once: one waited) +                  re-registered at any time:
          snapshot create + workflow.started                            reading it is the only
@@ -139,42 +136,39 @@ Per run (3 tool iterations, 1 answer iteration), each record written alone:
                                                                        started_with; a CAS on a
                                                                        run that moved on fails
                                                                        and reads, as before)
- worker  3 x 8 (tool iterations) + 6 (answer)                       30
+ worker  3 x 6 (tool iterations) + 6 (answer)                       24
  engine  3 x step.continue (pull + CAS + task) + step.completed     12
          (pull + CAS + active marker purge, after the finished
          snapshot is saved: off the critical path)
- => 50 counted, of which 9 are pull requests left waiting and 2 overlap or follow the run's end
-    (the second index publish, the marker purge): 39 on the critical path. (Before the claim's
-    ack stood for the model's tail read: 55 and 44, one read per model call; before the start
-    named its snapshot's revision: 51 and 40, the engine's snapshot read.)
+ => 44 counted, of which 9 are pull requests left waiting and 2 overlap or follow the run's end
+    (the second index publish, the marker purge): 33 on the critical path. (Each record alone:
+    50 and 39. Before the claim's ack stood for the model's tail read: one read more per model
+    call; before the start named its snapshot's revision: the engine's snapshot read.)
 """
-#: Requests counted per run at the floor of MIN_ROUND_TRIPS_DERIVATION (each record alone).
-MIN_ROUND_TRIPS_PER_RUN = 5 + 3 + (3 * 8 + 6) + (3 * 3 + 3)
-#: The same for the paired script: two fewer worker writes per tool iteration.
-PAIRED_MIN_ROUND_TRIPS_PER_RUN = MIN_ROUND_TRIPS_PER_RUN - 3 * 2
+#: Requests counted per run at the floor of MIN_ROUND_TRIPS_DERIVATION (the records paired).
+MIN_ROUND_TRIPS_PER_RUN = 5 + 3 + (3 * 6 + 6) + (3 * 3 + 3)
+#: The same for the script writing each record alone: two more worker writes per tool iteration.
+ALONE_MIN_ROUND_TRIPS_PER_RUN = MIN_ROUND_TRIPS_PER_RUN + 3 * 2
 #: Of those, the pull requests (one per delivery), left waiting before their message arrives.
 PULLS_PER_RUN = 5 + 4
 #: And those not waited on: the index publish beside the other, the purge after the run's end.
 OFF_PATH_PER_RUN = 2
-#: Per tool iteration: worker 7 waited on + 1 pull, engine 2 waited on + 1 pull.
-MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 11
-#: Durable writes per tool iteration, each record alone (worker: claim, model record, intent,
-#: result, commit, lifecycle event; engine: snapshot CAS, task publish).
-DURABLE_WRITES_PER_TOOL_ITERATION = 8
-#: The same paired (model + intent and result + commit as two atomic batches).
-PAIRED_DURABLE_WRITES_PER_TOOL_ITERATION = 6
+#: Per tool iteration: worker 5 waited on + 1 pull, engine 2 waited on + 1 pull.
+MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 9
+#: Durable writes per tool iteration, the records paired (worker: claim, model + intent
+#: message, result + commit message, lifecycle event; engine: snapshot CAS, task publish).
+DURABLE_WRITES_PER_TOOL_ITERATION = 6
+#: The same with each record alone (model record, intent, result and commit a write each).
+ALONE_DURABLE_WRITES_PER_TOOL_ITERATION = 8
 #: Writes per tool iteration are measured, not derived: runs of the script, and of a script
 #: with its tool turns twice (``LONG_SCRIPT``), each this many times; the difference in durable
 #: writes per run over the difference in tool iterations is what one tool iteration costs.
 WRITES_RUNS = 5
 LONG_SCRIPT = (*DEFAULT_SCRIPT[:-1], *DEFAULT_SCRIPT[:-1], DEFAULT_SCRIPT[-1])
-#: The headline: each record written alone (the faster on single-replica file streams).
-HEADLINE = _Variant(AGENT_TASK, "bench-agent", "bench-agent-long", paired=False)
-#: Beside it: the records paired as atomic batches (``then_tool`` / ``then_continue``), fewer
-#: durable writes at the cost of the server's staging of each batch.
-PAIRED = _Variant(
-    "bench-agent-paired", "bench-agent-paired", "bench-agent-paired-long", paired=True
-)
+#: The headline: the records paired, each pair one message (``then_tool`` / ``then_continue``).
+HEADLINE = _Variant(AGENT_TASK, "bench-agent", "bench-agent-long", paired=True)
+#: Beside it: each record written alone, a durable write each.
+ALONE = _Variant("bench-agent-alone", "bench-agent-alone", "bench-agent-alone-long", paired=False)
 
 #: Peers' published figures on this 2-core machine, same 4-model-call, 3-tool-call run.
 PEERS = (
@@ -213,6 +207,9 @@ async def _writes_per_tool_iteration(stack: Stack, variant: _Variant) -> tuple[f
         (variant.workflow, DEFAULT_SCRIPT),
         (variant.long_workflow, LONG_SCRIPT),
     ):
+        # One run first, uncounted: a stack's first runs (and the tail of a burst before) may
+        # make writes a steady run does not (a snapshot CAS that lost a race and is retried).
+        await stack.run(workflow, {"task": "deploy"})
         before = stack.writes()
         for _ in range(WRITES_RUNS):
             snap = await stack.run(workflow, {"task": "deploy"})
@@ -259,35 +256,53 @@ async def _figures(stack: Stack, variant: _Variant, seconds: float) -> _Figures:
     return _Figures(times, counts, cpu_ms, rate, per_tool, per_run)
 
 
-async def _measure(sync_always: bool, seconds: float) -> tuple[float, _Figures, _Figures]:
-    """The publish floor, then the headline's figures and the paired script's, on one stack."""
+def _handlers_and_workflows(
+    variants: tuple[_Variant, ...],
+) -> tuple[dict[str, Handler], list[dict[str, Any]]]:
     handlers: dict[str, Handler] = {}
     workflows: list[dict[str, Any]] = []
-    for v in (HEADLINE, PAIRED):
+    for v in variants:
         short, long = v.agents()
         handlers |= {v.task: short.turn, v.long_task: long.turn}
         workflows += [
             agent_workflow(v.workflow, task=v.task),
             agent_workflow(v.long_workflow, task=v.long_task),
         ]
+    return handlers, workflows
+
+
+async def writes_per_tool_iteration(variant: _Variant, *, sync_always: bool = False) -> float:
+    """Durable writes one tool iteration of ``variant`` costs, counted as the bench counts them
+    (worker + engine), on a server of its own."""
+    handlers, workflows = _handlers_and_workflows((variant,))
+    async with open_stack(sync_always=sync_always, handlers=handlers, workflows=workflows) as stack:
+        per_tool, _ = await _writes_per_tool_iteration(stack, variant)
+        return per_tool
+
+
+async def _measure(sync_always: bool, seconds: float) -> tuple[float, _Figures, _Figures]:
+    """The publish floor, then the headline's figures and the each-record-alone script's, on
+    one stack."""
+    handlers, workflows = _handlers_and_workflows((HEADLINE, ALONE))
     async with open_stack(sync_always=sync_always, handlers=handlers, workflows=workflows) as stack:
         floor_us = await stack.publish_floor_us()
         headline = await _figures(stack, HEADLINE, seconds)
-        paired = await _figures(stack, PAIRED, seconds)
-        return floor_us, headline, paired
+        alone = await _figures(stack, ALONE, seconds)
+        return floor_us, headline, alone
 
 
 def run(*, quick: bool = False) -> dict[str, float]:
     seconds = SEQUENTIAL_S_QUICK if quick else SEQUENTIAL_S
-    print(f"== agent: scripted agent (4 model calls, 3 tool calls), crash-free, each record "
-          f"written alone (the paired script beside it); sequential for {seconds:.0f} s, then "
-          f"{BURST_RUNS} runs at once")  # fmt: skip
+    print(f"== agent: scripted agent (4 model calls, 3 tool calls), crash-free, records paired "
+          f"(model + intent, result + commit: one message each; the script writing each record "
+          f"alone beside it); sequential for {seconds:.0f} s, then {BURST_RUNS} runs at "
+          f"once")  # fmt: skip
     figures: dict[str, float] = {}
     for sync_always, label, key in (
         (True, "single node, sync_interval always", "agent_fsync"),
         (False, "sync_interval default (a cluster relies on replicas)", "agent"),
     ):
-        floor_us, m, paired = trio.run(_measure, sync_always, seconds)
+        floor_us, m, alone = trio.run(_measure, sync_always, seconds)
         n = len(m.times)
         p50, p99 = percentile(m.times, 50), percentile(m.times, 99)
         per = (m.counts.engine / n, m.counts.worker / n, m.counts.client / n)
@@ -308,13 +323,13 @@ def run(*, quick: bool = False) -> dict[str, float]:
               f"{(w.engine + w.worker + w.client) / WRITES_RUNS:.1f} (engine "
               f"{w.engine / WRITES_RUNS:.1f}, worker {w.worker / WRITES_RUNS:.1f}, client "
               f"{w.client / WRITES_RUNS:.1f})")  # fmt: skip
-        a50, a99 = percentile(paired.times, 50), percentile(paired.times, 99)
-        print(f"    paired (model + intent, result + commit as atomic batches): "
-              f"{len(paired.times)} runs: p50 {a50:.1f} ms, p99 {a99:.1f} ms, {a50 / p50:.2f}x the "
-              f"headline; {paired.cpu_ms:.1f} ms CPU per run; {paired.rate:.0f} runs/s with "
-              f"{BURST_RUNS} at once; {paired.writes_per_tool_iteration:.1f} durable writes "
+        a50, a99 = percentile(alone.times, 50), percentile(alone.times, 99)
+        print(f"    each record alone: "
+              f"{len(alone.times)} runs: p50 {a50:.1f} ms, p99 {a99:.1f} ms, {a50 / p50:.2f}x the "
+              f"headline; {alone.cpu_ms:.1f} ms CPU per run; {alone.rate:.0f} runs/s with "
+              f"{BURST_RUNS} at once; {alone.writes_per_tool_iteration:.1f} durable writes "
               f"per tool iteration (derivation "
-              f"{PAIRED_DURABLE_WRITES_PER_TOOL_ITERATION})")  # fmt: skip
+              f"{ALONE_DURABLE_WRITES_PER_TOOL_ITERATION})")  # fmt: skip
         # The ratio: p50 against the spec's waited round trips, each priced at the floor (a raw
         # JetStream publish on the same connection, measured in this run). 1.0 would mean the
         # run costs nothing but its required round trips.
@@ -330,14 +345,14 @@ def run(*, quick: bool = False) -> dict[str, float]:
         figures[f"{key}_round_trips_per_run"] = round(total, 1)
         figures[f"{key}_burst_runs_per_s"] = round(m.rate, 1)
         figures[f"{key}_writes_per_tool_iteration"] = round(m.writes_per_tool_iteration, 2)
-        figures[f"{key}_paired_p50_ms"] = round(a50, 2)
-        figures[f"{key}_paired_p99_ms"] = round(a99, 2)
-        figures[f"{key}_paired_burst_runs_per_s"] = round(paired.rate, 1)
-        figures[f"{key}_paired_writes_per_tool_iteration"] = round(
-            paired.writes_per_tool_iteration, 2
+        figures[f"{key}_alone_p50_ms"] = round(a50, 2)
+        figures[f"{key}_alone_p99_ms"] = round(a99, 2)
+        figures[f"{key}_alone_burst_runs_per_s"] = round(alone.rate, 1)
+        figures[f"{key}_alone_writes_per_tool_iteration"] = round(
+            alone.writes_per_tool_iteration, 2
         )
     figures["agent_min_round_trips_per_run"] = MIN_ROUND_TRIPS_PER_RUN
-    figures["agent_paired_min_round_trips_per_run"] = PAIRED_MIN_ROUND_TRIPS_PER_RUN
+    figures["agent_alone_min_round_trips_per_run"] = ALONE_MIN_ROUND_TRIPS_PER_RUN
     print("  peers' published figures (not measured here), same run on this 2-core machine:")
     for name, figure in PEERS:
         print(f"    {name}: {figure}")

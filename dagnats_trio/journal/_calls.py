@@ -35,7 +35,7 @@ class ToolCall:
 @attrs.frozen
 class NextTool:
     """The tool call a model response leads to (``Journal.model(fn, then_tool=...)``): its
-    intent is stored with the response, one atomic batch, before ``Journal.tool`` runs it."""
+    intent is stored with the response, one message, before ``Journal.tool`` runs it."""
 
     call: ToolCall
     replay: Replay

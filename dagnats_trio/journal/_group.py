@@ -1,10 +1,11 @@
-"""A parallel tool group once the replay rules have decided each member: its intents as one
-atomic batch, the results the journal answers, then the members that must run, at once.
+"""A parallel tool group once the replay rules have decided each member: its intents stored
+together, the results the journal answers, then the members that must run, at once.
 
-The intents go out together, fenced on the tail, before any member starts: the server stores
-the batch whole or not at all, so a crash leaves either every intent of the group (and no
-member started) or none of them (and nothing of the group happened). That is why a group is
-capped at nats-server's atomic batch limit. The decisions stay in the handle.
+The intents go out together, fenced on the tail, before any member starts, as one message (or,
+too big for one, one atomic batch): the server stores it whole or not at all, so a crash leaves
+either every intent of the group (and no member started) or none of them (and nothing of the
+group happened). A group is capped at nats-server's atomic batch limit, so the batch path
+stays open to any group. The decisions stay in the handle.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from ._pairs import intent_record
 from ._replay import TaskIdentity, ToolAction, ToolDecision, ToolResult, call_key
 from ._tool_run import ToolRunner
 
-#: Most calls in one parallel group (``Journal.tools``): its intents are stored as one atomic
-#: batch, and nats-server stores at most this many messages in one.
+#: Most calls in one parallel group (``Journal.tools``): its intents are stored together, as an
+#: atomic batch when too big for one message, and nats-server stores at most this many
+#: messages in one batch.
 MAX_GROUP_CALLS: Final = MAX_BATCH_PUBLISH_MSGS
 
 
@@ -33,9 +35,10 @@ def check_group_size(n: int) -> None:
     """ValueError, before anything is written, for a group past :data:`MAX_GROUP_CALLS`."""
     if n > MAX_GROUP_CALLS:
         raise ValueError(
-            f"a parallel group holds at most {MAX_GROUP_CALLS} calls (its intents are one "
-            f"atomic batch, and the server stores at most {MAX_BATCH_PUBLISH_MSGS} messages "
-            f"in one), got {n}: split it into several groups"
+            f"a parallel group holds at most {MAX_GROUP_CALLS} calls (its intents are stored "
+            f"together, as an atomic batch when too big for one message, and the server stores "
+            f"at most {MAX_BATCH_PUBLISH_MSGS} messages in one), got {n}: split it into "
+            f"several groups"
         )
 
 
@@ -53,7 +56,7 @@ async def run_decided_group(
     """Write, answer and run the group whose members ``decisions`` decided (no mismatch among
     them); the results in the members' order."""
     n = len(members)
-    # 1. Every intent the group needs, before any function starts: one atomic batch.
+    # 1. Every intent the group needs, before any function starts: stored together.
     intents = [
         intent_record(task, writer.claim_id, first + k, *members[k][:2], group=first,
                       group_size=n)

@@ -209,7 +209,7 @@ class Journal:
         """The response this attempt recorded at this position, else a new request, recorded.
 
         A failed request records nothing and does not use up the position. ``then_tool`` (see
-        ``_pairs``) stores a new response with the intent of the call it leads to, one batch.
+        ``_pairs``) stores a new response with the intent of the call it leads to, one message.
         """
         with self._guard:
             self._check_open()
@@ -259,7 +259,7 @@ class Journal:
         The tool's own exception is its result's ``error``. Output that is not JSON is recorded
         as an error result and raised as :class:`ToolOutputNotJson` (on replay too).
         ``then_continue`` (see ``_pairs``) ends the iteration: the result and a continue commit
-        carrying the state it gives, one batch, then the event (as ``tc.continue_()``).
+        carrying the state it gives, one message, then the event (as ``tc.continue_()``).
         """
         check_tool_args(call, replay)
         with self._guard:
@@ -310,8 +310,9 @@ class Journal:
         calls). Returns their results in the order of ``calls``.
 
         The group takes ``len(calls)`` consecutive positions. Every intent is recorded before
-        any function starts, all in one atomic batch fenced on the tail (stored whole or not at
-        all: a crash before its commit leaves no intent of the group), so a group holds at most
+        any function starts, all in one message fenced on the tail (an atomic batch when too big
+        for one; stored whole or not at all: a crash before it is stored leaves no intent of the
+        group), so a group holds at most
         :data:`MAX_GROUP_CALLS` calls (ValueError, writing nothing, past it); then the functions
         run in a nursery, each result recorded as it finishes, in completion order. Replay
         matches each member by its position in the group and its name and input (and the

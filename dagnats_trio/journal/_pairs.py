@@ -1,11 +1,12 @@
-"""Records stored in pairs, as one atomic batch: what the handle needs to pair them.
+"""Records stored in pairs, as one message: what the handle needs to pair them.
 
 A model response is stored with the intent of the tool call it leads to (``then_tool``), so
 the two cost one durable write; a tool's result is stored with the continue commit that ends
 its iteration (``then_continue``). Both pairs are made without handler code between the two
 records (the ``then_`` functions are plain functions the journal calls), so a crash leaves the
-journal exactly as it would have without the pairing: before the batch, nothing of it; after,
-both. The replay rules see the same records in the same order.
+journal exactly as it would have without the pairing: before the message, nothing of it;
+after, both (``FencedWriter`` stores a pair as one message, or an atomic batch when too big).
+The replay rules see the same records in the same order.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ class Pairing:
         self._writer = writer
         self._tools = tools
         self.planned: ToolIntentRecord | None = None
-        #: A result held for the commit's batch: its seam is reached once the commit is stored.
+        #: A result held for the commit's message: its seam is reached once the commit is stored.
         self.result_held = False
 
     def check_none_planned(self, what: str) -> None:
@@ -140,7 +141,7 @@ class Pairing:
 
     def hold_unrun(self) -> None:
         """Before a commit: a paired intent the handler never ran is answered, interrupted, in
-        the commit's batch, so no committed attempt leaves an intent open."""
+        the commit's message, so no committed attempt leaves an intent open."""
         if self.planned is not None:
             self._writer.hold(self._tools.result_record(self.planned.call, unrun_result()))
             self.planned = None
@@ -156,7 +157,7 @@ class Pairing:
         commit: Callable[[], Awaitable[int]],
     ) -> ToolResult:
         """Record ``result`` (when ``write``) and, with ``then_continue``, commit a continue in
-        the same batch. Output that is not JSON, or a ``then_continue`` that raises, gets the
+        the same message. Output that is not JSON, or a ``then_continue`` that raises, gets the
         result stored alone and no commit: the handler decides what follows."""
         if then_continue is None or not_json(result):
             if write:

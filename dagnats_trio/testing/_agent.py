@@ -113,7 +113,7 @@ class ScriptedAgent:
         self.task = task
         self.counters = counters if counters is not None else AgentCounters()
         #: Store the model response with the tool intent, and the tool result with the commit,
-        #: as atomic batches (``then_tool`` / ``then_continue``); False writes each alone.
+        #: as one message each (``then_tool`` / ``then_continue``); False writes each alone.
         self.paired = paired
 
     @property
@@ -139,7 +139,7 @@ class ScriptedAgent:
             return
         said = [*history, {"role": "assistant", "content": reply}]
         if self.paired:
-            # The result and the continue commit carrying the new history: one batch.
+            # The result and the continue commit carrying the new history: one message.
             await self._tool(j, tc.run_id, turn, then=lambda r: [*said, self._entry(turn, r)])
             return
         result = await self._tool(j, tc.run_id, turn)
@@ -156,7 +156,7 @@ class ScriptedAgent:
         }
 
     def _next(self, reply: JsonValue) -> NextTool | None:
-        """The tool call a reply leads to: its intent is stored with the reply (one batch)."""
+        """The tool call a reply leads to: its intent is stored with the reply (one message)."""
         turn = self._turn_of(reply)
         if turn.tool is None:
             return None

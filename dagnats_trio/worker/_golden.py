@@ -72,7 +72,8 @@ class GoldenEntry:
     type: str
     record: JsonValue
     error: str | None = None
-    #: ``k/n`` for a record stored in an atomic batch (None: stored alone, or an older file).
+    #: ``k/n`` for a record stored in an atomic batch (None: stored alone or in a record group,
+    #: which shares its ``seq`` with the group's other records, or an older file).
     batch: str | None = None
 
 
