@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import httpx
 
-from dagnats_trio.protocol import RunStatus, layout
+from dagnats_trio.protocol import (
+    ClaimRecord,
+    JournalRecord,
+    ModelRecord,
+    Replay,
+    RunStatus,
+    ToolIntentRecord,
+    encode_group,
+    encode_record,
+    group_headers,
+    layout,
+    record_headers,
+)
 
 from ._stack import TOKEN, Stack, error_code
 
@@ -119,6 +131,38 @@ async def test_journal_loop_continues_twice_then_completes(stack: Stack) -> None
     assert view["status"] == "completed"
     assert view["steps"][0]["output"] == "done"
     assert view["steps"][0]["iteration"] == 2
+
+
+async def test_journal_read_gives_each_record_of_a_message(stack: Stack) -> None:
+    """An earlier holder (a Python worker storing pairs) left its model response and the tool
+    intent it led to as ONE message: ``journal/read`` gives both records, at that message's
+    sequence, before the bridge holder's own claim."""
+    workflow, task_type = await stack.workflow(loop=True)
+    run_id = await stack.start(workflow, {"goal": "g"})
+    lease = await stack.poll(task_type)
+    it, att = lease["iteration"], lease["attempt"]
+    subject = layout.journal_subject(run_id, "agent")
+    earlier = ClaimRecord(it, att, "earlier-holder", lease["nonce"])
+    s_claim = await stack.transport.publish(
+        subject, encode_record(earlier), headers=record_headers(earlier),
+        expected_last_subject_seq=0,
+    )  # fmt: skip
+    pair: list[JournalRecord] = [
+        ModelRecord(it, att, "earlier-holder", 0, {"say": "hi"}),
+        ToolIntentRecord(
+            it, att, "earlier-holder", 1, "search", {"q": 1}, Replay.SAFE, f"{run_id}.agent.{it}.1"
+        ),
+    ]
+    s_pair = await stack.transport.publish(
+        subject, encode_group(pair), headers=group_headers(pair), expected_last_subject_seq=s_claim
+    )
+    read = await stack.ok(lease, "journal/read")
+    got = [(e["seq"], e["record"]["type"]) for e in read["records"]]
+    assert got == [
+        (s_claim, "claim"), (s_pair, "model"), (s_pair, "tool.intent"), (s_pair + 1, "claim")
+    ]  # fmt: skip
+    assert read["records"][2]["record"]["name"] == "search"
+    assert read["last_seq"] == s_pair + 1
 
 
 async def test_cancelled_run_is_409_on_heartbeat_and_resolve(stack: Stack) -> None:

@@ -27,6 +27,7 @@ WAIT_S = 15.0
 AGENT_WF = "cli-idle-agent"
 JOURNAL_WF = "cli-journaled"
 CORRUPT_WF = "cli-corrupt"
+PAIRED_WF = "cli-paired"
 ECHO_WF = "cli-echo"
 
 
@@ -246,6 +247,36 @@ def test_journal_tail_and_check(dev: DevProcess, tmp_path: Path) -> None:
     report = as_json(cli(dev, "journal", "check", run_id, "--json"))
     assert report["ok"] is True and report["steps"][0]["violations"] == []
     assert cli(dev, "journal", "check", "no-such-run").exit_code == EXIT_NOT_FOUND
+
+
+def test_journal_tail_and_check_read_each_record_of_a_message(
+    dev: DevProcess, tmp_path: Path
+) -> None:
+    """Records stored together as one message (a pair, a group's intents) are shown one by one,
+    at the message's sequence, by the timeline, its follow (the SSE ids resume inside a
+    message) and the check."""
+    register(dev, tmp_path, {"name": PAIRED_WF, "steps": [{"id": "p", "task": "cli_paired"}]})
+    run = as_json(cli(dev, "run", "start", PAIRED_WF, "21", "--watch", "--json"))
+    assert run["status"] == "completed" and run["output"] == [84, 2], run
+    run_id = run["run_id"]
+    lines = cli(dev, "journal", "tail", run_id, "p", "--json").stdout.splitlines()
+    entries = [(json.loads(line)["seq"], json.loads(line)["type"]) for line in lines]
+    seqs = sorted({seq for seq, _ in entries})
+    # claim, model + intent, result, the two intents, a result, a result, commit
+    assert len(seqs) == 7
+    assert [t for _, t in entries] == ["claim", "model", "tool.intent", "tool.result",
+        "tool.intent", "tool.intent", "tool.result", "tool.result", "commit"]  # fmt: skip
+    assert entries[1][0] == entries[2][0] and entries[4][0] == entries[5][0]
+    followed = cli(dev, "journal", "tail", run_id, "p", "--follow", "--json")
+    assert followed.exit_code == EXIT_OK
+    assert [json.loads(line)["type"] for line in followed.stdout.splitlines()[:9]] == [
+        t for _, t in entries
+    ]
+    table = cli(dev, "journal", "tail", run_id, "p")
+    assert table.exit_code == EXIT_OK and table.stdout.count("tool.intent") == 3
+    checked = cli(dev, "journal", "check", run_id)
+    assert checked.exit_code == EXIT_OK, checked.stdout
+    assert "p: journal ok: 9 records, 1 commits, 1 ended" in checked.stdout
 
 
 def test_journal_check_fails_on_a_violation(dev: DevProcess, tmp_path: Path) -> None:

@@ -20,7 +20,15 @@ from dagnats_trio import (
 )
 from dagnats_trio.api.service import RunWaitTimeout
 from dagnats_trio.inputs import Mode, SubmissionStatus
-from dagnats_trio.protocol import ModelRecord, RunStatus, ToolIntentRecord, ToolResultRecord
+from dagnats_trio.journal import NextTool
+from dagnats_trio.protocol import (
+    ClaimRecord,
+    CommitRecord,
+    ModelRecord,
+    RunStatus,
+    ToolIntentRecord,
+    ToolResultRecord,
+)
 
 #: Generous: the machine is shared by several test runs.
 WAIT_S = 60.0
@@ -123,7 +131,12 @@ async def test_inputs_send_get_withdraw_through_the_handle(nats_url: str) -> Non
         assert await run.result(timeout_s=WAIT_S) == "done"
 
 
-async def test_plain_functions_as_model_and_tool_and_the_journal_iterator(nats_url: str) -> None:
+@pytest.mark.parametrize("paired", [False, True], ids=["alone", "paired"])
+async def test_plain_functions_as_model_and_tool_and_the_journal_iterator(
+    nats_url: str, paired: bool
+) -> None:
+    """The journal iterator gives every record, in order; paired, the model response and the
+    tool intent are one message and share its sequence."""
     task, wf = uid("agent"), uid("wf")
 
     def model() -> dict[str, str]:  # a plain function, not a coroutine function
@@ -134,7 +147,12 @@ async def test_plain_functions_as_model_and_tool_and_the_journal_iterator(nats_u
 
     async def agent(tc: TaskContext) -> None:
         j = await tc.journal()
-        reply = await j.model(model)
+        if paired:
+            reply = await j.model(
+                model, then_tool=lambda r: NextTool(ToolCall("send", r), Replay.UNSAFE)
+            )
+        else:
+            reply = await j.model(model)
         result = await j.tool(ToolCall("send", reply), Replay.UNSAFE, send)
         await tc.complete(result.output)
 
@@ -151,6 +169,9 @@ async def test_plain_functions_as_model_and_tool_and_the_journal_iterator(nats_u
         assert model_rec.response == {"say": "hello"}
         seqs = [e.seq async for e in run.journal("s", follow=False)]
         assert seqs == sorted(seqs) and len(seqs) == len(records)
+        assert [type(r) for r in records] == [ClaimRecord, ModelRecord, ToolIntentRecord,
+                                              ToolResultRecord, CommitRecord]  # fmt: skip
+        assert (seqs[1] == seqs[2]) is paired and len(set(seqs)) == 5 - paired
 
 
 async def test_embedded_server_runtime_starts_and_stops() -> None:
