@@ -16,16 +16,21 @@ from typing import Any, NamedTuple
 
 import attrs
 import pytest
+from cattrs.fns import identity
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dagnats_trio.protocol import (
     CommitAction,
     CommitRecord,
+    DecodeError,
     JsonPolicyError,
     ModelRecord,
     check_json,
     converter,
     decode_record,
     encode_record,
+    from_obj,
     loads_json,
 )
 
@@ -114,3 +119,59 @@ def test_loads_json_answers_and_fails_as_json_loads(data: bytes) -> None:
     except ValueError as exc:
         got = ("error", type(exc), str(exc))
     assert got == expected
+
+
+# --- optional scalars (issue 12 goal 3) -------------------------------------------------------
+
+
+@attrs.frozen
+class _Optionals:
+    s: str | None = None
+    i: int | None = None
+    f: float | None = None
+    b: bool | None = None
+    later: None | int = None  # noqa: RUF036 (the order a union may come in)
+    colour: _Colour | None = None
+    point: _Point | None = None
+
+
+@pytest.mark.parametrize("tp", [str | None, int | None, float | None, bool | None, None | int])
+def test_an_optional_scalar_is_read_as_it_is(tp: Any) -> None:
+    """cattrs inlines its own ``identity`` in the functions it generates: an optional scalar
+    field costs an attribute read, not two calls."""
+    assert converter.get_unstructure_hook(tp) is identity
+    assert converter.get_unstructure_hook(Any) is identity
+    assert converter.get_unstructure_hook(_Colour | None) is not identity
+    assert converter.get_unstructure_hook(_Point | None) is not identity
+
+
+@settings(deadline=None, max_examples=100)
+@given(
+    s=st.none() | st.text(max_size=5),
+    i=st.none() | st.integers(),
+    f=st.none() | st.floats(allow_nan=False, allow_infinity=False),
+    b=st.none() | st.booleans(),
+    later=st.none() | st.integers(),
+    colour=st.none() | st.just(_Colour.RED),
+    point=st.none() | st.builds(_Point, st.integers(), st.integers()),
+)
+def test_optional_fields_round_trip(**fields: Any) -> None:
+    value = _Optionals(**fields)
+    raw = converter.unstructure(value)
+    assert raw == {
+        **fields,
+        "colour": None if value.colour is None else "red",
+        "point": None if value.point is None else attrs.asdict(value.point),
+    }
+    assert from_obj(json.loads(json.dumps(raw)), _Optionals) == value
+
+
+@pytest.mark.parametrize(
+    ("field", "wrong"),
+    [("s", 5), ("i", "5"), ("i", True), ("i", 1.5), ("f", "1"), ("f", False), ("b", 1),
+     ("later", "x"), ("colour", "blue"), ("point", [1, 2])],
+)  # fmt: skip
+def test_an_optional_scalar_of_the_wrong_json_type_is_refused(field: str, wrong: Any) -> None:
+    with pytest.raises(DecodeError, match=rf"expected .* @ \$\.{field}$"):
+        from_obj({field: wrong}, _Optionals)
+    assert from_obj({field: None}, _Optionals) == _Optionals()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import types
 import typing
+from collections.abc import Callable
 from typing import Any, TypeVar, final
 
 import attrs
 import cattrs
+from cattrs.fns import identity
 from cattrs.gen import make_dict_structure_fn
 from cattrs.strategies import configure_tagged_union
 
@@ -62,13 +65,46 @@ def _make_converter() -> cattrs.Converter:
     )
     # A field typed ``JsonValue`` (``Any``) holds a JSON value: handed on as it is, where cattrs
     # would dispatch on the runtime type of it and of every element inside it. ``to_json``
-    # unstructures anything else such a field may hold (see ``_plain``).
-    conv.register_unstructure_hook_func(lambda t: t is Any, _as_is)
+    # unstructures anything else such a field may hold (see ``_plain``). cattrs' own
+    # ``identity`` is what its generated functions recognise and inline (a plain attribute read,
+    # no call per field); so is an optional scalar (``int | None``...), whose value is JSON as it
+    # is, where cattrs would call its optional wrapper and then the scalar's identity.
+    conv.register_unstructure_hook_func(lambda t: t is Any, identity)
+    conv.register_unstructure_hook_func(lambda t: _optional_scalar(t) is not None, identity)
+    # Structuring an optional scalar: the strict scalar hook called directly, where cattrs'
+    # optional wrapper dispatches on the inner type on every call.
+    conv.register_structure_hook_factory(
+        lambda t: _optional_scalar(t) is not None, _optional_scalar_structure
+    )
     return conv
 
 
-def _as_is(value: Any) -> Any:
-    return value
+_SCALARS: dict[Any, Callable[[Any, Any], Any]] = {
+    str: _strict_str,
+    int: _strict_int,
+    float: _strict_float,
+    bool: _strict_bool,
+}
+
+
+def _optional_scalar(t: Any) -> Any:
+    """``X`` when ``t`` is ``X | None`` (either order) for a JSON scalar ``X``, else None."""
+    if typing.get_origin(t) not in (typing.Union, types.UnionType):
+        return None
+    args = typing.get_args(t)
+    if len(args) != 2 or type(None) not in args:
+        return None
+    inner = args[0] if args[1] is type(None) else args[1]
+    return inner if inner in _SCALARS else None
+
+
+def _optional_scalar_structure(t: Any) -> Callable[[Any, Any], Any]:
+    strict = _SCALARS[_optional_scalar(t)]
+
+    def structure(value: Any, cls: Any) -> Any:
+        return None if value is None else strict(value, cls)
+
+    return structure
 
 
 def _require_object(conv: cattrs.Converter) -> Any:
