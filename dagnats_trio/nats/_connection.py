@@ -4,8 +4,9 @@ Shape (trio-websocket's): :func:`open_connection` opens a nursery holding one su
 The supervisor connects (the :class:`Dialer`), then runs a reader, a writer and a pinger until
 the socket fails, and then reconnects with a bounded, jittered backoff, resubscribing everything.
 Callers never await the socket: what they send goes to the :class:`Outbox`, which writes it at
-once or queues it whole for the writer. So a cancelled caller can never leave half a frame, and
-every call is safe to cancel at any await.
+once (on a busy connection: with the other frames of the scheduler pass, at its end) or queues
+it whole for the writer. So a cancelled caller can never leave half a frame, and every call is
+safe to cancel at any await.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ from ._waiters import PongWaiter
 
 #: The request mux's subscription id (user subscriptions count up from 2).
 _MUX_SID = "1"
+#: Requests in flight on a connection from which its frames are written together at the end
+#: of the scheduler pass (see :class:`Outbox`); with fewer, each goes out at once.
+COALESCE_MIN_REQUESTS = 2
 
 
 @final
@@ -67,6 +71,9 @@ class ConnectionStats:
     pending_requests: int
     pending_pongs: int
     pending_bytes: int
+    #: Writes to sockets so far (frames queued in one scheduler pass on a busy connection
+    #: share one).
+    writes: int
     reconnects: int
     connected: bool
 
@@ -166,6 +173,7 @@ class Connection:
             pending_requests=self._mux.pending,
             pending_pongs=len(self._pings),
             pending_bytes=self._outbox.pending_bytes,
+            writes=self._outbox.writes,
             reconnects=self._reconnects,
             connected=self._is_connected,
         )
@@ -325,7 +333,7 @@ class Connection:
         return self._wire.send_pub(subject, bytes(payload), reply, block)
 
     def _queue(self, data: bytes) -> None:
-        self._outbox.write(data)
+        self._outbox.write(data, busy=self._mux.pending >= COALESCE_MIN_REQUESTS)
 
     def _queue_ping(self, waiter: PongWaiter) -> None:
         self._pings.sent(waiter)
