@@ -423,6 +423,17 @@ GUARDS: tuple[Guard, ...] = (
         ],
     ),
     _g(
+        "Model: a cancelled holder spends no model request on a fresh proof",
+        "FencedWriter.check_tail: the fresh-proof path no longer checks for cancellation",
+        [
+            (
+                "if self._tail_proof_fresh(): await trio.lowlevel.checkpoint_if_cancelled()",
+                "if self._tail_proof_fresh():\n            pass",
+            )
+        ],
+        [f"{JH}::test_a_fresh_tail_proof_costs_the_model_call_no_scheduler_pass"],
+    ),
+    _g(
         "Model: a holder whose lease was lost reads the tail",
         "FencedWriter._tail_proof_fresh: a lost lease no longer voids a fresh proof",
         [
