@@ -35,7 +35,7 @@ from ._defaults import (
 )
 from ._dialer import SOCKET_ERRORS, Dialer
 from ._encoder import PONG_BYTES
-from ._events import Err, Info, Msg, Ping, Pong, Sub, Unsub
+from ._events import Err, Info, Msg, Ping, Pong, Pub, Sub, Unsub
 from ._handshake import ClientSettings, load_nkey_auth
 from ._headers import NO_RESPONDERS_STATUS, Headers
 from ._mux import RequestMux
@@ -227,15 +227,23 @@ class Connection:
         *,
         headers: Headers | dict[str, str] | None = None,
         timeout_s: float = REQUEST_TIMEOUT_S,
+        preceding: Sequence[Pub] = (),
     ) -> Msg:
         """Publish with a reply subject on the connection's one inbox and wait for the answer.
         :class:`NoRespondersError` if nobody listens; :class:`NatsTimeoutError` after
-        ``timeout_s``."""
+        ``timeout_s``. ``preceding`` messages (a batch's before its commit) are published just
+        before the request, in the same write to the socket; a message the server would refuse
+        raises :class:`ProtocolError` before any of them is queued."""
         await trio.lowlevel.checkpoint_if_cancelled()
         deadline = trio.current_time() + timeout_s
         token, reply, slot = self._mux.open(deadline)
         try:
             data = self._encode_pub(subject, payload, reply, headers)
+            if preceding:
+                send = self._wire.send_pub
+                frames = [send(p.subject, bytes(p.payload), p.reply, p.headers) for p in preceding]
+                frames.append(data)
+                data = b"".join(frames)
             if self._outbox.has_room(len(data)):
                 # The common case: no cancel scope of our own (the mux times the request out).
                 self._queue(data)

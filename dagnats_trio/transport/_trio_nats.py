@@ -22,6 +22,7 @@ from ..nats import (
     Msg,
     NatsError,
     ProtocolError,
+    Pub,
     open_connection,
 )
 from ._interface import (
@@ -44,7 +45,7 @@ from ._jetstream import (
     watch_filter,
 )
 from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
-from ._trio_nats_batch import gather, send_uncommitted
+from ._trio_nats_batch import gather
 from ._trio_nats_msgs import (
     CoreMessages,
     KvEntries,
@@ -147,13 +148,25 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
         return (await self._raw_request(subject, payload, headers, what, timeout_s)).payload
 
     async def _js_batch(self, wire: Sequence[WireMsg], what: str) -> bytes:
+        # The messages before the commit go out in the commit request's own write: the server
+        # answers none of them and holds them until the commit (or abandons them). A cancelled
+        # caller sends nothing; a message the server would refuse fails before any is queued.
         await self._check_connected(what)
+        self._round_trips += 1
+        *uncommitted, commit = wire
         try:
-            await send_uncommitted(self._conn, wire[:-1])
+            msg = await self._conn.request(
+                commit.subject,
+                commit.data,
+                headers=wire_headers(commit.headers),
+                timeout_s=self._timeout_s,
+                preceding=[
+                    Pub(m.subject, m.data, None, wire_headers(m.headers)) for m in uncommitted
+                ],
+            )
         except (NatsError, ProtocolError) as exc:
             raise map_error(exc, what) from None
-        commit = wire[-1]
-        return await self._js_request(commit.subject, commit.data, commit.headers, what)
+        return msg.payload
 
     async def _js_gather(
         self, subject: str, payload: bytes, what: str, max_replies: int

@@ -1,5 +1,5 @@
-"""The native client's two primitives for batches: send a batch's messages, gather a direct
-get's several answers.
+"""The native client's gathering of a direct get's several answers (a batch's messages go out
+with its commit request: ``Connection.request(preceding=...)``).
 
 A direct get is answered by many messages on one reply subject, which the connection's request
 mux (one answer per request) does not hold; so each gather subscribes a fresh inbox for its
@@ -10,14 +10,12 @@ unsubscribes, and a late answer then finds nobody.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import trio
 
 from ..nats import Connection, Msg
 from ._interface import Closed, TransportError, TransportTimeout
-from ._jetstream_batch import DirectReply, WireMsg
-from ._trio_nats_msgs import headers_dict, wire_headers
+from ._jetstream_batch import DirectReply
+from ._trio_nats_msgs import headers_dict
 
 
 def direct_reply(msg: Msg) -> DirectReply:
@@ -29,18 +27,6 @@ def direct_reply(msg: Msg) -> DirectReply:
         status=msg.status,
         description=headers.description if headers is not None else "",
     )
-
-
-async def send_uncommitted(conn: Connection, wire: Sequence[WireMsg]) -> None:
-    """Queue the messages of a batch before its commit, with no reply subject: the server
-    answers none of them, and holds them until the commit (or abandons them). The commit, a
-    request, is the checkpoint: a message goes out without one of its own unless the outbox is
-    full. A cancelled caller sends nothing."""
-    await trio.lowlevel.checkpoint_if_cancelled()
-    for msg in wire:
-        headers = wire_headers(msg.headers)
-        if not conn.try_publish(msg.subject, msg.data, headers=headers):
-            await conn.publish(msg.subject, msg.data, headers=headers)
 
 
 async def gather(

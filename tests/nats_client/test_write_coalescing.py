@@ -7,12 +7,16 @@ a second connection of a real nats-server.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Final
 
+import pytest
 import trio
 
-from dagnats_trio.nats import Connection, Subscription, open_connection
+from dagnats_trio.nats import Connection, ProtocolError, Pub, Subscription, open_connection
+from dagnats_trio.transport import BatchMsg, StreamSpec
+from dagnats_trio.transport._trio_nats import open_trio_nats_transport
 
 #: Requests started in the same scheduler pass.
 CONCURRENT_REQUESTS: Final = 32
@@ -24,6 +28,8 @@ SEQUENTIAL_REQUESTS: Final = 20
 #: Large concurrent messages: more than the socket takes at once, so some go to the writer.
 LARGE_REQUESTS: Final = 24
 LARGE_PAYLOAD_BYTES: Final = 200_000
+#: Messages of an atomic batch (the last is its commit).
+BATCH_MSGS: Final = 4
 #: Bursts of requests cancelled in the pass that queued them.
 CANCEL_ROUNDS: Final = 8
 WAIT_S: Final = 30.0
@@ -131,3 +137,73 @@ async def test_requests_cancelled_before_their_frames_are_written_leave_the_wire
 async def _cancel(scope: trio.CancelScope) -> None:
     scope.cancel()
     await trio.lowlevel.checkpoint()
+
+
+async def test_a_request_and_its_preceding_messages_are_one_write_in_order(nats_url: str) -> None:
+    subject = f"nc.preceding.{uuid.uuid4().hex[:12]}"
+    async with (
+        open_connection(nats_url) as server_side,
+        server_side.subscribe(subject + ".>") as sub,
+        open_connection(nats_url) as client,
+    ):
+        await server_side.flush()
+        await client.flush()
+        before = client.stats().writes
+        with trio.fail_after(WAIT_S):
+            with pytest.raises(ProtocolError, match="subject"):
+                await client.request(
+                    subject + ".req", b"q", preceding=[Pub(subject + ".a", b"1"), Pub("bad one")]
+                )
+            refused = client.stats().writes - before
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_answer_last, server_side, sub)
+                msg = await client.request(
+                    subject + ".req",
+                    b"q",
+                    preceding=[Pub(subject + ".a", b"1"), Pub(subject + ".b", b"2", "r.x")],
+                )
+            sent = client.stats().writes - before - refused
+            seen = [(m.subject, m.payload, m.reply) for m in _drain(sub)]
+    assert refused == 0  # nothing queued: the bad message failed before any was
+    assert sent == 1
+    assert msg.payload == b"3 before"
+    assert seen == []  # the responder took all three, in order (see _answer_last)
+
+
+async def _answer_last(conn: Connection, sub: Subscription) -> None:
+    got = []
+    async for msg in sub:
+        got.append((msg.subject.rsplit(".", 1)[1], msg.payload, msg.reply))
+        if msg.subject.endswith(".req"):
+            assert [g[:2] for g in got] == [("a", b"1"), ("b", b"2"), ("req", b"q")]
+            assert got[1][2] == "r.x"
+            assert msg.reply is not None
+            await conn.publish(msg.reply, b"%d before" % len(got))
+            return
+
+
+def _drain(sub: Subscription) -> list[object]:
+    out = []
+    with contextlib.suppress(trio.WouldBlock, trio.EndOfChannel):
+        while True:
+            out.append(sub.next_msg_nowait())
+    return out
+
+
+async def test_an_atomic_batch_is_one_socket_write(nats_url: str) -> None:
+    """A batch's messages go out with its commit request, in one write (was one each)."""
+    name = f"NCB_{uuid.uuid4().hex[:8]}"
+    subject = f"{name}.step"
+    async with open_trio_nats_transport(nats_url) as t:
+        await t.ensure_stream(StreamSpec(name, (f"{name}.>",), allow_atomic=True))
+        batch = [BatchMsg(subject, b"m%d" % i) for i in range(BATCH_MSGS)]
+        with trio.fail_after(WAIT_S):
+            before = t.connection.stats().writes
+            ack = await t.publish_batch(batch, expected_last_subject_seq=0)
+            writes = t.connection.stats().writes - before
+            stored = await t.read_subject(name, subject, 1, 10)
+            await t.request(f"$JS.API.STREAM.DELETE.{name}", b"")
+    print(f"atomic batch of {BATCH_MSGS}: {writes} socket write(s)")
+    assert ack.count == BATCH_MSGS
+    assert [m.data for m in stored] == [b"m%d" % i for i in range(BATCH_MSGS)]
+    assert writes == 1
