@@ -58,8 +58,10 @@ from ._waiters import PongWaiter
 #: The request mux's subscription id (user subscriptions count up from 2).
 _MUX_SID = "1"
 #: Requests in flight on a connection from which its frames are written together at the end
-#: of the scheduler pass (see :class:`Outbox`); with fewer, each goes out at once.
-COALESCE_MIN_REQUESTS = 2
+#: of the scheduler pass (see :class:`Outbox`); with fewer, each goes out at once. Three: one
+#: agent run at a time has two in flight on a connection about once a run, and the instrument
+#: that writes at the end of the pass would then stay installed, costing every pass a call.
+COALESCE_MIN_REQUESTS = 3
 
 
 @final
