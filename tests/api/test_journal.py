@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
 import trio
 
 from dagnats_trio.engine import decode_snapshot
@@ -232,6 +236,80 @@ async def test_a_record_group_is_one_message_read_whole_and_resumed_inside(api: 
         )
         assert r.status_code == 400, bad
         assert error_code(r) == "invalid_last_event_id"
+
+
+@asynccontextmanager
+async def cutting_proxy(
+    upstream_url: str, cut_after: bytes, requests: list[bytes]
+) -> AsyncIterator[str]:
+    """A TCP proxy to ``upstream_url`` that closes its FIRST connection right after the server
+    sent the event holding ``cut_after`` (through that event's blank line); later connections
+    pass through. ``requests`` gets each connection's request bytes."""
+    upstream = httpx.URL(upstream_url)
+    first = [True]
+
+    async def handle(client: trio.SocketStream) -> None:
+        cut, first[0] = first[0], False
+        requests.append(b"")
+        k = len(requests) - 1
+        up = await trio.open_tcp_stream(upstream.host, upstream.port or 80)
+        async with client, up, trio.open_nursery() as nursery:
+
+            async def to_server() -> None:
+                async for data in client:
+                    requests[k] += data
+                    await up.send_all(data)
+
+            async def to_client() -> None:
+                held = b""
+                async for data in up:
+                    if not cut:
+                        await client.send_all(data)
+                        continue
+                    held += data
+                    at = held.find(cut_after)
+                    end = held.find(b"\n\n", at) if at >= 0 else -1
+                    if end >= 0:
+                        await client.send_all(held[: end + 2])
+                        nursery.cancel_scope.cancel()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(to_server)
+            nursery.start_soon(to_client)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        nursery.start_soon(trio.serve_listeners, handle, listeners)
+        yield f"http://127.0.0.1:{port}"
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_cli_follow_resumes_inside_a_message_after_a_cut(api: Stack) -> None:
+    """The CLI's follow, its first connection cut right after the first record of a message
+    holding two: it reconnects with that record's id (``{seq}.1``) and gets the second record,
+    then the rest and the end: every record once, in order."""
+    from dagnats_trio.cli import ApiClient
+
+    run_id = await idle_run(api)
+    s_claim = await api.append(run_id, "agent", claim())
+    s_group = await api.append_group(run_id, "agent", [model(0), model(1)])
+    s_last = await api.append(run_id, "agent", model(2))
+    await finish_step(api, run_id)
+    await api.service.wait_for_run(run_id, RUN_FINISH_S)
+    requests: list[bytes] = []
+    with trio.fail_after(EVENT_WAIT_S * 2):
+        async with (
+            cutting_proxy(api.url, f"id: {s_group}.1\n".encode(), requests) as url,
+            ApiClient(url) as client,
+        ):
+            got = [item async for item in client.follow_journal(run_id, "agent")]
+    records = [(i.entry.seq, i.entry.record["call"] if i.entry.type == "model" else None)
+               for i in got if i.entry is not None]  # fmt: skip
+    assert records == [(s_claim, None), (s_group, 0), (s_group, 1), (s_last, 2)]
+    assert got[-1].entry is None and got[-1].end_step_status == "completed"
+    assert len(requests) == 2
+    assert f"last-event-id: {s_group}.1\r\n".encode() in requests[1].lower()
 
 
 async def test_stream_of_finished_step_sends_all_then_ends(any_api: Stack) -> None:
