@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 #: Records per page when the client names no limit, and the most it may ask for.
 JOURNAL_PAGE_LIMIT_DEFAULT = 100
 JOURNAL_PAGE_LIMIT_MAX = 1_000
-#: Records read per round of a live stream.
+#: Stored messages read per round of a live stream (a message may hold several records).
 FOLLOW_BATCH_RECORDS = 100
 #: Longest a live stream goes without looking for new records or a finished step.
 FOLLOW_POLL_INTERVAL_S = 0.5

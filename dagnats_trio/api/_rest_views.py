@@ -181,8 +181,10 @@ class SignalAccepted:
 @attrs.frozen
 class JournalEntry:
     """One journal record. ``record`` is the decoded body (its ``type`` names the kind); a body
-    that does not decode has ``record`` None and says why in ``error``. ``batch`` is ``k/n``
-    for a record stored as the k-th of an atomic batch of n (None: stored alone)."""
+    that does not decode has ``record`` None and says why in ``error``. ``seq`` is the sequence
+    of the message holding it: records stored together as one message share it. ``batch`` is
+    ``k/n`` for a record stored as the k-th of an atomic batch of n (None: stored alone or in
+    one message)."""
 
     seq: int
     type: str

@@ -21,7 +21,7 @@ def test_dev_serves_runs_and_stops_cleanly_on_sigint(tmp_path: Path) -> None:
         ["--data-dir", str(data_dir), "--listen", "127.0.0.1:0", "--worker", "_workers:handlers"]
     )
     try:
-        assert dev.banner["tasks"] == "cli_corrupt, cli_echo, cli_journaled"
+        assert dev.banner["tasks"] == "cli_corrupt, cli_echo, cli_journaled, cli_paired"
         assert dev.banner["sync"].startswith("always")
         assert process_alive(dev.nats_pid)
         with httpx.Client(base_url=dev.api_url, timeout=5.0) as http:
