@@ -22,6 +22,7 @@ from collections.abc import Callable
 SECTIONS: dict[str, str] = {
     "loop": "bench.loop",
     "agent": "bench.agent",
+    "spread": "bench.spread",
     "journal_open": "bench.journal_open",
     "append": "bench.append",
     "takeover": "bench.takeover",

@@ -222,7 +222,8 @@ async def _writes_per_tool_iteration(stack: Stack, variant: _Variant) -> tuple[f
     return per_tool, per_run[0]
 
 
-async def _burst(stack: Stack, workflow: str) -> float:
+async def _burst(stack: Stack, workflow: str, runs: int = BURST_RUNS) -> float:
+    """Start ``runs`` runs at once; runs/s until the last one ends."""
     answer = expected_answer()
     start = time.perf_counter()
     async with trio.open_nursery() as nursery:
@@ -232,9 +233,9 @@ async def _burst(stack: Stack, workflow: str) -> float:
             if snap.outputs().get("agent") != answer:
                 raise RuntimeError(f"wrong answer {snap.outputs()!r}")
 
-        for _ in range(BURST_RUNS):
+        for _ in range(runs):
             nursery.start_soon(one)
-    return BURST_RUNS / (time.perf_counter() - start)
+    return runs / (time.perf_counter() - start)
 
 
 @attrs.frozen
