@@ -239,10 +239,11 @@ class Journal:
                 await self._writer.append(record)
                 self._next_call = pos + 1
                 return response
+            intent, input_json = planned
             self._writer.hold(record)
-            await self._writer.append(planned)
+            await self._writer.append(intent)
             self._next_call = pos + 1
-            self._pairs.planned = planned
+            self._pairs.plan(intent, input_json)
             await self._holder.seam(Seam.AFTER_TOOL_INTENT)
             return response
 
@@ -264,7 +265,7 @@ class Journal:
         check_tool_args(call, replay)
         with self._guard:
             self._check_open()
-            input_json = require_json("tool input", call.input)
+            input_json = self._pairs.input_json(call)
             pos = self._position()
             decision, consumed = decide_tool(
                 self._view, self._consumed, pos, call.name, input_json, replay

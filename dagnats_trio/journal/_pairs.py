@@ -52,10 +52,12 @@ def plan_intent(
     pos: int,
     then_tool: ThenTool | None,
     response: JsonValue,
-) -> ToolIntentRecord | None:
+) -> tuple[ToolIntentRecord, str] | None:
     """The intent to store with a new model response: the call ``then_tool`` names, at
     ``pos``, when the replay rules would run it (a call they would answer from the journal, an
-    honoured start of an earlier attempt say, is left to ``tool`` as before); else None."""
+    honoured start of an earlier attempt say, is left to ``tool`` as before), with its input's
+    canonical JSON (``tool`` reuses it for the same input: see :meth:`Pairing.input_json`);
+    else None."""
     if then_tool is None:
         return None
     nxt = then_tool(response)
@@ -70,7 +72,7 @@ def plan_intent(
     decision, _ = decide_tool(view, consumed, pos, nxt.call.name, input_json, nxt.replay)
     if decision.action is not ToolAction.RUN:
         return None
-    return intent_record(task, claim_id, pos, nxt.call, nxt.replay)
+    return intent_record(task, claim_id, pos, nxt.call, nxt.replay), input_json
 
 
 def intent_record(
@@ -113,6 +115,8 @@ class Pairing:
         self._writer = writer
         self._tools = tools
         self.planned: ToolIntentRecord | None = None
+        #: The canonical JSON of ``planned``'s input, spelled once by :func:`plan_intent`.
+        self.planned_input_json: str | None = None
         #: A result held for the commit's message: its seam is reached once the commit is stored.
         self.result_held = False
 
@@ -123,6 +127,19 @@ class Pairing:
                 f"{self.planned.call} with the model response; run it with tool() before "
                 f"{what}()"
             )
+
+    def plan(self, planned: ToolIntentRecord, input_json: str) -> None:
+        self.planned, self.planned_input_json = planned, input_json
+
+    def input_json(self, call: ToolCall) -> str:
+        """The canonical JSON of ``call``'s input, with :func:`require_json`'s error: the text
+        :func:`plan_intent` spelled when ``call`` hands on the very input object the planned
+        intent holds (the record stored with the model response holds that object too), else
+        spelled now."""
+        planned, text = self.planned, self.planned_input_json
+        if planned is not None and text is not None and call.input is planned.input:
+            return text
+        return require_json("tool input", call.input)
 
     def take(self, intent: ToolIntentRecord, action: ToolAction) -> bool:
         """True when ``intent`` was stored with the model response (it runs without being
@@ -136,7 +153,7 @@ class Pairing:
                 f"{planned.name!r} with another input or declaration; this call is "
                 f"{intent.name!r} at position {intent.call}"
             )
-        self.planned = None
+        self.planned = self.planned_input_json = None
         return True
 
     def hold_unrun(self) -> None:
@@ -144,7 +161,7 @@ class Pairing:
         the commit's message, so no committed attempt leaves an intent open."""
         if self.planned is not None:
             self._writer.hold(self._tools.result_record(self.planned.call, unrun_result()))
-            self.planned = None
+            self.planned = self.planned_input_json = None
 
     async def then(
         self,

@@ -31,6 +31,7 @@ from dagnats_trio.journal import (
     open_journal,
     read_journal_for_audit,
 )
+from dagnats_trio.journal import _calls as calls_module
 from dagnats_trio.journal._fencing import FencedWriter
 from dagnats_trio.protocol import (
     BATCH_HEADER,
@@ -386,3 +387,40 @@ async def test_no_pairing_when_the_rules_answer_from_the_journal(transport: Tran
                if isinstance(r, ToolIntentRecord)]  # fmt: skip
     assert [i.attempt for i in intents] == [1, 2]
     await audit_ok(transport, retry)
+
+
+async def test_a_paired_tool_input_is_spelled_once(
+    transport: Transport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tool input ``then_tool`` names is turned into canonical JSON once, when the intent is
+    planned; ``tool`` handed the same input object reuses that text (it was spelled twice). An
+    equal input in another object is spelled again, and the pair still holds."""
+    spelled: list[Any] = []
+    real = calls_module.canonical_json
+
+    def counted(value: Any) -> str:
+        spelled.append(value)
+        return real(value)
+
+    monkeypatch.setattr(calls_module, "canonical_json", counted)
+    task = make_task(uid())
+    j = await open_journal(transport, task)
+    starts: dict[str, int] = {}
+    result = await paired_turn(j, ScriptedModel([REPLY]), starts)
+    assert spelled == [CALL.input] and starts == {"send_message": 1}
+    assert not result.interrupted
+    # the same input in a new object: spelled by tool() too, and still the paired intent
+    spelled.clear()
+    other = make_task(uid())
+    j2 = await open_journal(transport, other)
+    await j2.model(ScriptedModel([REPLY]), then_tool=then_tool)
+    copy = ToolCall(CALL.name, dict(CALL.input))  # type: ignore[arg-type]
+    result = await j2.tool(copy, Replay.UNSAFE, counting(starts), then_continue=state_of)
+    assert spelled == [CALL.input, CALL.input] and starts == {"send_message": 2}
+    assert await stored(transport, other) == [
+        ("claim", None),
+        ("model+tool.intent", None),
+        ("tool.result+commit", None),
+    ]
+    await audit_ok(transport, task)
+    await audit_ok(transport, other)
