@@ -31,6 +31,7 @@ from dagnats_trio.protocol import (
     RunStatus,
     TaskMessage,
     Wait,
+    check_json,
     decode_json,
     decode_run_header,
     encode_json,
@@ -79,7 +80,20 @@ def _to_json(what: str, value: JsonValue) -> bytes:
     try:
         return encode_json(value, where=what)
     except JsonPolicyError as exc:
-        raise TypeError(f"{what} is not a JSON value: {exc}") from None
+        raise _not_json(what, exc) from None
+
+
+def _require_json(what: str, value: JsonValue) -> None:
+    """:func:`_to_json`'s check and error, for a value whose bytes are not needed here (the
+    step output: the commit or the event that carries it encodes it)."""
+    try:
+        check_json(value, where=what)
+    except JsonPolicyError as exc:
+        raise _not_json(what, exc) from None
+
+
+def _not_json(what: str, exc: JsonPolicyError) -> TypeError:
+    return TypeError(f"{what} is not a JSON value: {exc}")
 
 
 @final
@@ -337,7 +351,7 @@ class TaskContext:
                 "this task is already settled: call complete, fail, fail_permanent, continue_ "
                 "or pause once (and not after the journal settled it)"
             )
-        _to_json("step output", output)
+        _require_json("step output", output)
         if self._journal is None and self._journal_wanted:
             raise JournalUnavailable(
                 f"{self.run_id}.{self.step_id}: the journal was never claimed, so the step cannot "

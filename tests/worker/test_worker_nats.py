@@ -32,6 +32,7 @@ from dagnats_trio.protocol import (
 )
 from dagnats_trio.protocol.layout import RUNS_BUCKET, TASK_STREAM, cancel_subject, run_key
 from dagnats_trio.transport import NatsTransport, NotFound
+from dagnats_trio.worker import _context as context_module
 from dagnats_trio.worker import (
     AlreadySettled,
     CheckpointTooLarge,
@@ -125,6 +126,40 @@ async def test_settles_complete_fail_continue_pause_with_dispatch(
 
     task, (ev,) = await run_one(nats_transport, pause)
     assert ev == StepPaused(task.run_id, "agent", task.dispatch, duration_ms=1500)
+
+
+async def test_step_output_is_checked_not_encoded_by_the_context(
+    nats_transport: NatsTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Settling checks the step output by the JSON policy without encoding it (the event that
+    carries it encodes it; the context's bytes were thrown away); output that breaks the policy
+    is still the same TypeError at the same call, and the step can then settle."""
+    encoded: list[Any] = []
+    real = context_module.encode_json
+
+    def counted(value: Any, *, where: str = "value") -> bytes:
+        encoded.append(value)
+        return real(value, where=where)
+
+    monkeypatch.setattr(context_module, "encode_json", counted)
+    errors: list[str] = []
+
+    async def complete(tc: TaskContext) -> None:
+        try:
+            await tc.complete({"bad": [float("nan")]})
+        except TypeError as exc:
+            errors.append(str(exc))
+        await tc.complete({"echo": tc.input})
+
+    task, (ev,) = await run_one(
+        nats_transport, complete, make_task(uid(), task_type=uid("t"), input=[1])
+    )
+    assert ev == StepCompleted(task.run_id, "agent", task.dispatch, output={"echo": [1]})
+    assert errors == [
+        "step output is not a JSON value: step output.bad[0]: nan is not a JSON number "
+        "(finite numbers only)"
+    ]
+    assert encoded == []
 
 
 async def test_return_completes_and_exception_fails(nats_transport: NatsTransport) -> None:
