@@ -32,7 +32,6 @@ from dagnats_trio.protocol import (
 )
 from dagnats_trio.protocol.layout import RUNS_BUCKET, TASK_STREAM, cancel_subject, run_key
 from dagnats_trio.transport import NatsTransport, NotFound
-from dagnats_trio.worker import _context as context_module
 from dagnats_trio.worker import (
     AlreadySettled,
     CheckpointTooLarge,
@@ -43,6 +42,7 @@ from dagnats_trio.worker import (
     UntilInput,
     Worker,
 )
+from dagnats_trio.worker import _context as context_module
 
 from ._helpers import WAIT_S, history, make_task, publish_task, uid, wait_history
 
