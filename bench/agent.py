@@ -118,6 +118,17 @@ Per tool iteration of a journal step (model call + tool call), the records paire
     (pull, tail, claim, model record, commit, event: 4 writes; the answer's model record is
     stored alone, before the handler decides to complete), engine 2 (CAS + pull).
 
+Why not 5 (the issue's goal): each of the 6 is a write the spec orders before the next, and
+no two of them can share a message. The claim is stored before Journal() returns, so before the
+model call whose response the next message holds. The commit is stored before the lifecycle
+event ("after the commit is stored, the worker publishes the lifecycle event"), and the event is
+on the history stream, not the journal's: one message (or one atomic batch) holds one stream's
+records only. The engine saves the dispatch (CAS on the run's snapshot, a KV bucket) before it
+publishes the task (the task queue, a work-queue stream), so that a crash between the two
+re-sends the same dispatch instead of deciding again. Five would need two of these streams made
+one (tasks kept in the snapshot bucket's stream, say, which a work queue's retention does not
+allow) or a write the spec requires dropped. Not done.
+
 Each record alone (printed beside): the model record, the tool intent, the tool result and the
 commit are a write each, each fenced on the one before: 8 durable writes and 11 round trips per
 tool iteration, 50 round trips per run, 39 of them waited on.
