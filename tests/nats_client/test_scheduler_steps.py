@@ -13,9 +13,10 @@ from typing import Final
 
 import trio
 
-from dagnats_trio.nats import Connection, Subscription, open_connection
 from dagnats_trio.transport import ConsumerConfig, StreamSpec
 from dagnats_trio.transport._trio_nats import open_trio_nats_transport
+
+from ._echo import echo_client
 
 #: Deliveries waiting when the fetch asks for them all.
 FETCH_DELIVERIES: Final = 8
@@ -67,24 +68,11 @@ async def test_a_fetch_takes_buffered_deliveries_without_a_step_each(nats_url: s
     assert 1 <= counter.steps <= MAX_FETCH_STEPS
 
 
-async def _echo(conn: Connection, sub: Subscription) -> None:
-    async for msg in sub:
-        if msg.reply:
-            await conn.publish(msg.reply, msg.payload)
-
-
 async def test_a_request_costs_its_caller_one_step_and_one_write(nats_url: str) -> None:
     """The caller writes its frame itself (no hop through the writer task) and is woken once,
     by the reader, with its reply (no channel, no extra yield)."""
     subject = "ts.req." + secrets.token_hex(6)
-    async with (
-        open_connection(nats_url) as server_side,
-        server_side.subscribe(subject) as sub,
-        open_connection(nats_url) as client,
-        trio.open_nursery() as nursery,
-    ):
-        nursery.start_soon(_echo, server_side, sub)
-        await server_side.flush()
+    async with echo_client(nats_url, subject) as client:
         with trio.fail_after(WAIT_S):
             await client.request(subject, b"warm")
             writes = client.stats().writes
@@ -96,7 +84,6 @@ async def test_a_request_costs_its_caller_one_step_and_one_write(nats_url: str) 
             finally:
                 trio.lowlevel.remove_instrument(counter)
             writes = client.stats().writes - writes
-        nursery.cancel_scope.cancel()
     print(f"{REQUESTS} requests: {counter.steps} steps of the caller, {writes} socket writes")
     assert counter.steps == REQUESTS
     assert writes == REQUESTS

@@ -18,6 +18,8 @@ from dagnats_trio.nats import Connection, ProtocolError, Pub, Subscription, open
 from dagnats_trio.transport import BatchMsg, StreamSpec
 from dagnats_trio.transport._trio_nats import open_trio_nats_transport
 
+from ._echo import echo_client
+
 #: Requests started in the same scheduler pass.
 CONCURRENT_REQUESTS: Final = 32
 #: Socket writes those requests may take: one per pass they were queued in (they all are in
@@ -35,12 +37,6 @@ CANCEL_ROUNDS: Final = 8
 WAIT_S: Final = 30.0
 
 
-async def _echo(conn: Connection, sub: Subscription) -> None:
-    async for msg in sub:
-        if msg.reply:
-            await conn.publish(msg.reply, msg.payload)
-
-
 async def _concurrent(client: Connection, subject: str, payloads: list[bytes]) -> list[bytes]:
     answers: list[bytes] = [b""] * len(payloads)
 
@@ -55,14 +51,7 @@ async def _concurrent(client: Connection, subject: str, payloads: list[bytes]) -
 
 async def test_a_busy_connection_writes_a_pass_of_frames_at_once(nats_url: str) -> None:
     subject = f"nc.coalesce.{uuid.uuid4().hex[:12]}"
-    async with (
-        open_connection(nats_url) as server_side,
-        server_side.subscribe(subject) as sub,
-        open_connection(nats_url) as client,
-        trio.open_nursery() as nursery,
-    ):
-        nursery.start_soon(_echo, server_side, sub)
-        await server_side.flush()
+    async with echo_client(nats_url, subject) as client:
         with trio.fail_after(WAIT_S):
             await client.request(subject, b"warm")
             before = client.stats().writes
@@ -78,7 +67,6 @@ async def test_a_busy_connection_writes_a_pass_of_frames_at_once(nats_url: str) 
             large = [bytes([65 + i % 26]) * LARGE_PAYLOAD_BYTES for i in range(LARGE_REQUESTS)]
             large_answers = await _concurrent(client, subject, large)
         stats = client.stats()
-        nursery.cancel_scope.cancel()
     print(
         f"socket writes: {sequential} for {SEQUENTIAL_REQUESTS} requests one after another, "
         f"{concurrent} for {CONCURRENT_REQUESTS} at once"
