@@ -168,16 +168,7 @@ class RecordGroup:
 
 
 #: What one stored journal message holds: a record, or a group of them (tagged by ``type``).
-StoredRecords = (
-    ClaimRecord
-    | ModelRecord
-    | ToolIntentRecord
-    | ToolOutputRecord
-    | ToolResultRecord
-    | InputPlacedRecord
-    | CommitRecord
-    | RecordGroup
-)
+StoredRecords = JournalRecord | RecordGroup
 
 register_union(StoredRecords)
 
