@@ -101,9 +101,10 @@ def check_claim_stored(lease: Lease) -> None:
 async def ack(lease: Lease) -> None:
     """Ack the delivery; a failed ack is logged (the task is then redelivered and found done)."""
     try:
-        await lease.delivery.ack_nowait()
+        lease.delivery.ack_nowait()
     except TransportError as exc:
         _log.warning("ack of %s failed: %s", lease.delivery.subject, exc)
+    await trio.lowlevel.checkpoint()
 
 
 async def finish(lease: Lease, status: int, code: str, message: str) -> BridgeError:

@@ -323,7 +323,7 @@ class Engine:
                     log.debug(
                         "dropped %s for run %s: %s", type(event).__name__, run_id, out.dropped
                     )
-                await self._settle(d.ack_nowait)
+                self._ack(d)
                 return
             try:
                 new_rev = await self._save(out.snapshot, snap, rev)
@@ -348,7 +348,7 @@ class Engine:
                     )
                 )
             await self._execute(out.effects)
-            await self._settle(d.ack_nowait)
+            self._ack(d)
             return
         log.warning(
             "run %s: %d compare-and-set conflicts in a row; redelivering", run_id, CAS_ATTEMPTS_MAX
@@ -507,7 +507,7 @@ class Engine:
         await self.transport.publish(layout.history_subject(event.run_id), d.data, msg_id=tid)
         self.stats.timers_fired += 1
         self._counted()
-        await self._settle(d.ack_nowait)
+        self._ack(d)
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -515,15 +515,23 @@ class Engine:
         return Backoff(LOOP_ERROR_BACKOFF_S, LOOP_ERROR_BACKOFF_MAX_S, self.env.random)
 
     @staticmethod
-    async def _settle(fn: Any, *args: Any) -> None:
-        """Ack/nak/term: a failure here only means the server will redeliver.
+    def _ack(d: Delivery) -> None:
+        """Ack without waiting for the server (``ack_nowait``: queued, not even a scheduler
+        pass); a failure here only means the server will redeliver.
 
-        Acks do not wait for the server (``ack_nowait``): each is sent only after every effect
-        of the event is stored, so a lost ack is a redelivery, which the outbox replays
-        idempotently (tasks and events carry msg ids; the acceptance rule drops the rest), and
-        a dropped or replayed event is dropped or replayed again. Waiting would only add a round
-        trip before the next fetch.
+        Each ack is queued only after every effect of the event is stored, so a lost ack is a
+        redelivery, which the outbox replays idempotently (tasks and events carry msg ids; the
+        acceptance rule drops the rest), and a dropped or replayed event is dropped or replayed
+        again. Waiting would only add a round trip before the next fetch.
         """
+        try:
+            d.ack_nowait()
+        except TransportError as exc:
+            log.debug("settling a delivery failed: %s", exc)
+
+    @staticmethod
+    async def _settle(fn: Any, *args: Any) -> None:
+        """Nak/term: a failure here only means the server will redeliver."""
         try:
             await fn(*args)
         except TransportError as exc:

@@ -242,12 +242,16 @@ class Delivery(Protocol):
     async def ack(self) -> None:
         """Acknowledge and wait for the server to confirm (double ack)."""
 
-    async def ack_nowait(self) -> None:
-        """Acknowledge without waiting for the server's confirmation (no round trip).
+    def ack_nowait(self) -> None:
+        """Acknowledge without waiting: the ack is queued on the connection and this returns at
+        once (no round trip, and no scheduler pass: it is not async, so settling costs the
+        caller's task no step of its own; the caller's next await sends it on its way).
 
         For an ack whose loss is harmless: the message is only redelivered after the AckWait,
         and the caller's next delivery of it is idempotent (the engine's outbox replay, the
-        journal's ``Committed``).
+        journal's ``Committed``). So an ack the connection cannot take now (its outgoing buffer
+        full) is dropped, as one lost on the way would be. Raises ``Closed`` once the transport
+        is closed.
         """
 
     async def nak(self, delay_s: float | None = None) -> None:

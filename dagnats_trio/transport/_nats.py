@@ -50,7 +50,7 @@ from ._jetstream import (
 )
 from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
 from ._nats_batch import gather, send_batch
-from ._nats_hop import hand_over, headers_of, run_shielded
+from ._nats_hop import hand_over, headers_of, run_detached, run_shielded
 from ._nats_pull import NatsDelivery, PullInbox, PullRequest, status_error
 
 T = TypeVar("T")
@@ -325,6 +325,13 @@ class NatsTransport(JetStreamOverRequests, JetStreamBatches):
             self._nc.publish(subject, data, headers=dict(headers) if headers else None),
             f"publish {subject!r}",
         )
+
+    def core_publish_soon(self, subject: str, data: bytes) -> None:
+        """Start a core publish on the asyncio side and return at once (``ack_nowait``)."""
+        what = f"publish {subject!r}"
+        if self._closed:
+            raise Closed(f"{what}: transport closed")
+        run_detached(self._loop, self._nc.publish(subject, data), what)
 
     @asynccontextmanager
     async def subscribe(

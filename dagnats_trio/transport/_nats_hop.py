@@ -114,6 +114,14 @@ async def run_shielded(
         raise mapped from None
 
 
+def run_detached(loop: Any, coro: Coroutine[Any, Any, object], what: str) -> None:
+    """Start ``coro`` as an asyncio task and return at once, without waiting for it (no hop
+    back, no scheduler pass): for a message nobody waits on, whose loss is harmless (an
+    ``ack_nowait``). Its error, if any, is logged at debug level, as an abandoned task's is."""
+    task: asyncio.Task[outcome.Outcome[object]] = loop.create_task(_captured(coro))
+    task.add_done_callback(functools.partial(_abandoned, loop, what, None))
+
+
 async def _captured(coro: Coroutine[Any, Any, T]) -> outcome.Outcome[T]:
     """asyncio side: ``coro``'s result or error as a value (a cancellation still cancels)."""
     try:

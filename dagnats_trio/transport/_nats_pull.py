@@ -150,10 +150,10 @@ class NatsDelivery:
         await self._transport._request(self._reply, b"+ACK", None, "ack")
         self._settled = True
 
-    async def ack_nowait(self) -> None:
+    def ack_nowait(self) -> None:
         if self._settled:
             return
-        await self._transport.core_publish(self._reply, b"+ACK")
+        self._transport.core_publish_soon(self._reply, b"+ACK")
         self._settled = True
 
     async def nak(self, delay_s: float | None = None) -> None:

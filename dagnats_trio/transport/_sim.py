@@ -131,6 +131,13 @@ class SimTransport:
         await self._arrive()
         return trio.current_time() >= self._server.faults.unavailable_until
 
+    def _fire_and_forget_now(self) -> bool:
+        """:meth:`_fire_and_forget` for a message queued without an await (``ack_nowait``):
+        no delay, no scheduler pass; False when it is lost to unavailability."""
+        if self._closed:
+            raise Closed("transport is closed")
+        return trio.current_time() >= self._server.faults.unavailable_until
+
     # --- streams ---------------------------------------------------------------------------
 
     async def publish(

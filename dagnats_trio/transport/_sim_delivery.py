@@ -1,7 +1,8 @@
 """A delivery from the simulated server's pull consumers, and how each settle acts on it.
 
 A double ack waits for the server (a round trip); a nak, an in-progress and a term are fire and
-forget, so they are lost silently while the server is unavailable, as on a real one.
+forget, so they are lost silently while the server is unavailable, as on a real one; an
+``ack_nowait`` too, and it reaches the server at once (it is queued, not awaited: no delay).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ class SimDelivery:
         await self._conn._call()
         self._server()._settle(self._stream, self._durable, self.stream_seq, remove=True)
 
-    async def ack_nowait(self) -> None:
-        if not await self._conn._fire_and_forget():
+    def ack_nowait(self) -> None:
+        if not self._conn._fire_and_forget_now():
             return
         self._server()._settle(self._stream, self._durable, self.stream_seq, remove=True)
 

@@ -99,8 +99,11 @@ class TrioNatsDelivery:
         await self._transport._raw_request(self._reply, b"+ACK", None, "ack")
         self._settled = True
 
-    async def ack_nowait(self) -> None:
-        await self._settle(b"+ACK", "ack")
+    def ack_nowait(self) -> None:
+        if self._settled:
+            return
+        self._transport.core_publish_soon(self._reply, b"+ACK")
+        self._settled = True
 
     async def nak(self, delay_s: float | None = None) -> None:
         payload = b"-NAK"

@@ -304,7 +304,7 @@ class Worker:
             # is a redelivery that the journal answers with Committed (or Stale), and that the
             # engine's acceptance rule makes harmless for a plain step.
             try:
-                await delivery.ack_nowait()
+                delivery.ack_nowait()
             except TransportError as exc:
                 _log.warning("ack of %s failed: %s", delivery.subject, exc)
         else:

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from dagnats_trio.protocol.layout import HISTORY_STREAM, TASK_STREAM, history_subject, task_subject
-from dagnats_trio.transport import ConsumerConfig, NotFound, Transport
+from dagnats_trio.transport import Closed, ConsumerConfig, NotFound, Transport
 
 from .test_conformance import (
     ACK_WAIT_S,
@@ -24,18 +24,33 @@ from .test_conformance import (
 AFTER_ACK_WAIT_S = ACK_WAIT_S + SHORT_WAIT_S
 
 
-async def test_ack_nowait_settles_without_a_round_trip(
+async def test_ack_nowait_settles_without_a_round_trip_or_an_await(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    """A plain call, not awaited (its caller's task takes no scheduler step for it): it queues
+    the ack and returns nothing, and the message is settled all the same."""
+    durable = await history_consumer(transport, uid)
+    await transport.publish(history_subject(uid), b"event")
+    with trio.fail_after(TEST_BOUND_S):
+        delivery = await fetch_one(transport, HISTORY_STREAM, durable)
+        before = transport.round_trips
+        queued = delivery.ack_nowait()
+        assert queued is None  # not a coroutine left to await
+        delivery.ack_nowait()  # settling twice is harmless
+        assert transport.round_trips == before
+        assert await transport.fetch(HISTORY_STREAM, durable, 1, AFTER_ACK_WAIT_S) == []
+
+
+async def test_ack_nowait_on_a_closed_transport_says_closed(
     transport: Transport, clock: object, uid: str
 ) -> None:
     durable = await history_consumer(transport, uid)
     await transport.publish(history_subject(uid), b"event")
     with trio.fail_after(TEST_BOUND_S):
         delivery = await fetch_one(transport, HISTORY_STREAM, durable)
-        before = transport.round_trips
-        await delivery.ack_nowait()
-        await delivery.ack_nowait()  # settling twice is harmless
-        assert transport.round_trips == before
-        assert await transport.fetch(HISTORY_STREAM, durable, 1, AFTER_ACK_WAIT_S) == []
+        await transport.aclose()
+        with pytest.raises(Closed):
+            delivery.ack_nowait()
 
 
 async def test_unacked_delivery_comes_back(transport: Transport, clock: object, uid: str) -> None:
@@ -46,7 +61,7 @@ async def test_unacked_delivery_comes_back(transport: Transport, clock: object, 
         await fetch_one(transport, HISTORY_STREAM, durable)
         again = await fetch_one(transport, HISTORY_STREAM, durable)
         assert (again.stream_seq, again.num_delivered) == (seq, 2)
-        await again.ack_nowait()
+        again.ack_nowait()
 
 
 async def test_ack_nowait_removes_a_work_queue_message(
@@ -59,7 +74,7 @@ async def test_ack_nowait_removes_a_work_queue_message(
     seq = await transport.publish(task_subject(uid, "run1"), b"task")
     with trio.fail_after(TEST_BOUND_S):
         delivery = await fetch_one(transport, TASK_STREAM, durable)
-        await delivery.ack_nowait()
+        delivery.ack_nowait()
         # The server applies the ack asynchronously: wait (bounded) until the message is gone.
         while True:
             try:
@@ -78,7 +93,10 @@ async def test_settled_then_ack_nowait_is_a_no_op(
     await transport.publish(history_subject(uid), b"event")
     with trio.fail_after(TEST_BOUND_S):
         delivery = await fetch_one(transport, HISTORY_STREAM, durable)
-        await getattr(delivery, settle)()
+        if settle == "ack":
+            await delivery.ack()
+        else:
+            delivery.ack_nowait()
         await delivery.term()
-        await delivery.ack_nowait()
+        delivery.ack_nowait()
         assert await transport.fetch(HISTORY_STREAM, durable, 1, AFTER_ACK_WAIT_S) == []
