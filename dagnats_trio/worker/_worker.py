@@ -173,7 +173,12 @@ class Worker:
         durable = worker_durable(task_type)
         backoff = Backoff(FETCH_BACKOFF_START_S, FETCH_BACKOFF_MAX_S, self._services.env.random)
         while True:
-            await slots.acquire()
+            # A free slot is taken without a scheduler step: the fetch below waits on the
+            # server (a checkpoint) either way.
+            try:
+                slots.acquire_nowait()
+            except trio.WouldBlock:
+                await slots.acquire()
             taken = 1
             while taken < FETCH_BATCH_MAX:
                 try:
