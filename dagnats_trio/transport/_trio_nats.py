@@ -13,7 +13,7 @@ import os
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
-from typing import Any, final
+from typing import final
 
 import trio
 
@@ -262,16 +262,12 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
             await trio.lowlevel.checkpoint()
             return pull.hand_out(self, batch)
         reply = f"{pull.prefix}.{next(pull.tokens)}"
-        body: dict[str, Any] = {"batch": batch, "no_wait": True}
-        expires = ns(timeout_s) - PULL_EXPIRES_MARGIN_NS
-        if expires > 0:
-            body["expires"] = expires
         self._round_trips += 1
         try:
             # The wait for the deliveries below is the schedule point; a cancelled fetch
             # still sends nothing.
             await trio.lowlevel.checkpoint_if_cancelled()
-            data = json.dumps(body).encode()
+            data = pull.request_body(batch, ns(timeout_s) - PULL_EXPIRES_MARGIN_NS)
             if not self._conn.try_publish(pull.next_subject, data, reply=reply):
                 await self._conn.publish(pull.next_subject, data, reply=reply)
         except (NatsError, ProtocolError) as exc:

@@ -138,6 +138,20 @@ class Pull:
         self.next_subject = next_subject
         self.tokens = itertools.count(1)
         self.taken: deque[Msg] = deque()
+        self._body_key: tuple[int, int] | None = None
+        self._body = b""
+
+    def request_body(self, batch: int, expires_ns: int) -> bytes:
+        """The pull request's JSON (``expires`` left out when not positive); the last one is
+        kept, as a consumer asks for the same batch and wait over and over."""
+        key = (batch, expires_ns)
+        if key != self._body_key:
+            body: dict[str, int | bool] = {"batch": batch, "no_wait": True}
+            if expires_ns > 0:
+                body["expires"] = expires_ns
+            self._body = json.dumps(body).encode()
+            self._body_key = key
+        return self._body
 
     def hand_out(self, transport: TrioNatsTransport, batch: int) -> list[Delivery]:
         """Up to ``batch`` of the deliveries taken from the inbox, oldest first."""
