@@ -40,3 +40,40 @@ async def test_every_call_runs_within_the_bound() -> None:
     with trio.fail_after(5):
         await run_all([call] * 20, in_flight_max=4)
     assert done == 20 and peak == 4
+
+
+class Spawns(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.spawned = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+
+@pytest.mark.parametrize("calls", [1, 2, 5])
+async def test_the_last_call_runs_in_the_callers_task(calls: int) -> None:
+    """Issue 12 goal 3: a pair of index writes costs one child task, not two (each task is a
+    spawn and scheduler steps on a run's start)."""
+    done: list[int] = []
+
+    async def call(n: int) -> None:
+        await trio.lowlevel.checkpoint()
+        done.append(n)
+
+    counter = Spawns()
+    trio.lowlevel.add_instrument(counter)
+    try:
+        with trio.fail_after(5):
+            await run_all([lambda n=n: call(n) for n in range(calls)], in_flight_max=calls)
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    assert sorted(done) == list(range(calls))
+    assert counter.spawned == calls - 1
+
+
+async def test_no_calls_still_checkpoints() -> None:
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await run_all([], in_flight_max=1)
+        pytest.fail("run_all of nothing did not checkpoint")
+    assert scope.cancelled_caught
