@@ -60,9 +60,10 @@ durable write is one that the server stores (and, with sync_interval always, fsy
 answers: a publish, an atomic batch of publishes (stored whole or not at all), a KV write. Acks
 are neither (sent without waiting).
 
-The headline is the scripted agent storing its records in pairs (then_tool / then_continue):
-the model response with the tool intent it leads to, and the tool result with the continue
-commit, each pair ONE message on the journal subject (a record group: atomic because it is one
+The headline is the scripted agent storing its records in pairs (then_tool / then_continue /
+then_complete): the model response with the tool intent it leads to, the tool result with the
+continue commit, and the final answer with the complete commit, each pair ONE message on the
+journal subject (a record group: atomic because it is one
 message, fenced once like any record, docs/journal-wire-format.md), so a pair costs one
 publish. The same script writing each record alone is printed beside it. (Before record groups a
 pair was a JetStream atomic batch, which nats-server 2.15.1 stages in a file store of its own on
@@ -114,9 +115,27 @@ Per tool iteration of a journal step (model call + tool call), the records paire
          event ack          NOT a round trip: ack_nowait after the task is stored; a lost ack is
                             a redelivery that the snapshot's outbox replays idempotently.
  => 6 durable writes per tool iteration; 9 round trips counted (7 waited on + 2 pull
-    requests). An answer iteration has no intent, result or next task: worker 6 round trips
-    (pull, tail, claim, model record, commit, event: 4 writes; the answer's model record is
-    stored alone, before the handler decides to complete), engine 2 (CAS + pull).
+    requests).
+
+Per answer iteration (the last model call gives the final answer), the records paired:
+ worker  pull request, tail read, claim, model tail read: as above (claim: WRITE 1).
+         model record +     WRITE 2: one message holding both, fenced on the claim's sequence
+         complete commit    (then_complete: the handler says, with the model call, which output
+                            and state a final answer completes the step with; the journal calls
+                            that plain function between the two records, so no handler code runs
+                            there). The commit is stored before the event, as the spec requires,
+                            and the response with it: a crash before the message stores neither
+                            (the model is asked again, which the spec allows; nothing ran); a
+                            crash after it finds the step committed (the redelivery's claim
+                            answers Committed and resends the event; the model is not asked).
+                            Stored apart (as before then_complete), the response was a write of
+                            its own, fenced on the claim, and the commit one more fenced on it.
+         lifecycle event    WRITE 3 (step.completed), as above.
+ engine  pull request + snapshot CAS (the run's end); no task. The active marker's purge
+         follows the saved snapshot, off the critical path.
+ => worker 5 round trips (pull, tail, claim, model record + commit, event: 3 writes; one write
+    less than the 6 round trips and 4 writes of the answer's record stored alone), engine 2
+    (CAS + pull).
 
 Why not 5 (the issue's goal): each of the 6 is a write the spec orders before the next, and
 no two of them can share a message. The claim is stored before Journal() returns, so before the
@@ -131,7 +150,8 @@ allow) or a write the spec requires dropped. Not done.
 
 Each record alone (printed beside): the model record, the tool intent, the tool result and the
 commit are a write each, each fenced on the one before: 8 durable writes and 11 round trips per
-tool iteration, 50 round trips per run, 39 of them waited on.
+tool iteration, and the answer's model record a write of its own too (worker 6 round trips in
+the answer iteration): 50 round trips per run, 39 of them waited on.
 
 Per run (3 tool iterations, 1 answer iteration), the records paired:
  client  definition read + run index entry and active               5  (the definition may be
@@ -147,19 +167,25 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
                                                                        started_with; a CAS on a
                                                                        run that moved on fails
                                                                        and reads, as before)
- worker  3 x 6 (tool iterations) + 6 (answer)                       24
+ worker  3 x 6 (tool iterations) + 5 (answer)                       23
  engine  3 x step.continue (pull + CAS + task) + step.completed     12
          (pull + CAS + active marker purge, after the finished
          snapshot is saved: off the critical path)
- => 44 counted, of which 9 are pull requests left waiting and 2 overlap or follow the run's end
-    (the second index publish, the marker purge): 33 on the critical path. (Each record alone:
-    50 and 39. Before the claim's ack stood for the model's tail read: one read more per model
-    call; before the start named its snapshot's revision: the engine's snapshot read.)
+ => 43 counted, of which 9 are pull requests left waiting and 2 overlap or follow the run's end
+    (the second index publish, the marker purge): 32 on the critical path. (Each record alone:
+    50 and 39. Before the answer was stored with its complete commit: 44 and 33. Before the
+    claim's ack stood for the model's tail read: one read more per model call; before the start
+    named its snapshot's revision: the engine's snapshot read.)
+ => 28 durable writes per run: client 4 (run index entry, active marker, snapshot create,
+    workflow.started), engine 9 (a CAS and a task per dispatch: 4 x 2, and the run's end CAS),
+    worker 15 (3 x 4 per tool iteration + 3 for the answer). Each record alone: 35 (worker
+    3 x 6 + 4). Before then_complete: 29.
 """
 #: Requests counted per run at the floor of MIN_ROUND_TRIPS_DERIVATION (the records paired).
-MIN_ROUND_TRIPS_PER_RUN = 5 + 3 + (3 * 6 + 6) + (3 * 3 + 3)
-#: The same for the script writing each record alone: two more worker writes per tool iteration.
-ALONE_MIN_ROUND_TRIPS_PER_RUN = MIN_ROUND_TRIPS_PER_RUN + 3 * 2
+MIN_ROUND_TRIPS_PER_RUN = 5 + 3 + (3 * 6 + 5) + (3 * 3 + 3)
+#: The same for the script writing each record alone: two more worker writes per tool iteration,
+#: and one more in the answer iteration (the model record apart from the complete commit).
+ALONE_MIN_ROUND_TRIPS_PER_RUN = MIN_ROUND_TRIPS_PER_RUN + 3 * 2 + 1
 #: Of those, the pull requests (one per delivery), left waiting before their message arrives.
 PULLS_PER_RUN = 5 + 4
 #: And those not waited on: the index publish beside the other, the purge after the run's end.
@@ -171,12 +197,18 @@ MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 9
 DURABLE_WRITES_PER_TOOL_ITERATION = 6
 #: The same with each record alone (model record, intent, result and commit a write each).
 ALONE_DURABLE_WRITES_PER_TOOL_ITERATION = 8
+#: Durable writes per run, the records paired: client 4, engine 4 x 2 + 1, worker 3 x 4 + 3
+#: (the answer's model record and complete commit one message: ``then_complete``).
+DURABLE_WRITES_PER_RUN = 4 + (4 * 2 + 1) + (3 * 4 + 3)
+#: The same with each record alone: two more per tool iteration, one more for the answer.
+ALONE_DURABLE_WRITES_PER_RUN = DURABLE_WRITES_PER_RUN + 3 * 2 + 1
 #: Writes per tool iteration are measured, not derived: runs of the script, and of a script
 #: with its tool turns twice (``LONG_SCRIPT``), each this many times; the difference in durable
 #: writes per run over the difference in tool iterations is what one tool iteration costs.
 WRITES_RUNS = 5
 LONG_SCRIPT = (*DEFAULT_SCRIPT[:-1], *DEFAULT_SCRIPT[:-1], DEFAULT_SCRIPT[-1])
-#: The headline: the records paired, each pair one message (``then_tool`` / ``then_continue``).
+#: The headline: the records paired, each pair one message (``then_tool`` / ``then_continue`` /
+#: ``then_complete``).
 HEADLINE = _Variant(AGENT_TASK, "bench-agent", "bench-agent-long", paired=True)
 #: Beside it: each record written alone, a durable write each.
 ALONE = _Variant("bench-agent-alone", "bench-agent-alone", "bench-agent-alone-long", paired=False)
@@ -283,13 +315,14 @@ def _handlers_and_workflows(
     return handlers, workflows
 
 
-async def writes_per_tool_iteration(variant: _Variant, *, sync_always: bool = False) -> float:
-    """Durable writes one tool iteration of ``variant`` costs, counted as the bench counts them
-    (worker + engine), on a server of its own."""
+async def durable_writes(variant: _Variant, *, sync_always: bool = False) -> tuple[float, float]:
+    """Durable writes one tool iteration of ``variant`` costs (worker + engine), and one run of
+    the default script (client + engine + worker), counted as the bench counts them, on a
+    server of its own."""
     handlers, workflows = _handlers_and_workflows((variant,))
     async with open_stack(sync_always=sync_always, handlers=handlers, workflows=workflows) as stack:
-        per_tool, _ = await _writes_per_tool_iteration(stack, variant)
-        return per_tool
+        per_tool, w = await _writes_per_tool_iteration(stack, variant)
+        return per_tool, (w.client + w.engine + w.worker) / WRITES_RUNS
 
 
 async def _measure(sync_always: bool, seconds: float) -> tuple[float, _Figures, _Figures]:
@@ -306,9 +339,9 @@ async def _measure(sync_always: bool, seconds: float) -> tuple[float, _Figures, 
 def run(*, quick: bool = False) -> dict[str, float]:
     seconds = SEQUENTIAL_S_QUICK if quick else SEQUENTIAL_S
     print(f"== agent: scripted agent (4 model calls, 3 tool calls), crash-free, records paired "
-          f"(model + intent, result + commit: one message each; the script writing each record "
-          f"alone beside it); sequential for {seconds:.0f} s, then {BURST_RUNS} runs at "
-          f"once")  # fmt: skip
+          f"(model + intent, result + commit, answer + complete commit: one message each; the "
+          f"script writing each record alone beside it); sequential for {seconds:.0f} s, "
+          f"then {BURST_RUNS} runs at once")  # fmt: skip
     figures: dict[str, float] = {}
     for sync_always, label, key in (
         (True, "single node, sync_interval always", "agent_fsync"),
@@ -332,7 +365,8 @@ def run(*, quick: bool = False) -> dict[str, float]:
         w = m.writes_per_run
         print(f"    durable writes per tool iteration: {m.writes_per_tool_iteration:.1f} measured "
               f"(worker + engine; derivation {DURABLE_WRITES_PER_TOOL_ITERATION}); per run "
-              f"{(w.engine + w.worker + w.client) / WRITES_RUNS:.1f} (engine "
+              f"{(w.engine + w.worker + w.client) / WRITES_RUNS:.1f} (derivation "
+              f"{DURABLE_WRITES_PER_RUN}: engine "
               f"{w.engine / WRITES_RUNS:.1f}, worker {w.worker / WRITES_RUNS:.1f}, client "
               f"{w.client / WRITES_RUNS:.1f})")  # fmt: skip
         a50, a99 = percentile(alone.times, 50), percentile(alone.times, 99)
@@ -357,6 +391,7 @@ def run(*, quick: bool = False) -> dict[str, float]:
         figures[f"{key}_round_trips_per_run"] = round(total, 1)
         figures[f"{key}_burst_runs_per_s"] = round(m.rate, 1)
         figures[f"{key}_writes_per_tool_iteration"] = round(m.writes_per_tool_iteration, 2)
+        figures[f"{key}_writes_per_run"] = round((w.engine + w.worker + w.client) / WRITES_RUNS, 1)
         figures[f"{key}_alone_p50_ms"] = round(a50, 2)
         figures[f"{key}_alone_p99_ms"] = round(a99, 2)
         figures[f"{key}_alone_burst_runs_per_s"] = round(alone.rate, 1)

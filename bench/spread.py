@@ -64,11 +64,14 @@ RUN_STREAMS = (
     RUN_INDEX_STREAM,
 )
 #: Part 3: one agent run's fsynced writes in the order they are made, by stream kind (client:
-#: index, active marker, snapshot, started; per iteration the engine's CAS and task publish and
-#: its ack's tombstone, the worker's claim, two record messages and event; the end's marker purge).
+#: index, active marker, snapshot, started; per tool iteration the engine's CAS and task publish
+#: and its ack's tombstone, the worker's claim, two record messages and event; the answer
+#: iteration's claim and ONE record message, the answer with its complete commit; the end's
+#: marker purge).
 _ITERATION = ("kv", "task", "task", "journal", "journal", "journal", "history")
+_ANSWER_ITERATION = ("kv", "task", "task", "journal", "journal", "history")
 RUN_CHAIN: tuple[str, ...] = (
-    ("index", "active", "kv", "history") + _ITERATION * 4 + ("kv", "active")
+    ("index", "active", "kv", "history") + _ITERATION * 3 + _ANSWER_ITERATION + ("kv", "active")
 )
 #: Part 3: streams the journal's share is spread over (subject by run).
 JOURNAL_SHARDS = 4

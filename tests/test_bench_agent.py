@@ -11,8 +11,10 @@ import re
 
 from bench.agent import (
     ALONE,
+    ALONE_DURABLE_WRITES_PER_RUN,
     ALONE_DURABLE_WRITES_PER_TOOL_ITERATION,
     ALONE_MIN_ROUND_TRIPS_PER_RUN,
+    DURABLE_WRITES_PER_RUN,
     DURABLE_WRITES_PER_TOOL_ITERATION,
     HEADLINE,
     MIN_ROUND_TRIPS_DERIVATION,
@@ -20,7 +22,7 @@ from bench.agent import (
     MIN_ROUND_TRIPS_PER_TOOL_ITERATION,
     OFF_PATH_PER_RUN,
     PULLS_PER_RUN,
-    writes_per_tool_iteration,
+    durable_writes,
 )
 
 
@@ -40,9 +42,14 @@ def test_the_headline_pairs_its_records_and_the_script_writing_each_alone_is_bes
 
 
 def test_the_derivation_states_the_constants() -> None:
-    assert _number_before("counted,") == MIN_ROUND_TRIPS_PER_RUN == 44
+    assert _number_before("counted,") == MIN_ROUND_TRIPS_PER_RUN == 43
     waited = MIN_ROUND_TRIPS_PER_RUN - PULLS_PER_RUN - OFF_PATH_PER_RUN
-    assert _number_before(r"on the critical path\.") == waited == 33
+    assert _number_before(r"on the critical path\.") == waited == 32
+    # The answer iteration: its model record and complete commit one message (then_complete).
+    assert _number_before(r"round trips \(pull, tail, claim, model record \+ commit") == 5
+    assert _number_before(r"\(answer\)") == 5
+    assert _number_before("durable writes per run:") == DURABLE_WRITES_PER_RUN == 28
+    assert _number_before(r"\(worker\s+3 x 6 \+ 4\)") == ALONE_DURABLE_WRITES_PER_RUN == 35
     assert _number_before("durable writes per tool iteration;") == (
         DURABLE_WRITES_PER_TOOL_ITERATION
     ) == 6  # fmt: skip
@@ -55,12 +62,16 @@ def test_the_derivation_states_the_constants() -> None:
     assert ALONE_DURABLE_WRITES_PER_TOOL_ITERATION - DURABLE_WRITES_PER_TOOL_ITERATION == 2
 
 
-async def test_the_bench_counts_the_derivations_writes_per_tool_iteration() -> None:
+async def test_the_bench_counts_the_derivations_writes() -> None:
     """On a real nats-server, counted by the bench's own write counter: 6 durable writes per
     tool iteration for the headline (claim, model + intent message, result + commit message,
-    lifecycle event, snapshot CAS, task publish), 8 with each record alone."""
-    headline = await writes_per_tool_iteration(HEADLINE)
-    alone = await writes_per_tool_iteration(ALONE)
-    print(f"writes per tool iteration: headline {headline}, each record alone {alone}")
+    lifecycle event, snapshot CAS, task publish), 8 with each record alone; 28 per run for the
+    headline (the answer's model record stored with its complete commit), 35 alone."""
+    headline, headline_run = await durable_writes(HEADLINE)
+    alone, alone_run = await durable_writes(ALONE)
+    print(f"writes per tool iteration: headline {headline}, each record alone {alone}; "
+          f"per run: headline {headline_run}, each record alone {alone_run}")  # fmt: skip
     assert headline == DURABLE_WRITES_PER_TOOL_ITERATION == 6
     assert alone == ALONE_DURABLE_WRITES_PER_TOOL_ITERATION == 8
+    assert headline_run == DURABLE_WRITES_PER_RUN == 28
+    assert alone_run == ALONE_DURABLE_WRITES_PER_RUN == 35

@@ -42,10 +42,11 @@ async def test_the_burst_counts_each_streams_writes_per_run_and_the_chain_matche
     assert rate > 0
     by_stream = {w.stream: w for w in writes}
     assert set(by_stream) == set(KIND_OF)
-    # Stored per run (paired records: claim, model + intent, result + commit per iteration).
+    # Stored per run (paired records: claim, model + intent, result + commit per tool
+    # iteration; claim, answer + complete commit for the last).
     stored = {s: w.stored for s, w in by_stream.items()}
     assert stored == {
-        JOURNAL_STREAM: 12.0,
+        JOURNAL_STREAM: 11.0,
         TASK_STREAM: 4.0,
         f"KV_{RUNS_BUCKET}": 6.0,
         HISTORY_STREAM: 5.0,
@@ -68,7 +69,7 @@ async def test_the_burst_counts_each_streams_writes_per_run_and_the_chain_matche
         for s, w in by_stream.items()
     }
     assert Counter(RUN_CHAIN) == settled
-    assert len(RUN_CHAIN) == 34
+    assert len(RUN_CHAIN) == 33
 
 
 def test_a_shorter_chain_keeps_the_order_and_the_mix() -> None:

@@ -36,7 +36,17 @@ from ._replay import (
 from .check import UNDECODABLE_RULE, CheckReport, Unreadable, Violation, check
 
 if TYPE_CHECKING:
-    from ._calls import GroupCall, ModelFn, NextTool, ThenContinue, ThenTool, ToolCall, ToolFn
+    from ._calls import (
+        Completion,
+        GroupCall,
+        ModelFn,
+        NextTool,
+        ThenComplete,
+        ThenContinue,
+        ThenTool,
+        ToolCall,
+        ToolFn,
+    )
     from ._committed import CommittedIteration, OnCommitted
     from ._events import publish_lifecycle
     from ._fencing import MAX_GROUP_MESSAGE_BYTES, TAIL_PROOF_FRESH_S
@@ -77,9 +87,11 @@ else:
             "._events": ("publish_lifecycle",),
             "._fencing": ("MAX_GROUP_MESSAGE_BYTES", "TAIL_PROOF_FRESH_S"),
             "._calls": (
+                "Completion",
                 "GroupCall",
                 "ModelFn",
                 "NextTool",
+                "ThenComplete",
                 "ThenContinue",
                 "ThenTool",
                 "ToolCall",
@@ -135,6 +147,7 @@ __all__ = [
     "CommitAction",
     "Committed",
     "CommittedIteration",
+    "Completion",
     "DeliveryState",
     "Fenced",
     "Finding",
@@ -159,6 +172,7 @@ __all__ = [
     "Settlement",
     "Stale",
     "TaskIdentity",
+    "ThenComplete",
     "ThenContinue",
     "ThenTool",
     "ToolCall",

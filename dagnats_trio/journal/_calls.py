@@ -41,12 +41,27 @@ class NextTool:
     replay: Replay
 
 
+@final
+@attrs.frozen
+class Completion:
+    """The end of the step a model response leads to, when it is a final answer
+    (``Journal.model(fn, then_complete=...)``): the step completes with ``output`` and its
+    commit carries ``state`` (the state of record, as ``tc.checkpoint`` would set it). The
+    commit is stored with the response, one message, then the lifecycle event is published:
+    the iteration has ended, as after ``tc.complete(output)``."""
+
+    output: JsonValue
+    state: JsonValue
+
+
 #: A tool: ``fn(call)`` returning the output, or an awaitable of it (plain functions welcome).
 ToolFn = Callable[[ToolCall], Awaitable[JsonValue] | JsonValue]
 #: A model request: ``fn()`` returning the response, or an awaitable of it.
 ModelFn = Callable[[], Awaitable[JsonValue] | JsonValue]
 #: From a model response to the tool call it leads to (None: no tool call follows).
 ThenTool = Callable[[JsonValue], NextTool | None]
+#: From a model response to the step's completion it leads to (None: not a final answer).
+ThenComplete = Callable[[JsonValue], Completion | None]
 #: From a tool's result to the state the iteration continues with.
 ThenContinue = Callable[[ToolResult], JsonValue]
 #: One ``(call, replay, fn)`` of a parallel group.
@@ -139,6 +154,30 @@ def require_json_value(what: str, value: JsonValue) -> None:
         check_json(value)
     except ValueError as exc:
         raise TypeError(f"{what} is not a JSON value: {exc}") from None
+
+
+def next_of(
+    then_tool: ThenTool | None, then_complete: ThenComplete | None, response: JsonValue
+) -> NextTool | Completion | None:
+    """What a model response leads to: the call ``then_tool`` names, else the completion
+    ``then_complete`` gives (its output checked as JSON), else None. ``then_complete`` is not
+    asked when ``then_tool`` names a call: a response leads to a tool call or to the step's
+    end, never both. A ``then_`` function that returns anything else is a TypeError."""
+    if then_tool is not None:
+        nxt = then_tool(response)
+        if nxt is not None:
+            if not isinstance(nxt, NextTool):
+                raise TypeError(f"then_tool must return a NextTool or None, got {nxt!r}")
+            return nxt
+    if then_complete is None:
+        return None
+    done = then_complete(response)
+    if done is None:
+        return None
+    if not isinstance(done, Completion):
+        raise TypeError(f"then_complete must return a Completion or None, got {done!r}")
+    require_json_value("step output", done.output)
+    return done
 
 
 def tool_result(output: JsonValue) -> ToolResult:

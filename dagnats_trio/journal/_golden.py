@@ -23,7 +23,15 @@ from dagnats_trio.protocol import (
 )
 
 from .._defaults import MAX_RESTART_LIMIT
-from ._calls import ThenContinue, ThenTool, ToolCall, ToolFn
+from ._calls import (
+    Completion,
+    ThenComplete,
+    ThenContinue,
+    ThenTool,
+    ToolCall,
+    ToolFn,
+    next_of,
+)
 from ._replay import (
     RESTART_LIMIT_REASON,
     Entry,
@@ -191,10 +199,15 @@ class GoldenJournal:
         self._state = state
 
     async def model(
-        self, fn: Callable[[], Awaitable[JsonValue]], *, then_tool: ThenTool | None = None
+        self,
+        fn: Callable[[], Awaitable[JsonValue]],
+        *,
+        then_tool: ThenTool | None = None,
+        then_complete: ThenComplete | None = None,
     ) -> JsonValue:
         """The recorded response (``then_tool`` changes nothing on replay: the intent it would
-        have paired is the next recorded call, answered by ``tool``)."""
+        have paired is the next recorded call, answered by ``tool``); with ``then_complete``,
+        a final answer then commits the completion it gives, as the live journal does."""
         await trio.lowlevel.checkpoint()
         pos = self._next_call
         decision = decide_model(self._d.view, pos)
@@ -205,6 +218,11 @@ class GoldenJournal:
         if decision.action is ModelAction.RUN:
             raise self._find(pos, "new call", "no call", "model call")
         self._next_call = pos + 1
+        if then_complete is not None:
+            done = next_of(then_tool, then_complete, decision.response)
+            if isinstance(done, Completion):
+                self.set_state(done.state)
+                await self.settle(CommitAction.COMPLETE, output=done.output)
         return decision.response
 
     async def tool(

@@ -28,8 +28,10 @@ from dagnats_trio.transport import Transport
 
 from ._calls import (
     CallGuard,
+    Completion,
     GroupCall,
     ModelFn,
+    ThenComplete,
     ThenContinue,
     ThenTool,
     ToolCall,
@@ -37,6 +39,7 @@ from ._calls import (
     call_maybe_async,
     check_group_call,
     check_tool_args,
+    next_of,
     require_json,
     require_json_value,
 )
@@ -46,7 +49,7 @@ from ._events import publish_lifecycle
 from ._fencing import FencedWriter
 from ._group import check_group_size, run_decided_group
 from ._holder import DeliveryState, Settlement
-from ._pairs import Pairing, intent_record, plan_intent
+from ._pairs import Pairing, intent_record, plan_response
 from ._reads import load_commit_state
 from ._replay import (
     MAX_CALLS_PER_ITERATION,
@@ -99,7 +102,7 @@ class Journal:
         elif task.journal_seq is None:
             self._base_state = None
         self._closed = False
-        self._pairs = Pairing(writer, self._tools)
+        self._pairs = Pairing(writer, self._tools, holder)
 
     # --- identity (the inputs service's JournalWriter protocol) ------------------------------
 
@@ -205,11 +208,20 @@ class Journal:
 
     # --- calls --------------------------------------------------------------------------------
 
-    async def model(self, fn: ModelFn, *, then_tool: ThenTool | None = None) -> JsonValue:
+    async def model(
+        self,
+        fn: ModelFn,
+        *,
+        then_tool: ThenTool | None = None,
+        then_complete: ThenComplete | None = None,
+    ) -> JsonValue:
         """The response this attempt recorded at this position, else a new request, recorded.
 
         A failed request records nothing and does not use up the position. ``then_tool`` (see
         ``_pairs``) stores a new response with the intent of the call it leads to, one message.
+        ``then_complete`` (asked when ``then_tool`` names no call) ends the step on a final
+        answer: the response and a complete commit with the :class:`Completion`'s output and
+        state, one message, then the event (as ``tc.complete``; the handle is closed after).
         """
         with self._guard:
             self._check_open()
@@ -222,30 +234,30 @@ class Journal:
                 # Replay does no I/O; without this a replay of many calls would never yield.
                 await trio.lowlevel.checkpoint()
                 self._next_call = pos + 1
+                done = (
+                    next_of(then_tool, then_complete, decision.response) if then_complete else None
+                )
+                if isinstance(done, Completion):  # its commit alone: the response is stored
+                    self.set_state(done.state)
+                    await self._settle(CommitAction.COMPLETE, output=done.output)
                 return decision.response
             await self._writer.check_tail()
             response = await call_maybe_async(fn)
             require_json_value("model response", response)
             t = self._task
-            record = ModelRecord(t.iteration, t.attempt, self._claim_id, pos, response)
-            try:
-                planned = plan_intent(self._view, self._consumed, t, self._claim_id, pos + 1,
-                                      then_tool, response)  # fmt: skip
-            except BaseException:
-                await self._writer.append(record)  # the response is kept whatever the plan did
-                self._next_call = pos + 1
-                raise
-            if planned is None:
-                await self._writer.append(record)
-                self._next_call = pos + 1
-                return response
-            intent, input_json = planned
-            self._writer.hold(record)
-            await self._writer.append(intent)
-            self._next_call = pos + 1
-            self._pairs.plan(intent, input_json)
-            await self._holder.seam(Seam.AFTER_TOOL_INTENT)
+            rec = ModelRecord(t.iteration, t.attempt, self._claim_id, pos, response)
+            await self._pairs.store_response(
+                rec,
+                lambda: plan_response(self._view, self._consumed, t, rec, then_tool, then_complete),
+                stored=lambda: self._took(pos),
+                set_state=self.set_state,
+                complete=lambda output: self._settle(CommitAction.COMPLETE, output=output),
+            )
             return response
+
+    def _took(self, pos: int) -> None:
+        """The call at ``pos`` is recorded: the next call takes the position after it."""
+        self._next_call = pos + 1
 
     async def tool(
         self,

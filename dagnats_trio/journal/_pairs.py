@@ -1,12 +1,14 @@
 """Records stored in pairs, as one message: what the handle needs to pair them.
 
 A model response is stored with the intent of the tool call it leads to (``then_tool``), so
-the two cost one durable write; a tool's result is stored with the continue commit that ends
-its iteration (``then_continue``). Both pairs are made without handler code between the two
-records (the ``then_`` functions are plain functions the journal calls), so a crash leaves the
-journal exactly as it would have without the pairing: before the message, nothing of it;
-after, both (``FencedWriter`` stores a pair as one message, or an atomic batch when too big).
-The replay rules see the same records in the same order.
+the two cost one durable write; a final answer is stored with the complete commit that ends
+the step (``then_complete``); a tool's result is stored with the continue commit that ends
+its iteration (``then_continue``). A response leads to a tool call or to the step's end, never
+both: ``then_complete`` is asked only when ``then_tool`` names no call. Each pair is made
+without handler code between the two records (the ``then_`` functions are plain functions the
+journal calls), so a crash leaves the journal exactly as it would have without the pairing:
+before the message, nothing of it; after, both (``FencedWriter`` stores a pair as one message,
+or an atomic batch when too big). The replay rules see the same records in the same order.
 """
 
 from __future__ import annotations
@@ -14,20 +16,25 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import final
 
-from dagnats_trio.protocol import JsonValue, Replay, ToolIntentRecord
+from dagnats_trio._seams import Seam
+from dagnats_trio.protocol import JsonValue, ModelRecord, Replay, ToolIntentRecord
 
 from ._calls import (
+    Completion,
     NextTool,
+    ThenComplete,
     ThenContinue,
     ThenTool,
     ToolCall,
     check_tool_args,
+    next_of,
     not_json,
     raise_if_not_json,
     require_json,
 )
 from ._errors import ReplayMismatch
 from ._fencing import FencedWriter
+from ._holder import DeliveryState
 from ._replay import (
     MAX_CALLS_PER_ITERATION,
     ReplayView,
@@ -44,27 +51,42 @@ from ._tool_run import ToolRunner
 UNRUN_ERROR = "not run: the handler ended the iteration without calling tool() for this intent"
 
 
+#: What a new model response is stored with: the intent of the call it leads to (and that
+#: input's canonical JSON), the completion it leads to, or nothing (the response alone).
+ResponsePlan = tuple[ToolIntentRecord, str] | Completion | None
+
+
+def plan_response(
+    view: ReplayView,
+    consumed: frozenset[int],
+    task: TaskIdentity,
+    record: ModelRecord,
+    then_tool: ThenTool | None,
+    then_complete: ThenComplete | None,
+) -> ResponsePlan:
+    """What the new response ``record`` is stored with (see :func:`~._calls.next_of`): for a
+    call it leads to, the intent :func:`plan_intent` plans at the next position; for a final
+    answer, the :class:`Completion`. Raises what a ``then_`` function raised (the response
+    is then stored alone)."""
+    nxt = next_of(then_tool, then_complete, record.response)
+    if isinstance(nxt, NextTool):
+        return plan_intent(view, consumed, task, record.claim_id, record.call + 1, nxt)
+    return nxt
+
+
 def plan_intent(
     view: ReplayView,
     consumed: frozenset[int],
     task: TaskIdentity,
     claim_id: str,
     pos: int,
-    then_tool: ThenTool | None,
-    response: JsonValue,
+    nxt: NextTool,
 ) -> tuple[ToolIntentRecord, str] | None:
-    """The intent to store with a new model response: the call ``then_tool`` names, at
-    ``pos``, when the replay rules would run it (a call they would answer from the journal, an
-    honoured start of an earlier attempt say, is left to ``tool`` as before), with its input's
-    canonical JSON (``tool`` reuses it for the same input: see :meth:`Pairing.input_json`);
-    else None."""
-    if then_tool is None:
-        return None
-    nxt = then_tool(response)
-    if nxt is None:
-        return None
-    if not isinstance(nxt, NextTool):
-        raise TypeError(f"then_tool must return a NextTool or None, got {nxt!r}")
+    """The intent to store with a new model response: the call ``nxt`` names (what
+    ``then_tool`` gave, see ``_calls.next_of``), at ``pos``, when the replay rules would run it
+    (a call they would answer from the journal, an honoured start of an earlier attempt say, is
+    left to ``tool`` as before), with its input's canonical JSON (``tool`` reuses it for the
+    same input: see :meth:`Pairing.input_json`); else None."""
     check_tool_args(nxt.call, nxt.replay)
     if pos >= MAX_CALLS_PER_ITERATION:
         return None  # tool() raises CallLimitExceeded, as without the pairing
@@ -111,9 +133,10 @@ class Pairing:
     """The pairs of one journal handle: the intent stored with the last model response and not
     yet run, and whether a tool result waits to be stored with the commit."""
 
-    def __init__(self, writer: FencedWriter, tools: ToolRunner) -> None:
+    def __init__(self, writer: FencedWriter, tools: ToolRunner, holder: DeliveryState) -> None:
         self._writer = writer
         self._tools = tools
+        self._holder = holder
         self.planned: ToolIntentRecord | None = None
         #: The canonical JSON of ``planned``'s input, spelled once by :func:`plan_intent`.
         self.planned_input_json: str | None = None
@@ -128,8 +151,43 @@ class Pairing:
                 f"{what}()"
             )
 
-    def plan(self, planned: ToolIntentRecord, input_json: str) -> None:
-        self.planned, self.planned_input_json = planned, input_json
+    async def store_response(
+        self,
+        record: ModelRecord,
+        plan: Callable[[], ResponsePlan],
+        *,
+        stored: Callable[[], None],
+        set_state: Callable[[JsonValue], None],
+        complete: Callable[[JsonValue], Awaitable[int]],
+    ) -> None:
+        """Store a new model response ``record`` with what ``plan`` says it leads to: the
+        intent of a call (which ``tool`` then runs without writing it again), the complete
+        commit of a :class:`Completion` (its state set, then ``complete`` commits its output
+        and publishes the event), or nothing. ``stored`` is told once the response is stored.
+        A plan that raises, or a completion whose state is not JSON: the response is stored
+        alone and the error raised."""
+        try:
+            planned = plan()
+            if isinstance(planned, Completion):
+                set_state(planned.state)
+        except BaseException:
+            await self._writer.append(record)  # the response is kept whatever the plan did
+            stored()
+            raise
+        if planned is None:
+            await self._writer.append(record)
+            stored()
+            return
+        self._writer.hold(record)  # stored with what it leads to: one message
+        if isinstance(planned, Completion):
+            await complete(planned.output)
+            stored()
+            return
+        intent, input_json = planned
+        await self._writer.append(intent)
+        stored()
+        self.planned, self.planned_input_json = intent, input_json
+        await self._holder.seam(Seam.AFTER_TOOL_INTENT)
 
     def input_json(self, call: ToolCall) -> str:
         """The canonical JSON of ``call``'s input, with :func:`require_json`'s error: the text

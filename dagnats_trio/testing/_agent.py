@@ -14,7 +14,7 @@ from typing import Any, final
 import attrs
 import trio
 
-from ..journal import Journal, NextTool, Replay, ToolCall, ToolResult
+from ..journal import Completion, Journal, NextTool, Replay, ToolCall, ToolResult
 from ..protocol import JsonValue
 from ..worker import Handler, TaskContext
 
@@ -112,8 +112,9 @@ class ScriptedAgent:
         self.script = script
         self.task = task
         self.counters = counters if counters is not None else AgentCounters()
-        #: Store the model response with the tool intent, and the tool result with the commit,
-        #: as one message each (``then_tool`` / ``then_continue``); False writes each alone.
+        #: Store the model response with the tool intent (or, for the answer, with the complete
+        #: commit), and the tool result with the commit, as one message each (``then_tool``,
+        #: ``then_complete`` / ``then_continue``); False writes each alone.
         self.paired = paired
 
     @property
@@ -126,16 +127,22 @@ class ScriptedAgent:
         if history is None:
             history = [{"role": "user", "content": tc.input}]
         if self.paired:
-            reply = await j.model(lambda: self._model(tc.run_id, history), then_tool=self._next)
+            # A tool call's intent, or the answer's complete commit, stored with the reply.
+            reply = await j.model(
+                lambda: self._model(tc.run_id, history),
+                then_tool=self._next,
+                then_complete=lambda r: self._completion(tc.run_id, history, r),
+            )
         else:
             reply = await j.model(lambda: self._model(tc.run_id, history))
         turn = self._turn_of(reply)
         if turn.tool is None:
-            tools = [h["name"] for h in history if h.get("role") == "tool"]
-            answer = {"answer": turn.answer, "tools": tools}
-            self.counters.answers[tc.run_id] = answer
-            await tc.checkpoint([*history, {"role": "assistant", "content": reply}])
-            await tc.complete(answer)
+            if self.paired:
+                return  # the journal completed the step with the reply (then_complete)
+            done = self._completion(tc.run_id, history, reply)
+            assert done is not None
+            await tc.checkpoint(done.state)
+            await tc.complete(done.output)
             return
         said = [*history, {"role": "assistant", "content": reply}]
         if self.paired:
@@ -154,6 +161,20 @@ class ScriptedAgent:
             "error": result.error,
             "interrupted": result.interrupted,
         }
+
+    def _completion(
+        self, run_id: str, history: list[JsonValue], reply: JsonValue
+    ) -> Completion | None:
+        """The step's end a final-answer reply leads to: the answer and the tools it used, and
+        the history with the reply as the state of record (None for a tool call). The answer
+        is counted as given here, before the commit, so a crash after it still shows it."""
+        turn = self._turn_of(reply)
+        if turn.tool is not None:
+            return None
+        tools = [h["name"] for h in history if h.get("role") == "tool"]
+        answer = {"answer": turn.answer, "tools": tools}
+        self.counters.answers[run_id] = answer
+        return Completion(answer, [*history, {"role": "assistant", "content": reply}])
 
     def _next(self, reply: JsonValue) -> NextTool | None:
         """The tool call a reply leads to: its intent is stored with the reply (one message)."""

@@ -35,6 +35,11 @@ class _Versioned:
         await self._tc.complete({"v": 2, "result": output})
 
 
+#: The same agent settling through ``tc`` (each record alone): its answer goes through
+#: ``tc.complete``, which ``_Versioned`` changes (paired, the journal completes the step).
+_settling_through_tc = ScriptedAgent(paired=False).turn
+
+
 async def changed_answer(tc: Any) -> None:
     """A deploy that answers differently: the same calls, another commit."""
-    await turn(_Versioned(tc))
+    await _settling_through_tc(_Versioned(tc))

@@ -27,7 +27,6 @@ from dagnats_trio.journal import (
     TaskIdentity,
     ToolCall,
     ToolResult,
-    check,
     open_journal,
     read_journal_for_audit,
 )
@@ -35,46 +34,24 @@ from dagnats_trio.journal import _calls as calls_module
 from dagnats_trio.journal._fencing import FencedWriter
 from dagnats_trio.protocol import (
     BATCH_HEADER,
-    RECORD_TYPE_HEADER,
     CommitAction,
     CommitRecord,
     JournalRecord,
     ModelRecord,
     StepContinue,
-    TaskMessage,
     ToolIntentRecord,
     ToolResultRecord,
     encode_record,
     record_headers,
 )
 from dagnats_trio.protocol.layout import JOURNAL_STREAM, journal_subject
-from dagnats_trio.transport import BatchAck, BatchMsg, Headers, Transport, TrioNatsTransport
+from dagnats_trio.transport import Headers, Transport, TrioNatsTransport
 
 from ._helpers import history, make_task, uid
+from ._pairs import CountWrites, audit_ok, kill_at, stored
 
 CALL = ToolCall("send_message", {"to": "ops"})
 REPLY = {"tool": "send_message"}
-
-
-class CountWrites:
-    """Wraps a transport and counts its durable writes: publishes and atomic batches."""
-
-    def __init__(self, inner: Transport) -> None:
-        self._inner = inner
-        self.writes = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def publish(self, subject: str, data: bytes, **kw: Any) -> int:
-        self.writes += 1
-        seq: int = await self._inner.publish(subject, data, **kw)
-        return seq
-
-    async def publish_batch(self, msgs: list[BatchMsg], **kw: Any) -> BatchAck:
-        self.writes += 1
-        ack: BatchAck = await self._inner.publish_batch(msgs, **kw)
-        return ack
 
 
 def then_tool(reply: Any) -> NextTool | None:
@@ -92,26 +69,6 @@ def counting(starts: dict[str, int]) -> Any:
 
 def state_of(result: ToolResult) -> Any:
     return {"result": result.output, "interrupted": result.interrupted}
-
-
-@pytest.fixture(params=["nats", "trio", "sim"])
-def any_transport(request: pytest.FixtureRequest) -> Transport:
-    """The nats-py and the native transport on the session nats-server, and SimTransport."""
-    value: Transport = request.getfixturevalue(f"{request.param}_transport")
-    return value
-
-
-async def stored(t: Transport, task: TaskMessage) -> list[tuple[str, str | None]]:
-    """(``Dagnats-Record``, batch mark) of every stored MESSAGE of the task's journal, in
-    order: a record group's header names its records' types joined by ``+``."""
-    msgs = await t.read_subject(JOURNAL_STREAM, journal_subject(task.run_id, task.step_id), 1, 1000)
-    return [(m.headers[RECORD_TYPE_HEADER], m.headers.get(BATCH_HEADER)) for m in msgs]
-
-
-async def audit_ok(t: Transport, task: TaskMessage) -> None:
-    records, unreadable, batches = await read_journal_for_audit(t, task.run_id, task.step_id)
-    report = check(records, unreadable=unreadable, batches=batches)
-    assert report.ok, report.render()
 
 
 async def paired_turn(j: Journal, model: ScriptedModel, starts: dict[str, int]) -> ToolResult:
@@ -197,18 +154,6 @@ async def test_seams_of_a_paired_turn(transport: Transport) -> None:
         Seam.AFTER_COMMIT,
         Seam.AFTER_LIFECYCLE_EVENT,
     ]
-
-
-def kill_at(seam: Seam, nth: int = 1) -> Any:
-    reached = [0]
-
-    async def hook(ctx: SeamContext) -> None:
-        if ctx.seam is seam:
-            reached[0] += 1
-            if reached[0] == nth:
-                raise RuntimeError(f"kill at {seam.value}")
-
-    return hook
 
 
 async def test_a_crash_before_the_model_message_stores_none_of_it(

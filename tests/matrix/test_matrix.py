@@ -64,6 +64,35 @@ async def _matrix_row(connect: Connect, seam: Seam, mode: Mode) -> None:
     assert not failing, f"failing cases:\n{failing}"
 
 
+#: The answer iteration (3): its model response and complete commit are one message
+#: (``then_complete``), so a crash inside it loses the response (asked again) and one after it
+#: finds the step committed (not asked again).
+ANSWER_CASES = [
+    Case(seam, mode, 3) for seam in (Seam.INSIDE_BATCH, Seam.AFTER_COMMIT) for mode in Mode
+]
+
+
+async def _answer_cases(connect: Connect) -> None:
+    counters = AgentCounters()
+    outcomes = await run_cases(connect, ANSWER_CASES, ScriptedAgent(counters=counters))
+    assert [o.run.case for o in outcomes] == ANSWER_CASES
+    failing = render(outcomes, counters)
+    assert not failing, f"failing cases:\n{failing}"
+    assert all(o.run.fired == 1 for o in outcomes)
+
+
+async def test_the_answer_iteration_crashed_inside_and_after_its_message_trio(
+    trio_connect: Connect,
+) -> None:
+    await _answer_cases(trio_connect)
+
+
+async def test_the_answer_iteration_crashed_inside_and_after_its_message_sim(
+    sim_connect: Connect, autojump_clock: trio.testing.MockClock
+) -> None:
+    await _answer_cases(sim_connect)
+
+
 @pytest.mark.parametrize(("seam", "mode"), ROWS, ids=ROW_IDS)
 async def test_matrix_nats(nats_connect: Connect, seam: Seam, mode: Mode) -> None:
     await _matrix_row(nats_connect, seam, mode)
