@@ -186,8 +186,17 @@ class Service:
         failure (with its key) completes a half-done start instead of making a second run.
         """
         _json_bytes(input, "input")
-        async with self._starts_in_flight:
+        limiter = self._starts_in_flight
+        try:
+            # A free place costs no scheduler step of its own: the start's requests (the first
+            # one is the definition's read) wait on the server, which is the checkpoint.
+            limiter.acquire_nowait()
+        except trio.WouldBlock:
+            await limiter.acquire()
+        try:
             return await self._start_run(workflow, input, idempotency_key)
+        finally:
+            limiter.release()
 
     async def _start_run(self, workflow: str, input: JsonValue, idempotency_key: str | None) -> str:
         definition, definition_revision = await self._workflow_and_revision(workflow, "workflow")
