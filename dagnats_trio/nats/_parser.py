@@ -134,6 +134,8 @@ class Parser:
         out: list[Event] = []
         try:
             while True:
+                if self._pending is None and self._pos == len(self._buf):
+                    return out  # all consumed (how a read usually ends): no call to find out
                 event = self._next()
                 if event is NEED_DATA:
                     return out

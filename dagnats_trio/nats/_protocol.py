@@ -26,6 +26,8 @@ class ClientProtocol:
     def __init__(self) -> None:
         self._parser = Parser()
         self._info: Info | None = None
+        # Kept as a plain attribute (read on every PUB): the INFO's limit once one came.
+        self._max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
 
     @property
     def info(self) -> Info | None:
@@ -35,7 +37,7 @@ class ClientProtocol:
     @property
     def max_payload_bytes(self) -> int:
         """The largest message (headers and payload) the server takes."""
-        return DEFAULT_MAX_PAYLOAD_BYTES if self._info is None else self._info.max_payload
+        return self._max_payload_bytes
 
     @property
     def buffered_bytes(self) -> int:
@@ -75,6 +77,7 @@ class ClientProtocol:
             raise ProtocolError(f"{type(event).__name__.upper()}: not sent by a server")
         if isinstance(event, Info):
             self._info = event
+            self._max_payload_bytes = event.max_payload
             self._parser.max_payload_bytes = event.max_payload
 
     def send(self, event: Event) -> bytes:
@@ -97,4 +100,4 @@ class ClientProtocol:
         request and publish comes this way)."""
         if headers is not None and self._info is not None and not self._info.headers:
             raise ProtocolError("HPUB: the server does not support headers")
-        return encode_pub(subject, payload, reply, headers, self.max_payload_bytes)
+        return encode_pub(subject, payload, reply, headers, self._max_payload_bytes)
