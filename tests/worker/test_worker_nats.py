@@ -14,6 +14,7 @@ from dagnats_trio._seams import Seam, SeamContext, install_hook
 from dagnats_trio.journal import (
     RESTART_LIMIT_REASON,
     CommittedIteration,
+    Completion,
     Fenced,
     Replay,
     ScriptedModel,
@@ -190,6 +191,30 @@ async def test_settling_twice_is_an_error(nats_transport: NatsTransport) -> None
     _, events = await run_one(nats_transport, twice)
     assert len(events) == 1 and isinstance(events[0], StepCompleted)
     assert len(errors) == 1 and "already settled" in str(errors[0])
+
+
+async def test_complete_after_then_complete_is_refused(nats_transport: NatsTransport) -> None:
+    """``then_complete`` settled the task with the answer's message: a later ``tc.complete``
+    raises AlreadySettled and writes nothing (one event, the journal's claim and one group)."""
+    errors: list[Exception] = []
+
+    async def answers(tc: TaskContext) -> None:
+        j = await tc.journal()
+        await j.model(lambda: {"answer": 42}, then_complete=lambda r: Completion(r, {"h": [r]}))
+        assert tc.settled
+        try:
+            await tc.complete("again")
+        except AlreadySettled as exc:
+            errors.append(exc)
+
+    task, events = await run_one(nats_transport, answers)
+    assert len(errors) == 1 and "already settled" in str(errors[0])
+    assert len(events) == 1 and isinstance(events[0], StepCompleted)
+    assert events[0].output == {"answer": 42}
+    records = await read_journal(nats_transport, task.run_id, "agent")
+    assert [type(r).__name__ for _, r in records] == ["ClaimRecord", "ModelRecord", "CommitRecord"]
+    assert records[1][0] == records[2][0] == events[0].journal_seq  # one message
+    assert check(records, engine_iterations=1).ok
 
 
 async def test_cancel_announcement_cancels_the_handler(nats_transport: NatsTransport) -> None:
