@@ -19,7 +19,6 @@ import trio
 
 from ..nats import (
     Connection,
-    Msg,
     NatsError,
     ProtocolError,
     Pub,
@@ -117,26 +116,6 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
             await trio.lowlevel.checkpoint()
             raise TemporarilyUnavailable(f"{what}: not connected to NATS")
 
-    async def _raw_request(
-        self,
-        subject: str,
-        payload: bytes,
-        headers: Mapping[str, str] | None,
-        what: str,
-        timeout_s: float | None = None,
-    ) -> Msg:
-        await self._check_connected(what)
-        self._round_trips += 1
-        try:
-            return await self._conn.request(
-                subject,
-                payload,
-                headers=wire_headers(headers),
-                timeout_s=self._timeout_s if timeout_s is None else timeout_s,
-            )
-        except (NatsError, ProtocolError) as exc:
-            raise map_error(exc, what) from None
-
     async def _js_request(
         self,
         subject: str,
@@ -145,7 +124,21 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
         what: str,
         timeout_s: float | None = None,
     ) -> bytes:
-        return (await self._raw_request(subject, payload, headers, what, timeout_s)).payload
+        # Every request of this transport comes here, in one coroutine frame: each frame
+        # between a caller and the connection is passed through again when its reply wakes it.
+        if self._closed or not self._conn.is_connected:
+            await self._check_connected(what)
+        self._round_trips += 1
+        try:
+            msg = await self._conn.request(
+                subject,
+                payload,
+                headers=wire_headers(headers) if headers else None,
+                timeout_s=self._timeout_s if timeout_s is None else timeout_s,
+            )
+        except (NatsError, ProtocolError) as exc:
+            raise map_error(exc, what) from None
+        return msg.payload
 
     async def _js_batch(self, wire: Sequence[WireMsg], what: str) -> bytes:
         # The messages before the commit go out in the commit request's own write: the server
@@ -353,8 +346,7 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
         timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         headers: Headers | None = None,
     ) -> bytes:
-        msg = await self._raw_request(subject, data, headers, f"request {subject!r}", timeout_s)
-        return msg.payload
+        return await self._js_request(subject, data, headers, f"request {subject!r}", timeout_s)
 
     async def ping(self, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
         what = "ping"
@@ -362,8 +354,8 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
         if not self._conn.stats().connected:
             await trio.lowlevel.checkpoint()
             raise TemporarilyUnavailable(f"{what}: not connected to NATS")
-        msg = await self._raw_request("$JS.API.INFO", b"", None, what, timeout_s)
-        err = json.loads(msg.payload).get("error")
+        answer = await self._js_request("$JS.API.INFO", b"", None, what, timeout_s)
+        err = json.loads(answer).get("error")
         if err is not None:
             raise json_error(err, what)
 

@@ -96,7 +96,7 @@ class TrioNatsDelivery:
         if self._settled:
             await trio.lowlevel.checkpoint()
             return
-        await self._transport._raw_request(self._reply, b"+ACK", None, "ack")
+        await self._transport._js_request(self._reply, b"+ACK", None, "ack")
         self._settled = True
 
     def ack_nowait(self) -> None:
