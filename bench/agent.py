@@ -74,14 +74,25 @@ batch; docs/jetstream.md, "Cost".)
 Per tool iteration of a journal step (model call + tool call), the records paired:
  worker  pull request       counted, but left waiting before the task is stored, so the task
                             arrives with no request on the critical path.
-         tail read          required: "reads the journal tail from the stream leader" (the Stale
-                            check, and the sequence the claim is fenced on). In the fast path the
-                            tail IS the previous commit (the last record of the previous
-                            iteration's result + commit message), so it is also the state read by
-                            journal_seq: one get, not two.
+         tail read          NOT a round trip: the spec's "reads the journal tail from the stream
+                            leader" is answered by the claim's ack (the predicted claim,
+                            journal/_open.py). The worker stored the commit the task names
+                            (journal_seq: the previous iteration's continue commit, the last
+                            record of its result + commit message) and remembers it, content
+                            and sequence (KnownCommits); on a first iteration the subject is
+                            empty. So it claims fenced on that sequence (0: empty) without
+                            reading: the leader stores the claim only if the tail is exactly
+                            that record, compared atomically with the store, so an ack means
+                            the read would have returned it (not stale: a commit of the
+                            iteration before; the restart limit not reached: no claim after
+                            it) and the state is that commit's, already known. A refused claim
+                            stores nothing and fences the holder, as a claim refused after a
+                            read does; a redelivery, a retry, or a task whose commit another
+                            worker stored read the tail first (one round trip more).
          claim              WRITE 1. Required: Journal() appends it before it returns; it fences
                             every earlier claim and counts toward the restart limit, so it cannot
-                            wait for a later record.
+                            wait for a later record. Fenced on the predicted tail, it is also the
+                            tail read above.
          model tail read    NOT a round trip: the spec's "reads the tail first, so a holder that
                             is already fenced does not spend a model call" is answered by the
                             claim's ack. A fenced append is stored only on the tail, so its ack
@@ -114,11 +125,11 @@ Per tool iteration of a journal step (model call + tool call), the records paire
                             ack would lose the dispatch).
          event ack          NOT a round trip: ack_nowait after the task is stored; a lost ack is
                             a redelivery that the snapshot's outbox replays idempotently.
- => 6 durable writes per tool iteration; 9 round trips counted (7 waited on + 2 pull
+ => 6 durable writes per tool iteration; 8 round trips counted (6 waited on + 2 pull
     requests).
 
 Per answer iteration (the last model call gives the final answer), the records paired:
- worker  pull request, tail read, claim, model tail read: as above (claim: WRITE 1).
+ worker  pull request, claim (no tail read), model tail read: as above (claim: WRITE 1).
          model record +     WRITE 2: one message holding both, fenced on the claim's sequence
          complete commit    (then_complete: the handler says, with the model call, which output
                             and state a final answer completes the step with; the journal calls
@@ -133,8 +144,8 @@ Per answer iteration (the last model call gives the final answer), the records p
          lifecycle event    WRITE 3 (step.completed), as above.
  engine  pull request + snapshot CAS (the run's end); no task. The active marker's purge
          follows the saved snapshot, off the critical path.
- => worker 5 round trips (pull, tail, claim, model record + commit, event: 3 writes; one write
-    less than the 6 round trips and 4 writes of the answer's record stored alone), engine 2
+ => worker 4 round trips (pull, claim, model record + commit, event: 3 writes; one write
+    less than the 5 round trips and 4 writes of the answer's record stored alone), engine 2
     (CAS + pull).
 
 Why not 5 (the issue's goal): each of the 6 is a write the spec orders before the next, and
@@ -149,9 +160,9 @@ one (tasks kept in the snapshot bucket's stream, say, which a work queue's reten
 allow) or a write the spec requires dropped. Not done.
 
 Each record alone (printed beside): the model record, the tool intent, the tool result and the
-commit are a write each, each fenced on the one before: 8 durable writes and 11 round trips per
-tool iteration, and the answer's model record a write of its own too (worker 6 round trips in
-the answer iteration): 50 round trips per run, 39 of them waited on.
+commit are a write each, each fenced on the one before: 8 durable writes and 10 round trips per
+tool iteration, and the answer's model record a write of its own too (worker 5 round trips in
+the answer iteration): 46 round trips per run, 35 of them waited on.
 
 Per run (3 tool iterations, 1 answer iteration), the records paired:
  client  definition read + run index entry and active               5  (the definition may be
@@ -167,22 +178,28 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
                                                                        started_with; a CAS on a
                                                                        run that moved on fails
                                                                        and reads, as before)
- worker  3 x 6 (tool iterations) + 5 (answer)                       23
+ worker  3 x 5 (tool iterations) + 4 (answer)                       19
  engine  3 x step.continue (pull + CAS + task) + step.completed     12
          (pull + CAS + active marker purge, after the finished
          snapshot is saved: off the critical path)
- => 43 counted, of which 9 are pull requests left waiting and 2 overlap or follow the run's end
-    (the second index publish, the marker purge): 32 on the critical path. (Each record alone:
-    50 and 39. Before the answer was stored with its complete commit: 44 and 33. Before the
-    claim's ack stood for the model's tail read: one read more per model call; before the start
-    named its snapshot's revision: the engine's snapshot read.)
+ => 39 counted, of which 9 are pull requests left waiting and 2 overlap or follow the run's end
+    (the second index publish, the marker purge): 28 on the critical path. (Each record alone:
+    46 and 35. Before the claim's ack stood for the journal tail read (the predicted claim):
+    43 and 32, one read more per iteration. Before the answer was stored with its complete
+    commit: one write more. Before the claim's ack stood for the model's tail read: one read
+    more per model call; before the start named its snapshot's revision: the engine's snapshot
+    read.)
  => 28 durable writes per run: client 4 (run index entry, active marker, snapshot create,
     workflow.started), engine 9 (a CAS and a task per dispatch: 4 x 2, and the run's end CAS),
     worker 15 (3 x 4 per tool iteration + 3 for the answer). Each record alone: 35 (worker
     3 x 6 + 4). Before then_complete: 29.
 """
+#: The worker's share of it: per tool iteration 5 (pull, claim, model + intent message, result
+#: + commit message, lifecycle event), for the answer 4 (pull, claim, model + commit message,
+#: lifecycle event).
+WORKER_ROUND_TRIPS_PER_RUN = 3 * 5 + 4
 #: Requests counted per run at the floor of MIN_ROUND_TRIPS_DERIVATION (the records paired).
-MIN_ROUND_TRIPS_PER_RUN = 5 + 3 + (3 * 6 + 5) + (3 * 3 + 3)
+MIN_ROUND_TRIPS_PER_RUN = 5 + 3 + WORKER_ROUND_TRIPS_PER_RUN + (3 * 3 + 3)
 #: The same for the script writing each record alone: two more worker writes per tool iteration,
 #: and one more in the answer iteration (the model record apart from the complete commit).
 ALONE_MIN_ROUND_TRIPS_PER_RUN = MIN_ROUND_TRIPS_PER_RUN + 3 * 2 + 1
@@ -190,8 +207,8 @@ ALONE_MIN_ROUND_TRIPS_PER_RUN = MIN_ROUND_TRIPS_PER_RUN + 3 * 2 + 1
 PULLS_PER_RUN = 5 + 4
 #: And those not waited on: the index publish beside the other, the purge after the run's end.
 OFF_PATH_PER_RUN = 2
-#: Per tool iteration: worker 5 waited on + 1 pull, engine 2 waited on + 1 pull.
-MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 9
+#: Per tool iteration: worker 4 waited on + 1 pull, engine 2 waited on + 1 pull.
+MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 8
 #: Durable writes per tool iteration, the records paired (worker: claim, model + intent
 #: message, result + commit message, lifecycle event; engine: snapshot CAS, task publish).
 DURABLE_WRITES_PER_TOOL_ITERATION = 6
@@ -323,6 +340,20 @@ async def durable_writes(variant: _Variant, *, sync_always: bool = False) -> tup
     async with open_stack(sync_always=sync_always, handlers=handlers, workflows=workflows) as stack:
         per_tool, w = await _writes_per_tool_iteration(stack, variant)
         return per_tool, (w.client + w.engine + w.worker) / WRITES_RUNS
+
+
+async def worker_round_trips_per_run(variant: _Variant, runs: int = WRITES_RUNS) -> float:
+    """Round trips the worker's transport counts per run of ``variant`` (pull requests
+    included), over ``runs`` runs after one uncounted, on a server of its own."""
+    handlers, workflows = _handlers_and_workflows((variant,))
+    async with open_stack(sync_always=False, handlers=handlers, workflows=workflows) as stack:
+        await stack.run(variant.workflow, {"task": "deploy"})
+        before = stack.counts()
+        for _ in range(runs):
+            snap = await stack.run(variant.workflow, {"task": "deploy"})
+            if snap.outputs().get("agent") != expected_answer():
+                raise RuntimeError(f"wrong answer {snap.outputs()!r}")
+        return (stack.counts() - before).worker / runs
 
 
 async def _measure(sync_always: bool, seconds: float) -> tuple[float, _Figures, _Figures]:

@@ -81,6 +81,7 @@ EN = "tests/engine/test_engine_nats.py"
 ADV = "tests/engine/test_advance.py"
 HC = "tests/guards/test_honour_chain.py"
 MX = "tests/matrix/test_matrix.py"
+PC = "tests/journal/test_predicted_claim.py"
 
 GUARDS: tuple[Guard, ...] = (
     _g(
@@ -173,6 +174,50 @@ GUARDS: tuple[Guard, ...] = (
         [
             f"{WN}::test_stale_redelivery_is_acked_without_an_event",
             f"{JH}::test_stale_redelivery_runs_nothing",
+        ],
+    ),
+    _g(
+        "Predicted claim: first deliveries only",
+        "TaskContext.journal: every delivery claims on the predicted tail (a redelivery no "
+        "longer reads the tail its predecessor's claim moved)",
+        [
+            (
+                "first_delivery=self._delivery.num_delivered == 1,",
+                "first_delivery=True,",
+            )
+        ],
+        [
+            f"{WN}::test_restart_limit_one_through_the_worker",
+            f"{MX}::test_matrix_nats[after_claim-kill]",
+        ],
+    ),
+    _g(
+        "Predicted claim: the tail rules judge the predicted tail",
+        "_predicted_view: a remembered commit is claimed after whatever judge_tail says of it",
+        [
+            (
+                "if verdict.kind is TailKind.BASE: return empty_view(ident, base=predicted)",
+                "if True: return empty_view(ident, base=predicted)",
+            )
+        ],
+        [
+            f"{PC}::test_a_known_commit_the_rules_would_not_claim_after_is_read[nats]",
+            f"{PC}::test_a_known_commit_the_rules_would_not_claim_after_is_read[sim]",
+        ],
+    ),
+    _g(
+        "Predicted claim: only the commit at the task's sequence",
+        "KnownCommits.commit_at: the last commit remembered on the subject, whatever the task "
+        "names (an older commit's state where another client committed since)",
+        [
+            (
+                "return entry if entry is not None and entry[0] == seq else None",
+                "return entry",
+            )
+        ],
+        [
+            f"{PC}::test_a_later_commit_by_another_client_is_read_and_its_state_used[nats]",
+            f"{PC}::test_a_later_commit_by_another_client_is_read_and_its_state_used[sim]",
         ],
     ),
     _g(

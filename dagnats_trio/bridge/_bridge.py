@@ -157,7 +157,11 @@ class Bridge:
     # --- what the routes share ----------------------------------------------------------------
 
     async def _claim(self, lease: Lease) -> Journal:
-        """The first journal action claims, exactly as ``tc.journal()`` does."""
+        """The first journal action claims, as ``tc.journal()`` does, always reading the tail
+        first: the predicted claim (journal ``_open``) is the worker's, not the bridge's. A
+        lease's claim waits on an HTTP request anyway, and a predicted claim that the server
+        refuses leaves the delivery to come back after its AckWait, where reading first
+        claims at once (a task message published again for the same dispatch, say)."""
         if lease.journal is None:
             lease.journal_wanted = True
             lease.journal = await journal_call(

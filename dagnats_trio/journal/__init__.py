@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         DeliveryState,
         Settlement,
     )
+    from ._known import KNOWN_COMMITS_MAX_SUBJECTS, KnownCommits
     from ._model import (
         ScriptedModel,
         ScriptExhausted,
@@ -100,6 +101,7 @@ else:
             "._committed": ("CommittedIteration", "OnCommitted"),
             "._group": ("MAX_GROUP_CALLS",),
             "._handle": ("Journal",),
+            "._known": ("KNOWN_COMMITS_MAX_SUBJECTS", "KnownCommits"),
             "._open": (
                 "check_restart_limit",
                 "open_journal",
@@ -132,6 +134,7 @@ else:
 
 __all__ = [
     "DEFAULT_RESTART_LIMIT",
+    "KNOWN_COMMITS_MAX_SUBJECTS",
     "MAX_CALLS_PER_ITERATION",
     "MAX_GROUP_CALLS",
     "MAX_GROUP_MESSAGE_BYTES",
@@ -159,6 +162,7 @@ __all__ = [
     "JournalCorrupt",
     "JournalSettled",
     "JournalUnreadable",
+    "KnownCommits",
     "ModelFn",
     "NextTool",
     "OnCommitted",

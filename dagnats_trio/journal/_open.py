@@ -2,9 +2,38 @@
 
 Read the tail, judge it (``_replay.judge_tail``), read the iteration's records only when the tail
 is not the previous iteration's commit, plan the claim (``_replay.plan_claim``), then append the
-claim fenced on the tail. The fast path is one ``get_last_msg`` and one claim append. The
-settled outcomes (stale, committed, restart limit, unreadable) are decided here, before a
-:class:`Journal` is handed to the handler.
+claim fenced on the tail. The settled outcomes (stale, committed, restart limit, unreadable) are
+decided here, before a :class:`Journal` is handed to the handler.
+
+The fast path is the *predicted claim*: ONE fenced append, no tail read. On the first delivery
+of a task's first attempt, the client predicts the tail: the subject is empty (a first
+iteration: the task names no commit), or it is the continue commit at the task's
+``journal_seq``, which this client stored itself (:class:`KnownCommits` remembers it, content
+and sequence, from the server's ack). When ``judge_tail`` says that predicted tail is one the
+claim goes straight on from (``EMPTY`` or ``BASE``), the claim is appended fenced on the
+predicted sequence (0: the subject is empty) without reading.
+
+Why an accepted predicted claim *is* the spec's "reads the journal tail from the stream
+leader": the stream leader stores a publish carrying Nats-Expected-Last-Subject-Sequence only
+when the subject's last sequence equals it, compared atomically with the store (one leader
+orders every write of the stream). So the claim's ack says that, at the leader, the tail was
+exactly the predicted message, whose content this client knows (the message at a sequence
+never changes): the read would have returned it, ``judge_tail`` would have judged it as
+predicted (not stale: the tail is the commit this task follows, of the iteration before it;
+not this dispatch's own commit; no claim after it, so the restart limit is not reached, and
+a claim is appended exactly as after the read), and the claim is stored at the same place the
+read-then-claim would have put it, counting toward the restart limit like any claim. The
+read's answer would only be older than the ack (the tail could move right after either), so
+the ack is the fresher proof, as with ``TAIL_PROOF_FRESH_S`` (``_fencing``): the claim's ack
+also stands for the model call's tail read.
+
+A refused predicted claim stores nothing, and the holder is fenced exactly as a holder whose
+claim was refused after its read: it "saw" the predicted tail (the task and its own commit
+told it) and lost it, so, as the spec says of a writer that lost the tail, it cannot write. The
+delivery is not acked and comes back, and a redelivery (or a later attempt) always reads the
+tail first (the path above: stale check, restart limit, adopt, republish), because the tail
+may hold a predecessor's claim then. Nothing else is predicted: a redelivery, a retry, a task
+whose commit another client stored, a tail the rules would not claim straight after.
 """
 
 from __future__ import annotations
@@ -24,6 +53,7 @@ from ._events import publish_lifecycle
 from ._fencing import FencedWriter
 from ._handle import Journal
 from ._holder import DeliveryState, Settlement
+from ._known import KnownCommits
 from ._reads import decode_entry, read_entries, read_tail
 from ._replay import (
     RESTART_LIMIT_REASON,
@@ -62,8 +92,14 @@ async def open_journal(
     restart_limit: int = DEFAULT_RESTART_LIMIT,
     env: RuntimeEnv = DEFAULT_ENV,
     on_committed: OnCommitted | None = None,
+    known: KnownCommits | None = None,
+    first_delivery: bool = False,
 ) -> Journal:
     """Claim the journal of ``task``: what ``await tc.journal()`` does.
+
+    ``known`` is the calling client's memory of the continue commits it stored (it learns this
+    journal's commit too); ``first_delivery`` says this is the task message's first delivery.
+    With both, the claim may be the predicted claim of the module's docstring (no tail read).
 
     Raises :class:`Stale` (late redelivery), :class:`Committed` (this dispatch committed: its
     event was published again), :class:`RestartLimit` (failure committed and published) or
@@ -77,12 +113,29 @@ async def open_journal(
         holder = DeliveryState(ident)
     holder.check_writable()
     subject = journal_subject(ident.run_id, ident.step_id)
+    predicted = _predicted_view(ident, subject, known) if first_delivery else None
+    if predicted is not None:
+        await holder.seam(Seam.BEFORE_CLAIM)
+        journal = await _claim(
+            transport,
+            ident,
+            holder,
+            last_seq=ident.journal_seq or 0,
+            view=predicted,
+            env=env,
+            on_committed=on_committed,
+            known=known,
+        )
+        await holder.seam(Seam.AFTER_CLAIM)
+        return journal
     tail_msg = await read_tail(transport, subject)
     try:
         tail, plan = await _plan(transport, ident, holder, tail_msg, restart_limit, on_committed)
     except JournalCorrupt as exc:
         assert tail_msg is not None  # an unreadable record means there is a tail
-        await _fail_unreadable(transport, ident, holder, tail_msg.seq, exc, env, on_committed)
+        await _fail_unreadable(
+            transport, ident, holder, tail_msg.seq, exc, env, on_committed, known
+        )
         raise JournalUnreadable(str(exc)) from exc
     assert plan.view is not None
     await holder.seam(Seam.BEFORE_CLAIM)
@@ -94,6 +147,7 @@ async def open_journal(
         view=plan.view,
         env=env,
         on_committed=on_committed,
+        known=known,
     )
     await holder.seam(Seam.AFTER_CLAIM)
     if plan.restart_limit:
@@ -110,6 +164,32 @@ async def open_journal(
     return journal
 
 
+def _predicted_view(
+    ident: TaskIdentity, subject: str, known: KnownCommits | None
+) -> ReplayView | None:
+    """The view to claim with, fenced on the predicted tail without reading it (the module's
+    docstring), or None: read the tail first. Only a first attempt is predicted (a retry's
+    tail holds the failed attempt's records); the tail is predicted empty when the task names
+    no commit, else the continue commit it names, when this client stored it; the prediction
+    stands only when the tail rules would claim straight after that tail."""
+    if ident.attempt != 1:
+        return None
+    if ident.journal_seq is None:
+        if known is not None and known.knows(subject):
+            return None  # this client stored a commit there: the subject is not empty
+        predicted: Entry | None = None
+    else:
+        predicted = known.commit_at(subject, ident.journal_seq) if known is not None else None
+        if predicted is None:
+            return None
+    verdict = judge_tail(predicted, ident)
+    if verdict.kind is TailKind.EMPTY:
+        return empty_view(ident)
+    if verdict.kind is TailKind.BASE:
+        return empty_view(ident, base=predicted)
+    return None
+
+
 async def _claim(
     transport: Transport,
     ident: TaskIdentity,
@@ -119,6 +199,7 @@ async def _claim(
     view: ReplayView,
     env: RuntimeEnv,
     on_committed: OnCommitted | None,
+    known: KnownCommits | None = None,
 ) -> Journal:
     """Append a claim fenced on ``last_seq`` and hand back the handle that writes after it."""
     writer = FencedWriter(
@@ -136,6 +217,7 @@ async def _claim(
         writer=writer,
         view=view,
         on_committed=on_committed,
+        known=known,
     )
 
 
@@ -189,6 +271,7 @@ async def _fail_unreadable(
     exc: JournalCorrupt,
     env: RuntimeEnv,
     on_committed: OnCommitted | None,
+    known: KnownCommits | None,
 ) -> None:
     """Fail this attempt after an unreadable record: a claim and a retriable failure appended
     after the tail (fenced on it, like any claim), and its ``step.failed`` event published.
@@ -214,6 +297,7 @@ async def _fail_unreadable(
         view=empty_view(ident),
         env=env,
         on_committed=on_committed,
+        known=known,
     )
     journal.set_state(None)
     await journal.settle(

@@ -15,6 +15,7 @@ from dagnats_trio.inputs import place_inputs as _place_inputs
 from dagnats_trio.journal import (
     DeliveryState,
     Journal,
+    KnownCommits,
     OnCommitted,
     SettleRequest,
     TaskIdentity,
@@ -73,6 +74,9 @@ class _WorkerShared:
     on_committed: OnCommitted | None
     inputs_pending: InputsPending | None
     inputs: InputsService | None = None
+    #: The continue commits this worker stored: its next claim of such a step skips the tail
+    #: read (the journal's predicted claim).
+    known: KnownCommits = attrs.field(factory=KnownCommits)
 
 
 def _to_json(what: str, value: JsonValue) -> bytes:
@@ -203,6 +207,8 @@ class TaskContext:
                 restart_limit=self._svc.restart_limit,
                 env=self._svc.env,
                 on_committed=self._svc.on_committed,
+                known=self._svc.known,
+                first_delivery=self._delivery.num_delivered == 1,
             )
         else:
             await trio.lowlevel.checkpoint()

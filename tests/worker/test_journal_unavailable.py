@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from dagnats_trio.protocol import RunEvent, StepCompleted
-from dagnats_trio.protocol.layout import JOURNAL_STREAM
+from dagnats_trio.protocol.layout import JOURNAL_STREAM, journal_subject
 from dagnats_trio.transport import TemporarilyUnavailable, open_sim_transport, provision
 from dagnats_trio.worker import TaskContext, Worker
 
@@ -25,12 +25,15 @@ EVENT_WAIT_S = 120.0
 
 
 class JournalOutage:
-    """Delegates to a transport, but reads of the journal's tail fail while ``down`` is set:
-    the journal retries for TRANSIENT_RETRY_DEADLINE_S, then ``tc.journal()`` gives up, while
-    everything else (the lifecycle event a plain settle would publish) still works."""
+    """Delegates to a transport, but reads of the journal's tail and appends to the journal
+    fail while ``down`` is set: the journal retries for TRANSIENT_RETRY_DEADLINE_S, then
+    ``tc.journal()`` gives up (whether its claim reads the tail first or, on a first delivery,
+    is predicted: journal ``_open``), while everything else (the lifecycle event a plain settle
+    would publish) still works."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, journal: str) -> None:
         self._inner = inner
+        self._journal = journal
         self.down = False
 
     def __getattr__(self, name: str) -> Any:
@@ -40,6 +43,12 @@ class JournalOutage:
         if self.down and stream == JOURNAL_STREAM:
             raise TemporarilyUnavailable("journal leader moving")
         return await self._inner.get_last_msg(stream, subject)
+
+    async def publish(self, subject: str, data: bytes, **kwargs: Any) -> int:
+        if self.down and subject == self._journal:
+            raise TemporarilyUnavailable("journal leader moving")
+        seq: int = await self._inner.publish(subject, data, **kwargs)
+        return seq
 
 
 async def _wait_events(transport: Any, run_id: str) -> list[RunEvent]:
@@ -57,7 +66,9 @@ async def test_unclaimed_journal_leaves_the_task_for_redelivery(
     async with open_sim_transport() as transport:
         await provision(transport)
         deliveries: list[int] = []
-        flaky = JournalOutage(transport)
+        run_id = uid()
+        task = make_task(run_id)
+        flaky = JournalOutage(transport, journal_subject(run_id, task.step_id))
 
         async def handler(tc: TaskContext) -> None:
             deliveries.append(tc.num_delivered)
@@ -65,8 +76,6 @@ async def test_unclaimed_journal_leaves_the_task_for_redelivery(
             await tc.journal()
             await tc.complete("done")
 
-        run_id = uid()
-        task = make_task(run_id)
         await publish_task(transport, task)
         async with trio.open_nursery() as nursery:
             await nursery.start(Worker(flaky, {"agent": handler}, ack_wait_s=2.0).run)
