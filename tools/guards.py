@@ -206,21 +206,6 @@ GUARDS: tuple[Guard, ...] = (
         ],
     ),
     _g(
-        "Predicted claim: only the commit at the task's sequence",
-        "KnownCommits.commit_at: the last commit remembered on the subject, whatever the task "
-        "names (an older commit's state where another client committed since)",
-        [
-            (
-                "return entry if entry is not None and entry[0] == seq else None",
-                "return entry",
-            )
-        ],
-        [
-            f"{PC}::test_a_later_commit_by_another_client_is_read_and_its_state_used[nats]",
-            f"{PC}::test_a_later_commit_by_another_client_is_read_and_its_state_used[sim]",
-        ],
-    ),
-    _g(
         "Audit: no write after the fencing claim",
         "journal.check: deleted the write-after-fenced rule",
         [("elif rec.claim_id != owner:", "elif False:")],

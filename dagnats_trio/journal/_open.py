@@ -34,6 +34,16 @@ delivery is not acked and comes back, and a redelivery (or a later attempt) alwa
 tail first (the path above: stale check, restart limit, adopt, republish), because the tail
 may hold a predecessor's claim then. Nothing else is predicted: a redelivery, a retry, a task
 whose commit another client stored, a tail the rules would not claim straight after.
+
+Why a refused claim fences instead of reading the tail and claiming again: the tail of a first
+delivery's journal moves only under another holder of the same dispatch, and that is, almost
+always, the redelivery that took this delivery's task after its lease ran out (this holder
+stalled before its claim, past the AckWait: the crash matrix's ``before_claim`` stall). Reading
+again would claim over that successor, a zombie fencing the rightful holder; fenced, the zombie
+writes nothing, exactly as one that read the tail before its stall. The rare other case (the
+same dispatch published again past the stream's duplicate window, whose first holder crashed)
+costs an AckWait: the delivery comes back and reads. Two holders of one delivery at once race
+their claims on the same sequence as before: one is stored, the other fenced.
 """
 
 from __future__ import annotations
