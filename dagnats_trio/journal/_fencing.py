@@ -41,6 +41,7 @@ from dagnats_trio._seams import Seam
 from dagnats_trio.protocol import (
     BATCH_HEADER,
     ClaimRecord,
+    CommitRecord,
     DecodeError,
     JournalRecord,
     decode_records,
@@ -62,6 +63,7 @@ from dagnats_trio.transport import (
 
 from ._errors import Fenced
 from ._holder import DeliveryState
+from ._known import KnownCommits
 from ._reads import read_tail
 
 #: How long (seconds, on the holder's Trio clock, from the moment the answer arrived) the answer
@@ -123,6 +125,7 @@ class FencedWriter:
         holder: DeliveryState,
         claim_id: str,
         last_seq: int,
+        known: KnownCommits | None = None,
     ) -> None:
         self._transport = transport
         self._subject = subject
@@ -131,6 +134,9 @@ class FencedWriter:
         self._last_seq = last_seq
         self._lock = trio.Lock()
         self._held: list[JournalRecord] = []
+        #: Told of each commit stored (the server's ack gives its sequence), so the client's next
+        #: claim of this step can go without a tail read (``_open``, the predicted claim).
+        self._known = known
         #: When (Trio clock) the last proof that this writer held the tail arrived: an append's
         #: ack, or a tail read that found ``_last_seq``; None before the first.
         self._tail_proven_at: float | None = None
@@ -181,7 +187,10 @@ class FencedWriter:
                 held, self._held = self._held, []
                 await self._write_locked(held)
             batch, self._held = [*self._held, *records], []
-            return await self._write_locked(batch)
+            seq = await self._write_locked(batch)
+            if self._known is not None and isinstance(batch[-1], CommitRecord):
+                self._known.stored(self._subject, seq, batch[-1])
+            return seq
         finally:
             self._lock.release()
 

@@ -24,7 +24,6 @@ from dagnats_trio.protocol import (
     Replay,
     Wait,
 )
-from dagnats_trio.protocol.layout import journal_subject
 from dagnats_trio.transport import Transport
 
 from ._calls import (
@@ -50,7 +49,6 @@ from ._events import publish_lifecycle
 from ._fencing import FencedWriter
 from ._group import check_group_size, run_decided_group
 from ._holder import DeliveryState, Settlement
-from ._known import KnownCommits
 from ._pairs import Pairing, intent_record, plan_response
 from ._reads import load_commit_state
 from ._replay import (
@@ -84,7 +82,6 @@ class Journal:
         writer: FencedWriter,
         view: ReplayView,
         on_committed: OnCommitted | None,
-        known: KnownCommits | None = None,
     ) -> None:
         self._transport = transport
         self._task = task
@@ -93,9 +90,6 @@ class Journal:
         self._claim_id = writer.claim_id
         self._view = view
         self._on_committed = on_committed
-        #: Told of this handle's commit once stored, so the client's next claim of the step can
-        #: go without a tail read (``_open``, the predicted claim).
-        self._known = known
         self._tools = ToolRunner(task=task, holder=holder, writer=writer)
         self._guard = CallGuard("another task is using this journal handle")
         self._next_call = view.call_offset
@@ -442,8 +436,6 @@ class Journal:
         )
         seq = await self._writer.append(commit)
         self._closed = True
-        if self._known is not None:
-            self._known.stored(journal_subject(t.run_id, t.step_id), seq, commit)
         if self._pairs.result_held:
             await self._holder.seam(Seam.AFTER_TOOL_RESULT)  # stored with the commit
         await self._holder.seam(Seam.AFTER_COMMIT)

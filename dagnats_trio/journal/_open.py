@@ -218,6 +218,7 @@ async def _claim(
         holder=holder,
         claim_id=env.new_id(),
         last_seq=last_seq,
+        known=known,
     )
     await writer.append(ClaimRecord(ident.iteration, ident.attempt, writer.claim_id, ident.nonce))
     return Journal(
@@ -227,7 +228,6 @@ async def _claim(
         writer=writer,
         view=view,
         on_committed=on_committed,
-        known=known,
     )
 
 
