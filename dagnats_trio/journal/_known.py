@@ -1,7 +1,8 @@
 """The continue commits one journal client stored: what lets its next claim skip the tail read.
 
-A worker (or the HTTP bridge) that commits iteration ``i - 1`` of a step with ``step.continue``
-knows what the commit is and at which sequence the server stored it: the server's ack said so.
+A worker that commits iteration ``i - 1`` of a step with ``step.continue`` knows what the commit
+is and at which sequence the server stored it: the server's ack said so (its fenced writer
+tells this memory, ``_fencing``).
 The engine's next task for that step names the same sequence (``journal_seq``), so when the
 same client is handed iteration ``i`` it already knows the record a tail read would most likely
 return. ``_open`` then claims fenced on that sequence without reading first (the *predicted
