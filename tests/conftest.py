@@ -7,9 +7,11 @@ the blocking :class:`SyncNatsServer` (same config code as the embedded server) f
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from _outage import Ridden, ride_out_at_once
 
 from dagnats_trio.server import NatsCluster, NatsServer, SyncNatsServer, open_nats_cluster
 from dagnats_trio.server import open_nats_server as _open_nats_server
@@ -81,3 +83,22 @@ def transport(request: pytest.FixtureRequest) -> Transport:
     how one fixture picks another by parameter (and only the chosen transport is opened)."""
     value: Transport = request.getfixturevalue(f"{request.param}_transport")
     return value
+
+
+@pytest.fixture(scope="session")
+def outages(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Ridden]:
+    """The 90 s NATS outage scenarios of the selected tests (``@pytest.mark.outage(name)``), run
+    side by side on a nats-server each, so the session waits one outage out instead of three;
+    each test asserts on its own scenario's outcome (tests/_outage.py)."""
+    from cli._outage_processes import ride_out_as_processes
+    from e2e._outage_stack import ride_out_in_process
+
+    scenarios = {
+        "native": functools.partial(ride_out_in_process, "native"),
+        "nats-py": functools.partial(ride_out_in_process, "nats-py"),
+        "processes": lambda: ride_out_as_processes(tmp_path_factory.mktemp("outage-processes")),
+    }
+    wanted = {m.args[0] for item in request.session.items for m in item.iter_markers("outage")}
+    return ride_out_at_once({name: run for name, run in scenarios.items() if name in wanted})
