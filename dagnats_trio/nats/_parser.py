@@ -55,26 +55,10 @@ def _size(op: str, name: str, raw: bytes) -> int:
     return int(raw)
 
 
-class _Pending:
-    """A MSG/HMSG/PUB/HPUB whose control line is parsed and whose payload is awaited."""
-
-    __slots__ = ("header_bytes", "is_msg", "reply", "sid", "subject", "total_bytes")
-
-    def __init__(
-        self,
-        is_msg: bool,
-        subject: str,
-        sid: str,
-        reply: str | None,
-        header_bytes: int | None,
-        total_bytes: int,
-    ) -> None:
-        self.is_msg = is_msg
-        self.subject = subject
-        self.sid = sid
-        self.reply = reply
-        self.header_bytes = header_bytes
-        self.total_bytes = total_bytes
+#: A MSG/HMSG/PUB/HPUB whose control line is parsed and whose payload is awaited:
+#: ``(is_msg, subject, sid, reply, header_bytes, total_bytes)``. A plain tuple, made once per
+#: message on the hot path, where a class costs an ``__init__`` call.
+_Pending = tuple[bool, str, str, str | None, int | None, int]
 
 
 @final
@@ -168,21 +152,18 @@ class Parser:
                     return event
         pending = self._pending
         assert pending is not None
+        is_msg, subject, sid, reply, header_bytes, total_bytes = pending
         start = self._pos
-        stop = start + pending.total_bytes
+        stop = start + total_bytes
         if len(buf) < stop + 2:
             return NEED_DATA
         if buf[stop : stop + 2] != _CRLF:
-            op = ("H" if pending.header_bytes is not None else "") + (
-                "MSG" if pending.is_msg else "PUB"
-            )
-            raise ProtocolError(
-                f"{op}: payload of {pending.total_bytes} bytes not followed by CRLF"
-            )
+            op = ("H" if header_bytes is not None else "") + ("MSG" if is_msg else "PUB")
+            raise ProtocolError(f"{op}: payload of {total_bytes} bytes not followed by CRLF")
         headers = None
         body_start = start
-        if pending.header_bytes is not None:
-            body_start = start + pending.header_bytes
+        if header_bytes is not None:
+            body_start = start + header_bytes
             headers = parse_headers(bytes(buf[start:body_start]))
         payload = bytes(buf[body_start:stop])
         self._pos = stop + 2
@@ -190,9 +171,9 @@ class Parser:
             buf.clear()
             self._pos = 0
         self._pending = None
-        if pending.is_msg:
-            return Msg(pending.subject, pending.sid, payload, pending.reply, headers)
-        return Pub(pending.subject, payload, pending.reply, headers)
+        if is_msg:
+            return Msg(subject, sid, payload, reply, headers)
+        return Pub(subject, payload, reply, headers)
 
     def _fast_msg(self, line: bytes) -> bool:
         """The hot path: a well-formed ``MSG``/``HMSG`` line (every reply and delivery) in one
@@ -235,7 +216,7 @@ class Parser:
             reply = args[3].decode() if n == 4 else None
         except UnicodeDecodeError:
             return False
-        self._pending = _Pending(True, subject, sid, reply, header_bytes, total)
+        self._pending = (True, subject, sid, reply, header_bytes, total)
         return True
 
     def _check_partial_line(self) -> None:
@@ -312,14 +293,7 @@ class Parser:
         total = _size(op, "total size" if headers else "size", args[-1])
         header_bytes = _size(op, "header size", args[-2]) if headers else None
         self._check_sizes(op, header_bytes, total)
-        self._pending = _Pending(
-            is_msg=True,
-            subject=subject,
-            sid=sid,
-            reply=reply,
-            header_bytes=header_bytes,
-            total_bytes=total,
-        )
+        self._pending = (True, subject, sid, reply, header_bytes, total)
 
     def _parse_pub(self, args: list[bytes], *, headers: bool) -> None:
         op = "HPUB" if headers else "PUB"
@@ -331,14 +305,7 @@ class Parser:
         total = _size(op, "total size" if headers else "size", args[-1])
         header_bytes = _size(op, "header size", args[-2]) if headers else None
         self._check_sizes(op, header_bytes, total)
-        self._pending = _Pending(
-            is_msg=False,
-            subject=subject,
-            sid="",
-            reply=reply,
-            header_bytes=header_bytes,
-            total_bytes=total,
-        )
+        self._pending = (False, subject, "", reply, header_bytes, total)
 
     def _parse_sub(self, args: list[bytes]) -> Sub:
         if len(args) not in (2, 3):

@@ -9,6 +9,7 @@ them. The caller owns the socket, the clock and every wait.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, final
 
 from ._encoder import encode, encode_pub
@@ -25,6 +26,9 @@ class ClientProtocol:
 
     def __init__(self) -> None:
         self._parser = Parser()
+        #: Add bytes read from the server: the parser's own method (no call in between, on
+        #: every read).
+        self.receive_data: Callable[[bytes | bytearray], None] = self._parser.receive_data
         self._info: Info | None = None
         # Kept as a plain attribute (read on every PUB): the INFO's limit once one came.
         self._max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
@@ -43,10 +47,6 @@ class ClientProtocol:
     def buffered_bytes(self) -> int:
         """Bytes received and not yet returned as events."""
         return self._parser.buffered_bytes
-
-    def receive_data(self, data: bytes | bytearray) -> None:
-        """Add bytes read from the server."""
-        self._parser.receive_data(data)
 
     def next_event(self) -> Event | Literal[NeedData.NEED_DATA]:
         """The next event from the server, or ``NEED_DATA``."""
