@@ -338,7 +338,8 @@ class Connection:
         reply: str | None,
         headers: Headers | dict[str, str] | None,
     ) -> bytes:
-        self._check_open()
+        if self._closed:  # _check_open, inline: once per frame
+            raise ConnectionClosedError(self._close_reason)
         block = Headers.of(headers) if isinstance(headers, dict) else headers
         return self._wire.send_pub(subject, bytes(payload), reply, block)
 

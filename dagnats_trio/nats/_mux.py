@@ -38,16 +38,13 @@ class RequestMux:
         # The deadline watcher's alarm: a scope whose deadline is the earliest pending one. A
         # scope not yet entered (before the watcher starts) keeps a deadline set on it.
         self._alarm = trio.CancelScope()
+        #: Requests waiting for their reply (kept as an attribute: read on every frame queued).
+        self.pending = 0
 
     @property
     def subject(self) -> str:
         """The wildcard subject the connection subscribes to for replies."""
         return f"{self._inbox}.*"
-
-    @property
-    def pending(self) -> int:
-        """Requests waiting for their reply."""
-        return len(self._slots)
 
     def open(self, deadline: float) -> tuple[str, str, ReplySlot]:
         """A new request, timed out at ``deadline`` (Trio clock): its token (for
@@ -56,6 +53,7 @@ class RequestMux:
         token = format(next(self._tokens), "x")
         slot = ReplySlot()
         self._slots[token] = slot
+        self.pending = len(self._slots)
         heapq.heappush(self._deadlines, (deadline, token))
         if deadline < self._alarm.deadline:
             self._alarm.deadline = deadline
@@ -64,6 +62,7 @@ class RequestMux:
     def forget(self, token: str) -> None:
         """The request is over (answered, timed out or cancelled): later replies are dropped."""
         del self._slots[token]
+        self.pending = len(self._slots)
         if len(self._deadlines) > 2 * len(self._slots) + _HEAP_SLACK_ENTRIES:
             self._deadlines = [entry for entry in self._deadlines if entry[1] in self._slots]
             heapq.heapify(self._deadlines)
