@@ -137,15 +137,33 @@ class SimBucket:
     seq: int = 0
     items: dict[str, KvItem] = attrs.field(factory=dict)
     watchers: list[Watcher] = attrs.field(factory=list)
+    #: No per-message TTL expires before this (a lower bound: a key rewritten or deleted since
+    #: keeps it until the next scan), so a look at the bucket scans it only when a key may be due.
+    next_expiry: float = math.inf
 
     def prune(self, now: float) -> None:
-        cutoff = now - self.spec.ttl_s if self.spec.ttl_s > 0 else -math.inf
-        for key in [
-            k
-            for k, item in self.items.items()
-            if item.stored_at <= cutoff or (item.expires_at is not None and item.expires_at <= now)
-        ]:
-            del self.items[key]
+        """Drop what the bucket's TTL and the per-message TTLs have expired. Items are in write
+        order (oldest first), so the bucket's TTL stops at the first one young enough; per-message
+        TTLs cost a scan only once one is due: a soak of thousands of runs looks at its buckets
+        tens of thousands of times."""
+        if self.spec.ttl_s > 0:
+            cutoff = now - self.spec.ttl_s
+            while self.items:
+                key, first = next(iter(self.items.items()))
+                if first.stored_at > cutoff:
+                    break
+                del self.items[key]
+        if self.next_expiry <= now:
+            for key in [
+                k
+                for k, item in self.items.items()
+                if item.expires_at is not None and item.expires_at <= now
+            ]:
+                del self.items[key]
+            self.next_expiry = min(
+                (i.expires_at for i in self.items.values() if i.expires_at is not None),
+                default=math.inf,
+            )
 
     def expiry(self, ttl_s: float | None, now: float) -> float | None:
         """When a write with ``ttl_s`` expires; refused, as by nats-server, unless the bucket
@@ -170,6 +188,8 @@ class SimBucket:
         self.seq += 1
         self.items.pop(key, None)  # keep dict order = write order, like the stream underneath
         self.items[key] = KvItem(value, self.seq, now, expires_at)
+        if expires_at is not None:
+            self.next_expiry = min(self.next_expiry, expires_at)
         entry = KvEntry(self.spec.name, key, value, self.seq)
         for watcher in list(self.watchers):
             if key.startswith(watcher.prefix):
