@@ -130,8 +130,9 @@ def unrun_result() -> ToolResult:
 
 @final
 class Pairing:
-    """The pairs of one journal handle: the intent stored with the last model response and not
-    yet run, and whether a tool result waits to be stored with the commit."""
+    """The pairs of one journal handle: a new model response stored with what it leads to, the
+    intent stored with the last one and not yet run, and whether a tool result waits to be
+    stored with the commit."""
 
     def __init__(self, writer: FencedWriter, tools: ToolRunner, holder: DeliveryState) -> None:
         self._writer = writer
