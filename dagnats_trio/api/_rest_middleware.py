@@ -1,0 +1,95 @@
+"""The REST API's middleware: the bearer token on every route but health and the console's
+static files, the error boundary that answers 500 with no details, and Starlette's own 404 and
+405 as JSON errors.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..web import ApiError, error_response, internal_error_response
+from ._console import CONSOLE_PREFIX
+
+#: The API's one logger, named for :mod:`.rest` wherever the code that logs lives (operators and
+#: tests filter on it).
+log = logging.getLogger("dagnats_trio.api.rest")
+
+#: The one route that never needs a token.
+HEALTH_PATH = "/healthz"
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404 (no route) and 405 (wrong method), as JSON errors."""
+    assert isinstance(exc, HTTPException)
+    codes = {404: "not_found", 405: "method_not_allowed"}
+    code = codes.get(exc.status_code, "http_error")
+    err = ApiError(exc.status_code, code, exc.detail, headers=dict(exc.headers or {}))
+    return error_response(err)
+
+
+class _ErrorBoundary:
+    """The last line: an exception no handler expected is logged with its trace and answered
+    500 ``internal`` with no details; it is not re-raised (the server would log it again)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                await internal_error_response()(scope, receive, send)
+
+
+class _BearerAuth:
+    """With a token configured, every route but ``/healthz`` and the console's static files
+    (``/ui/...``: HTML, CSS and JavaScript, no data) needs ``Authorization: Bearer``; the
+    comparison takes the same time whatever the bytes sent."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode() if token else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        public = path in (HEALTH_PATH, CONSOLE_PREFIX) or path.startswith(f"{CONSOLE_PREFIX}/")
+        if self._expected is None or scope["type"] != "http" or public:
+            await self.app(scope, receive, send)
+            return
+        presented = b""
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                presented = value
+                break
+        if not hmac.compare_digest(presented, self._expected):
+            # Missing and wrong are told apart (the code stays "unauthorized"): a user who sent
+            # a token needs to know it is the wrong one, not to add one.
+            message = (
+                "the bearer token is wrong (check DAGNATS_API_TOKEN or --token)"
+                if presented
+                else "a bearer token is required (Authorization: Bearer <token>; the CLI sends "
+                "DAGNATS_API_TOKEN or --token)"
+            )
+            err = ApiError(401, "unauthorized", message, headers={"www-authenticate": "Bearer"})
+            await error_response(err)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

@@ -1,0 +1,58 @@
+"""The REST API's query parameters: each read and checked, a bad one a 400 naming it."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from ..dag import DurationError, parse_duration_text
+from ..inputs import SubmissionStatus
+from ..protocol import parse_decimal
+from ..web import bad_request
+
+
+def _only_params(request: Request, allowed: set[str]) -> None:
+    unknown = sorted(k for k in request.query_params if k not in allowed)
+    if unknown:
+        names = ", ".join(sorted(allowed))
+        raise bad_request(
+            f"unknown query parameter(s) {', '.join(unknown)}; allowed: {names}",
+            code="invalid_query",
+        )
+
+
+def _int_param(raw: str | None, name: str, low: int, high: int, default: int) -> int:
+    if raw is None or raw == "":
+        return default
+    try:
+        return parse_decimal(raw, low=low, high=high)
+    except ValueError as exc:
+        raise bad_request(f"{name} {exc}", code="invalid_query") from None
+
+
+def _bool_param(raw: str | None, name: str) -> bool:
+    if raw is None or raw in ("", "0", "false"):
+        return False
+    if raw in ("1", "true"):
+        return True
+    raise bad_request(f"{name} must be 1, 0, true or false", code="invalid_query")
+
+
+def _wait_param(raw: str | None, max_wait_s: float) -> float | None:
+    """``wait`` as seconds, cut to ``max_wait_s``: "30s", "250ms" or integer milliseconds."""
+    if raw is None or raw == "":
+        return None
+    try:
+        ms = parse_duration_text(raw)
+    except DurationError as exc:
+        raise bad_request(f"wait: {exc}", code="invalid_wait") from None
+    return min(ms / 1000.0, max_wait_s)
+
+
+def _since_param(raw: str | None) -> SubmissionStatus | None:
+    if raw is None or raw == "":
+        return None
+    try:
+        return SubmissionStatus(raw)
+    except ValueError:
+        names = ", ".join(s.value for s in SubmissionStatus)
+        raise bad_request(f"since must be one of {names}", code="invalid_query") from None
