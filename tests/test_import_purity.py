@@ -78,6 +78,8 @@ PURE_MODULES = sorted(
         "dagnats_trio.journal._replay_task",
         "dagnats_trio.journal._errors",
         "dagnats_trio.journal.check",
+        "dagnats_trio.journal._check_groups",
+        "dagnats_trio.journal._check_report",
         "dagnats_trio.inputs",
         "dagnats_trio.inputs.submission",
         "dagnats_trio.inputs._settlement",
