@@ -29,18 +29,18 @@ Round trips (each KV or stream call is one):
   unsettled submission (plus one read of the journal when one is placed).
 
 The records' keys and compare-and-set loops are :mod:`._store`; the checks on what a caller
-gives, :mod:`._checks`.
+gives, :mod:`._checks`; the settlement of a finished step and the marking of committed inputs,
+:mod:`._service_settlement`; the reads and compare-and-sets for placement,
+:mod:`._service_placement`.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
 from typing import Final, final
 
 import trio
 
-from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
 from dagnats_trio.protocol import (
     InputSubmitted,
     JsonValue,
@@ -52,18 +52,19 @@ from dagnats_trio.protocol import (
 from dagnats_trio.transport import (
     KeyExists,
     RevisionMismatch,
-    Transport,
-    TransportError,
 )
 
-from . import _journal
 from ._checks import MAX_CONTENT_BYTES, check_content, check_ids, parse_mode
-from ._settlement import JournalPlacements, settle_finished
+from ._service_settlement import (
+    MARK_COMMITTED_BACKOFF_MAX_S,
+    MARK_COMMITTED_BACKOFF_S,
+    MARK_COMMITTED_BUDGET_S,
+    _SettlementOps,
+)
 from ._snapshot import FINISHED_STEP_STATUSES, decode_run_view
 from ._store import (
     MAX_CAS_ATTEMPTS,
     StoredSubmission,
-    SubmissionStore,
     decode_submission,
     index_key,
     step_prefix,
@@ -82,9 +83,6 @@ from .submission import (
     Submission,
     SubmissionStatus,
     new_submission,
-    to_adopted,
-    to_done,
-    to_placed,
     to_unanswered,
     to_withdrawn,
 )
@@ -108,22 +106,15 @@ __all__ = [
 
 #: Longest a ``get`` may wait for a change, whatever the caller asks.
 MAX_GET_WAIT_S: Final = 60.0
-#: How long :meth:`InputsService.mark_committed` keeps retrying a failing marking; under the
-#: journal's bound on its ``on_committed`` hook (10 s), so the lifecycle event is not held longer.
-MARK_COMMITTED_BUDGET_S: Final = 8.0
-#: First pause between two markings, doubled after each failure up to the next bound.
-MARK_COMMITTED_BACKOFF_S: Final = 0.1
-MARK_COMMITTED_BACKOFF_MAX_S: Final = 1.0
 
 
 @final
-class InputsService:
-    """Submit, read, withdraw and settle inputs; also the engine's ``InputsHooks``."""
+class InputsService(_SettlementOps):
+    """Submit, read, withdraw and settle inputs; also the engine's ``InputsHooks``.
 
-    def __init__(self, transport: Transport, env: RuntimeEnv = DEFAULT_ENV) -> None:
-        self._t = transport
-        self._env = env
-        self._store = SubmissionStore(transport)
+    Settlement and marking are in :class:`._service_settlement._SettlementOps`, the reads and
+    compare-and-sets for placement in :class:`._service_placement._PlacementOps` (its bases).
+    """
 
     # --- public operations -----------------------------------------------------------------
 
@@ -251,135 +242,6 @@ class InputsService:
             if stored is not None and stored.submission.status is SubmissionStatus.QUEUED:
                 return True
         return False
-
-    async def settle_step(self, run_id: str, step_id: str) -> None:
-        """The step reached a final state (completed, failed, cancelled, timed out): close it to
-        new inputs and settle every submission of it that is not settled yet, from its journal.
-
-        A queued input becomes unanswered; a placed one becomes done when the iteration that
-        placed it committed (the journal says so, whether or not the worker's own marking
-        arrived), else unanswered (see ``_settlement``). A holder of a cancelled or timed out
-        step may still be running and commit afterwards; the settlement is final, and the
-        journal still places an input at most once. Idempotent: a repeat after a crash settles
-        what is left, so the engine may replay it.
-        """
-        listed = await self._store.index_close(run_id, step_id)
-        keys = set(await self._t.kv_keys(layout.INPUTS_BUCKET, step_prefix(run_id, step_id)))
-        keys.update(submission_key(run_id, step_id, e.request_id) for e in listed)
-        open_subs: builtins.list[StoredSubmission] = []
-        for key in sorted(keys):
-            stored = await self._store.read(key)
-            # None: a submission in flight; it sees the closed index and settles itself.
-            if stored is not None and not stored.submission.status.settled:
-                open_subs.append(stored)
-        if open_subs:
-            journal = JournalPlacements()
-            if any(s.submission.status is SubmissionStatus.PLACED for s in open_subs):
-                journal = await self.journal_placements(run_id, step_id)
-            now = self._env.wall_ms()
-            for stored in open_subs:
-                await self._store.transition(stored, lambda s: settle_finished(s, journal, now))
-        await self.drop_from_index(run_id, step_id, [e.request_id for e in listed])
-
-    async def mark_done(
-        self, run_id: str, step_id: str, request_ids: Iterable[str]
-    ) -> builtins.list[Submission]:
-        """The iteration that placed these inputs committed: placed -> done.
-
-        Ids that are already done, unknown (expired) or not placed are skipped, so a repeated
-        call after a crash is harmless. Returns the submissions this call moved.
-        """
-        moved: builtins.list[Submission] = []
-        now = self._env.wall_ms()
-        for request_id in request_ids:
-            stored = await self._store.read(submission_key(run_id, step_id, request_id))
-            if stored is None or stored.submission.status is not SubmissionStatus.PLACED:
-                continue
-            done = await self._store.transition(stored, lambda s: to_done(s, now))
-            if done is not None and done.submission.status is SubmissionStatus.DONE:
-                moved.append(done.submission)
-        return moved
-
-    async def mark_committed(
-        self, run_id: str, step_id: str, request_ids: Iterable[str]
-    ) -> builtins.list[Submission]:
-        """:meth:`mark_done` for the commit hook of a worker or the bridge: a failure (NATS
-        unavailable for a moment, contention) is retried with backoff for up to
-        :data:`MARK_COMMITTED_BUDGET_S`, so a done is not lost to a transient error and a client
-        waiting on the input sees it now, not when the step finishes (the settlement of the
-        finished step would still make it done, from the journal). Raises the last error when
-        the budget runs out."""
-        ids = tuple(request_ids)
-        delay = MARK_COMMITTED_BACKOFF_S
-        last: Exception = TransportError(
-            f"marking {len(ids)} inputs done took over {MARK_COMMITTED_BUDGET_S} s"
-        )
-        with trio.move_on_after(MARK_COMMITTED_BUDGET_S):
-            while True:
-                try:
-                    return await self.mark_done(run_id, step_id, ids)
-                except (TransportError, ContentionError) as exc:
-                    last = exc
-                await trio.sleep(delay)
-                delay = min(2 * delay, MARK_COMMITTED_BACKOFF_MAX_S)
-        raise last
-
-    # --- for placement ---------------------------------------------------------------------
-
-    async def placement_candidates(
-        self, run_id: str, step_id: str, mode: Mode
-    ) -> builtins.list[StoredSubmission]:
-        """Indexed submissions of ``mode``, in submission order, whatever their status now."""
-        index = await self._store.read_index(run_id, step_id)
-        if index is None:
-            return []
-        found: builtins.list[StoredSubmission] = []
-        for entry in index.queued:
-            if entry.mode is not mode:
-                continue
-            stored = await self._store.read(submission_key(run_id, step_id, entry.request_id))
-            if stored is not None:
-                found.append(stored)
-        return found
-
-    async def claim(self, stored: StoredSubmission, iteration: int) -> StoredSubmission | None:
-        """queued -> placed by compare-and-set at the revision read.
-
-        None when the submission changed meanwhile (the caller re-reads and decides again).
-        """
-        new = to_placed(stored.submission, iteration)
-        key = self._store.key_of(new)
-        try:
-            revision = await self._t.kv_update(
-                layout.INPUTS_BUCKET, key, to_json(new), stored.revision
-            )
-        except RevisionMismatch:
-            return None
-        return StoredSubmission(new, revision)
-
-    async def adopt(self, stored: StoredSubmission, iteration: int) -> StoredSubmission | None:
-        """placed (by an earlier iteration, never recorded) -> placed by ``iteration``, by
-        compare-and-set; None when the submission changed meanwhile."""
-        new = to_adopted(stored.submission, iteration)
-        try:
-            revision = await self._t.kv_update(
-                layout.INPUTS_BUCKET, self._store.key_of(new), to_json(new), stored.revision
-            )
-        except RevisionMismatch:
-            return None
-        return StoredSubmission(new, revision)
-
-    async def journal_placements(self, run_id: str, step_id: str) -> JournalPlacements:
-        """What the step's journal records about placements (a full read of its journal: only
-        the repair of a lost claim and the settlement of a finished step need it)."""
-        return await _journal.read_placements(self._t, run_id, step_id)
-
-    async def reread(self, sub: Submission) -> StoredSubmission | None:
-        return await self._store.read(self._store.key_of(sub))
-
-    async def drop_from_index(self, run_id: str, step_id: str, request_ids: Iterable[str]) -> None:
-        """Remove entries whose submission left ``queued`` (best effort: the record decides)."""
-        await self._store.drop_from_index(run_id, step_id, request_ids)
 
     # --- listing -----------------------------------------------------------------------------
 
