@@ -4,9 +4,10 @@ an API's ``/healthz`` to answer a given status (in process or as a separate proc
 
 Each scenario stops its own nats-server for :data:`OUTAGE_S` and waits the outage out in full
 (the outage is what is tested). Run one after the other they cost the suite three outages of
-idle waiting; run at once (the ``outages`` fixture of tests/conftest.py), one. Each still has its
-own server, its own clients and its own log records, and the tests assert on each one's outcome
-as before.
+idle waiting; tests/conftest.py instead runs them at once, in a process of their own
+(tests/_outage_run.py) started when the session's tests are collected, so the wait overlaps the
+rest of the suite. Each still has its own server, its own clients and its own log records, and
+the tests assert on each one's outcome as before (the ``outages`` fixture).
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ async def health_answer(http: httpx.AsyncClient, status: int, bound_s: float) ->
                 body: dict[str, str] = r.json()
                 return body
             await trio.sleep(LOOK_EVERY_S)
+
+
+class ScenarioFailed(Exception):
+    """A scenario's error, carried from the process that ran it (tests/_outage_run.py) as the
+    text of its traceback."""
 
 
 @attrs.frozen

@@ -7,11 +7,11 @@ the blocking :class:`SyncNatsServer` (same config code as the embedded server) f
 
 from __future__ import annotations
 
-import functools
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from _outage import Ridden, ride_out_at_once
+from _outage import Ridden
+from _outage_run import OutageChild
 
 from dagnats_trio.server import NatsCluster, NatsServer, SyncNatsServer, open_nats_cluster
 from dagnats_trio.server import open_nats_server as _open_nats_server
@@ -85,20 +85,28 @@ def transport(request: pytest.FixtureRequest) -> Transport:
     return value
 
 
-@pytest.fixture(scope="session")
-def outages(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Ridden]:
-    """The 90 s NATS outage scenarios of the selected tests (``@pytest.mark.outage(name)``), run
-    side by side on a nats-server each, so the session waits one outage out instead of three;
-    each test asserts on its own scenario's outcome (tests/_outage.py)."""
-    from cli._outage_processes import ride_out_as_processes
-    from e2e._outage_stack import ride_out_in_process
+_OUTAGE_CHILD = pytest.StashKey[OutageChild]()
 
-    scenarios = {
-        "native": functools.partial(ride_out_in_process, "native"),
-        "nats-py": functools.partial(ride_out_in_process, "nats-py"),
-        "processes": lambda: ride_out_as_processes(tmp_path_factory.mktemp("outage-processes")),
-    }
-    wanted = {m.args[0] for item in request.session.items for m in item.iter_markers("outage")}
-    return ride_out_at_once({name: run for name, run in scenarios.items() if name in wanted})
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the outage scenarios of the collected tests (``@pytest.mark.outage(name)``) in a
+    process of their own now, so their 90 s outage is waited out while the suite runs."""
+    names = {m.args[0] for item in session.items for m in item.iter_markers("outage")}
+    if names and not session.config.option.collectonly:
+        session.config.stash[_OUTAGE_CHILD] = OutageChild.start(names)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    child = session.config.stash.get(_OUTAGE_CHILD, None)
+    if child is not None:
+        child.stop()
+
+
+@pytest.fixture(scope="session")
+def outages(request: pytest.FixtureRequest) -> dict[str, Ridden]:
+    """The outcome of each outage scenario, by name (tests/_outage.py, tests/_outage_run.py):
+    each on a nats-server of its own, stopped for the full 90 s; the tests assert on them."""
+    child = request.config.stash.get(_OUTAGE_CHILD, None)
+    if child is None:
+        pytest.fail("no outage scenario was started: mark the test @pytest.mark.outage(name)")
+    return child.outcomes()
