@@ -40,6 +40,7 @@ class Subscription:
         self._on_close = on_close
         self._dropped = 0
         self._delivered = 0
+        self._taken = 0
         self._closed_flag = False
 
     @property
@@ -53,6 +54,12 @@ class Subscription:
         return self._delivered
 
     @property
+    def buffered(self) -> int:
+        """Messages waiting in the buffer: :meth:`next_msg_nowait` returns one while this is
+        positive (a check without the ``WouldBlock`` raised and caught when it is zero)."""
+        return self._delivered - self._taken
+
+    @property
     def closed(self) -> bool:
         """Whether the subscription is closed (no more messages will arrive)."""
         return self._closed_flag
@@ -60,20 +67,26 @@ class Subscription:
     async def next_msg(self) -> Msg:
         """The next message; ``trio.EndOfChannel`` once closed and emptied. Cancel-safe: a
         cancelled wait takes no message."""
-        return await self._receive.receive()
+        msg = await self._receive.receive()
+        self._taken += 1
+        return msg
 
     def next_msg_nowait(self) -> Msg:
         """A buffered message, or ``trio.WouldBlock`` (``trio.EndOfChannel`` once closed)."""
-        return self._receive.receive_nowait()
+        msg = self._receive.receive_nowait()
+        self._taken += 1
+        return msg
 
     def __aiter__(self) -> Subscription:
         return self
 
     async def __anext__(self) -> Msg:
         try:
-            return await self._receive.receive()
+            msg = await self._receive.receive()
         except trio.EndOfChannel:
             raise StopAsyncIteration from None
+        self._taken += 1
+        return msg
 
     def unsubscribe(self) -> None:
         """Stop delivery now (UNSUB is queued); buffered messages stay readable."""

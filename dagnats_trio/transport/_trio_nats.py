@@ -246,11 +246,11 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
         self._check_open(what)
         pull = await self._pull(stream, durable)
         taken = pull.taken
-        with suppress(trio.WouldBlock, trio.EndOfChannel):  # left by an earlier request
-            while len(taken) < batch:
-                msg = pull.sub.next_msg_nowait()
-                if msg.status is None and msg.reply is not None:
-                    taken.append(msg)
+        sub = pull.sub
+        while len(taken) < batch and sub.buffered:  # left by an earlier request
+            msg = sub.next_msg_nowait()
+            if msg.status is None and msg.reply is not None:
+                taken.append(msg)
         if taken:
             await trio.lowlevel.checkpoint()
             return pull.hand_out(self, batch)
@@ -274,16 +274,14 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
         waited = False
         with trio.move_on_after(timeout_s + FETCH_GRACE_S):
             while len(taken) < batch:
-                try:
-                    msg = pull.sub.next_msg_nowait()
-                except trio.WouldBlock:
+                if sub.buffered:  # no WouldBlock raised and caught to find out
+                    msg = sub.next_msg_nowait()
+                else:
                     waited = True
                     try:
-                        msg = await pull.sub.next_msg()
+                        msg = await sub.next_msg()
                     except trio.EndOfChannel:
                         raise Closed(f"{what}: transport closed") from None
-                except trio.EndOfChannel:
-                    raise Closed(f"{what}: transport closed") from None
                 if msg.status is None:
                     if msg.reply is not None:
                         taken.append(msg)

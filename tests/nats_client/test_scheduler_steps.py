@@ -8,6 +8,7 @@ critical path for nothing once the call has waited on the server.
 
 from __future__ import annotations
 
+import cProfile
 import secrets
 from typing import Final
 
@@ -87,3 +88,45 @@ async def test_a_request_costs_its_caller_one_step_and_one_write(nats_url: str) 
     print(f"{REQUESTS} requests: {counter.steps} steps of the caller, {writes} socket writes")
     assert counter.steps == REQUESTS
     assert writes == REQUESTS
+
+
+#: Fetches measured one after another, each of one delivery published just before.
+FETCHES: Final = 20
+#: Python calls while a fetch waits for one delivery (profiled: the fetch, the client, and the
+#: reader and Trio's scheduler meanwhile): 150 while a fetch found the inbox empty by a
+#: ``WouldBlock`` raised and caught (twice, one under ``contextlib.suppress``), 145 since it asks
+#: the subscription how many messages it holds.
+MAX_CALLS_PER_FETCH: Final = 147
+
+
+async def test_a_fetch_finds_its_inbox_empty_without_an_exception(nats_url: str) -> None:
+    run = "tf" + secrets.token_hex(6)
+    stream, durable = "TF_" + run, "d" + run
+    async with open_trio_nats_transport(nats_url) as t:
+        await t.ensure_stream(StreamSpec(stream, (f"tf.{run}.>",), work_queue=True))
+        await t.ensure_consumer(ConsumerConfig(stream, durable, f"tf.{run}.>", ack_wait_s=60))
+        with trio.fail_after(WAIT_S):
+            await t.publish(f"tf.{run}.a", b"warm")
+            (first,) = await t.fetch(stream, durable, 1, timeout_s=5.0)
+            first.ack_nowait()
+            calls = 0
+            got = []
+            for i in range(FETCHES):
+                await t.publish(f"tf.{run}.a", b"job-%d" % i)
+                profiler = cProfile.Profile()
+                profiler.enable()
+                try:
+                    (delivery,) = await t.fetch(stream, durable, 1, timeout_s=5.0)
+                finally:
+                    profiler.disable()
+                profiler.create_stats()
+                stats: dict[tuple[str, int, str], tuple[int, int, float, float, object]]
+                stats = profiler.stats  # type: ignore[attr-defined]
+                calls += sum(v[1] for k, v in stats.items() if k[0] != "~")
+                got.append(delivery.data)
+                delivery.ack_nowait()
+        await t.request(f"$JS.API.STREAM.DELETE.{stream}", b"")
+    per_fetch = calls / FETCHES
+    print(f"python calls per fetch of one delivery: {per_fetch:.1f}")
+    assert got == [b"job-%d" % i for i in range(FETCHES)]
+    assert 0 < per_fetch <= MAX_CALLS_PER_FETCH
