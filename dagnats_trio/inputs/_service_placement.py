@@ -1,7 +1,7 @@
 """The inputs service's reads and compare-and-sets for placement (``tc.place_inputs`` through
 :mod:`.placement`): the candidates of a step, claim and adopt, the journal's placements, and
-the index upkeep. The base of :class:`.service.InputsService`; it holds the service's transport,
-clock and store.
+the index upkeep. A base of :class:`.service.InputsService`, which holds the transport, clock
+and store they use.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterable
 
-from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
+from dagnats_trio._env import RuntimeEnv
 from dagnats_trio.protocol import layout, to_json
 from dagnats_trio.transport import RevisionMismatch, Transport
 
@@ -22,10 +22,10 @@ from .submission import Mode, Submission, to_adopted, to_placed
 class _PlacementOps:
     """The inputs service's placement side (see :class:`.service.InputsService`)."""
 
-    def __init__(self, transport: Transport, env: RuntimeEnv = DEFAULT_ENV) -> None:
-        self._t = transport
-        self._env = env
-        self._store = SubmissionStore(transport)
+    #: Set by :meth:`.service.InputsService.__init__`: the transport, the clock, the records.
+    _t: Transport
+    _env: RuntimeEnv
+    _store: SubmissionStore
 
     # --- for placement ---------------------------------------------------------------------
 

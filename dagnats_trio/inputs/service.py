@@ -41,6 +41,7 @@ from typing import Final, final
 
 import trio
 
+from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
 from dagnats_trio.protocol import (
     InputSubmitted,
     JsonValue,
@@ -52,6 +53,7 @@ from dagnats_trio.protocol import (
 from dagnats_trio.transport import (
     KeyExists,
     RevisionMismatch,
+    Transport,
 )
 
 from ._checks import MAX_CONTENT_BYTES, check_content, check_ids, parse_mode
@@ -65,6 +67,7 @@ from ._snapshot import FINISHED_STEP_STATUSES, decode_run_view
 from ._store import (
     MAX_CAS_ATTEMPTS,
     StoredSubmission,
+    SubmissionStore,
     decode_submission,
     index_key,
     step_prefix,
@@ -115,6 +118,11 @@ class InputsService(_SettlementOps):
     Settlement and marking are in :class:`._service_settlement._SettlementOps`, the reads and
     compare-and-sets for placement in :class:`._service_placement._PlacementOps` (its bases).
     """
+
+    def __init__(self, transport: Transport, env: RuntimeEnv = DEFAULT_ENV) -> None:
+        self._t = transport
+        self._env = env
+        self._store = SubmissionStore(transport)
 
     # --- public operations -----------------------------------------------------------------
 
