@@ -17,6 +17,7 @@ than writing to nats-py's socket and driving its parser by hand did; the native 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -85,6 +86,8 @@ class NatsTransport(JetStreamOverRequests, JetStreamBatches):
         self._pulls: dict[tuple[str, str], PullInbox] = {}
         self._kv_handles: dict[str, Any] = {}
         self._subscriptions = 0
+        #: core publishes started and not waited on (``core_publish_soon``), held until done
+        self._detached: set[asyncio.Task[Any]] = set()
 
     @property
     def round_trips(self) -> int:
@@ -331,7 +334,7 @@ class NatsTransport(JetStreamOverRequests, JetStreamBatches):
         what = f"publish {subject!r}"
         if self._closed:
             raise Closed(f"{what}: transport closed")
-        run_detached(self._loop, self._nc.publish(subject, data), what)
+        run_detached(self._loop, self._nc.publish(subject, data), what, self._detached)
 
     @asynccontextmanager
     async def subscribe(

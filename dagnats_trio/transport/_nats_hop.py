@@ -114,11 +114,20 @@ async def run_shielded(
         raise mapped from None
 
 
-def run_detached(loop: Any, coro: Coroutine[Any, Any, object], what: str) -> None:
+def run_detached(
+    loop: Any,
+    coro: Coroutine[Any, Any, object],
+    what: str,
+    running: set[asyncio.Task[outcome.Outcome[object]]],
+) -> None:
     """Start ``coro`` as an asyncio task and return at once, without waiting for it (no hop
     back, no scheduler pass): for a message nobody waits on, whose loss is harmless (an
-    ``ack_nowait``). Its error, if any, is logged at debug level, as an abandoned task's is."""
+    ``ack_nowait``). Its error, if any, is logged at debug level, as an abandoned task's is.
+    The event loop keeps only a weak reference to a task, so ``running`` (the caller's own
+    set) holds it until it is done: a task nobody holds can be collected before it runs."""
     task: asyncio.Task[outcome.Outcome[object]] = loop.create_task(_captured(coro))
+    running.add(task)
+    task.add_done_callback(running.discard)
     task.add_done_callback(functools.partial(_abandoned, loop, what, None))
 
 
