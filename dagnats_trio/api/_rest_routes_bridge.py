@@ -134,7 +134,12 @@ BRIDGE_ROUTES: tuple[RouteDoc, ...] = (
         "bridge_journal_append",
         "Append a model or tool record (fenced on the lease's last sequence).",
         Answer(200, "Stored.", Appended),
-        description=_CLAIMS + " The record kinds are in docs/journal-wire-format.md.",
+        description=_CLAIMS
+        + " The record kinds are in docs/journal-wire-format.md. A record at the wrong "
+        "position (a `tool.result` or `tool.output` with no intent at its call, a second "
+        "intent, result or model record at one position, a model record at a tool's) answers "
+        "400 `invalid_record` naming the rule of `journal check` it would break, and nothing "
+        "is written (a misplaced first record does not claim).",
         body=JournalAppendBody,
     ),
     _lease_route(

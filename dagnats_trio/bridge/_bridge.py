@@ -68,7 +68,13 @@ from ._leases import (
     LeaseTable,
     positive_seconds,
 )
-from ._records import compact_json, decode_append, iteration_records
+from ._records import (
+    compact_json,
+    decode_append,
+    iteration_records,
+    read_iteration,
+    refuse_misplaced,
+)
 from ._views import (
     Appended,
     CheckpointSaved,
@@ -245,17 +251,21 @@ class Bridge:
         record = decode_append(raw)
         async with self._leases.use(token) as lease:
             check_active(lease)
-            journal = await self._claim(lease)
             t = lease.task
-            fill: dict[str, Any] = {
-                "iteration": t.dispatch.iteration,
-                "attempt": t.dispatch.attempt,
-                "claim_id": journal.claim_id,
-            }
+            if lease.known is None:
+                # Read before the claim, so a misplaced first record claims nothing.
+                lease.known = await read_iteration(self._transport, t, skip_unreadable=True)
+            placed = attrs.evolve(
+                record, iteration=t.dispatch.iteration, attempt=t.dispatch.attempt
+            )
+            refuse_misplaced(lease.known, placed)
+            journal = await self._claim(lease)
+            fill: dict[str, Any] = {"claim_id": journal.claim_id}
             if isinstance(record, ToolIntentRecord) and not record.key:
                 fill["key"] = call_key(t.run_id, t.step_id, t.dispatch.iteration, record.call)
-            filled = attrs.evolve(record, **fill)
+            filled = attrs.evolve(placed, **fill)
             seq = await journal_call(lease, lambda: journal.append(filled))
+            lease.known.append((seq, filled))
             return Appended(seq)
 
     async def load_checkpoint(self, token: str) -> CheckpointState:

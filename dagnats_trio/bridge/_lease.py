@@ -26,7 +26,7 @@ from ..journal import (
     Settlement,
     Stale,
 )
-from ..protocol import TaskMessage
+from ..protocol import JournalRecord, TaskMessage
 from ..transport import Delivery, TransportError
 from ._errors import BridgeError, cancelled, fenced, gone
 
@@ -51,6 +51,10 @@ class Lease:
     last_contact: float
     journal: Journal | None = None
     journal_wanted: bool = False
+    #: The records of the task's iteration as this lease knows them: read at its first
+    #: ``journal/append``, then extended by each of its appends (the lease is the only writer
+    #: while its claim holds), so each append is checked against the positions before it.
+    known: list[tuple[int, JournalRecord]] | None = None
     state_set: bool = False
     lapsed: bool = False
     finished: tuple[int, str, str] | None = None

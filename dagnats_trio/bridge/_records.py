@@ -3,10 +3,12 @@ before anything is claimed) and the records of its iteration it reads back."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 import attrs
 
+from ..journal import check
 from ..protocol import (
     DecodeError,
     JournalRecord,
@@ -89,32 +91,76 @@ def decode_append(raw: dict[str, JsonValue]) -> JournalRecord:
     return record
 
 
+#: The rules of the journal audit (``dagnats_trio.journal.check``, rule 3) on calls and their
+#: positions. An appended record that would break one is refused with 400 before anything is
+#: written: stored, it would make ``journal check`` fail on the run for good.
+POSITION_RULES: Final = frozenset(
+    {
+        "position-reused",
+        "duplicate-intent",
+        "duplicate-result",
+        "result-without-intent",
+        "output-without-intent",
+        "group-shape",
+        "group-intent-after-start",
+    }
+)
+
+
+def refuse_misplaced(known: Sequence[tuple[int, JournalRecord]], record: JournalRecord) -> None:
+    """A 400 ``invalid_record`` naming the rule when ``record``, appended after ``known`` (the
+    records of its iteration so far), breaks one of :data:`POSITION_RULES`: a result or
+    partial output without an intent at its call, a second intent, result or model record at
+    one position, a model record over a tool's."""
+    seq = (known[-1][0] if known else 0) + 1
+    report = check([*known, (seq, record)])
+    for v in report.violations:
+        if v.seq == seq and v.rule in POSITION_RULES:
+            raise bad_request(f"{v.rule}: {v.message}", "invalid_record")
+
+
+async def read_iteration(
+    transport: Transport,
+    t: TaskMessage,
+    to_seq: int | None = None,
+    *,
+    skip_unreadable: bool = False,
+) -> list[tuple[int, JournalRecord]]:
+    """The records of the task's iteration (each with its message's sequence), from the commit
+    the task names up to ``to_seq`` (None: the end of the subject). A message that does not
+    decode is a 500 ``journal_corrupt``, or with ``skip_unreadable`` left out (the claim and the
+    fenced append answer for it, as they do for the SDK)."""
+    subject = journal_subject(t.run_id, t.step_id)
+    out: list[tuple[int, JournalRecord]] = []
+    seq = max(t.journal_seq or 1, 1)
+    while to_seq is None or seq <= to_seq:
+        page = await transport.read_subject(JOURNAL_STREAM, subject, seq, JOURNAL_READ_PAGE_RECORDS)
+        for msg in page:
+            if to_seq is not None and msg.seq > to_seq:
+                return out
+            try:
+                recs = decode_records(msg.data)
+            except DecodeError as exc:
+                if skip_unreadable:
+                    continue
+                raise BridgeError(
+                    500, "journal_corrupt", f"journal record {msg.seq} is unreadable: {exc}"
+                ) from None
+            out.extend((msg.seq, rec) for rec in recs if rec.iteration == t.dispatch.iteration)
+        if len(page) < JOURNAL_READ_PAGE_RECORDS:
+            break
+        seq = page[-1].seq + 1
+    return out
+
+
 async def iteration_records(
     transport: Transport, t: TaskMessage, to_seq: int
 ) -> tuple[list[BridgeJournalEntry], bool]:
     """The records of the task's iteration up to ``to_seq`` (its claim), and whether the list
     was cut at :data:`JOURNAL_READ_MAX_RECORDS`."""
-    subject = journal_subject(t.run_id, t.step_id)
-    out: list[BridgeJournalEntry] = []
-    seq = max(t.journal_seq or 1, 1)
-    while seq <= to_seq:
-        page = await transport.read_subject(JOURNAL_STREAM, subject, seq, JOURNAL_READ_PAGE_RECORDS)
-        for msg in page:
-            if msg.seq > to_seq:
-                return out, False
-            try:
-                recs = decode_records(msg.data)
-            except DecodeError as exc:
-                raise BridgeError(
-                    500, "journal_corrupt", f"journal record {msg.seq} is unreadable: {exc}"
-                ) from None
-            for rec in recs:
-                if rec.iteration != t.dispatch.iteration:
-                    continue
-                if len(out) >= JOURNAL_READ_MAX_RECORDS:
-                    return out, True
-                out.append(BridgeJournalEntry(msg.seq, converter.unstructure(rec, JournalRecord)))
-        if len(page) < JOURNAL_READ_PAGE_RECORDS:
-            break
-        seq = page[-1].seq + 1
-    return out, False
+    records = await read_iteration(transport, t, to_seq)
+    out = [
+        BridgeJournalEntry(seq, converter.unstructure(rec, JournalRecord))
+        for seq, rec in records[:JOURNAL_READ_MAX_RECORDS]
+    ]
+    return out, len(records) > JOURNAL_READ_MAX_RECORDS
