@@ -1,0 +1,80 @@
+"""Issue 12 goal 3 (CPU per run): the Trio machinery an agent run costs, counted.
+
+A profiler counts calls into a few Trio primitives over scripted agent runs on the bench's stack
+(a real nats-server): counts, not times, so a loaded machine barely moves them. Each test pins
+one primitive that the runtime used to spend per delivery or per fetch for nothing.
+"""
+
+from __future__ import annotations
+
+import cProfile
+from collections import Counter
+from collections.abc import Callable
+from types import CodeType
+from typing import Any, Final
+
+import trio
+
+from bench._stack import open_stack
+from bench.agent import HEADLINE
+from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expected_answer
+
+WORKFLOW: Final = "trio-calls-agent"
+WARMUP_RUNS: Final = 3
+RUNS: Final = 10
+#: Cancel scopes entered per scripted agent run (4 deliveries, 5 history events): 19 measured
+#: when each delivery ran its nursery inside a scope of its own (4 per run); 15 since the
+#: delivery's scope is its nursery's. The rest: the fetches' waits (9), the deliveries'
+#: nurseries (4), the start's index writes (1), the bench's bound on the run (1).
+MAX_CANCEL_SCOPES_PER_RUN: Final = 16
+
+#: pstats' key of a function: (filename, first line, name).
+FuncKey = tuple[str, int, str]
+
+
+def _key(fn: Callable[..., Any]) -> FuncKey:
+    code: CodeType = fn.__code__
+    return (code.co_filename, code.co_firstlineno, code.co_name)
+
+
+async def _profiled_runs() -> dict[FuncKey, Any]:
+    """cProfile's raw stats over ``RUNS`` scripted agent runs (after a warmup), each checked."""
+    agent = ScriptedAgent(paired=HEADLINE.paired)
+    async with open_stack(
+        sync_always=False,
+        handlers={AGENT_TASK: agent.turn},
+        workflows=[agent_workflow(WORKFLOW)],
+    ) as stack:
+        for _ in range(WARMUP_RUNS):
+            await stack.run(WORKFLOW, {"task": "deploy"})
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            answers = [(await stack.run(WORKFLOW, {"task": "deploy"})) for _ in range(RUNS)]
+        finally:
+            profiler.disable()
+    assert all(snap.outputs().get("agent") == expected_answer() for snap in answers)
+    profiler.create_stats()
+    stats: dict[FuncKey, Any] = profiler.stats  # type: ignore[attr-defined]
+    return stats
+
+
+def _calls_per_run(stats: dict[FuncKey, Any], fn: Callable[..., Any]) -> tuple[float, str]:
+    """Calls of ``fn`` per run, and who made them (per run, by caller's module and name)."""
+    entry = stats.get(_key(fn))
+    if entry is None:
+        return 0.0, ""
+    callers: Counter[str] = Counter()
+    for (filename, _line, name), figures in entry[4].items():
+        module = filename.replace("\\", "/").rsplit("/", 2)[-2:]
+        callers[f"{'/'.join(module)}:{name}"] += figures[1]
+    shown = ", ".join(f"{who}: {n / RUNS:.1f}" for who, n in callers.most_common())
+    return entry[1] / RUNS, shown
+
+
+async def test_an_agent_run_enters_few_cancel_scopes() -> None:
+    stats = await _profiled_runs()
+    per_run, by = _calls_per_run(stats, trio.CancelScope.__enter__)
+    print(f"cancel scopes entered per agent run: {per_run:.1f} ({by})")
+    assert per_run > 0  # the count saw the runs
+    assert per_run <= MAX_CANCEL_SCOPES_PER_RUN
