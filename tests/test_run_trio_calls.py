@@ -27,6 +27,11 @@ RUNS: Final = 10
 #: delivery's scope is its nursery's. The rest: the fetches' waits (9), the deliveries'
 #: nurseries (4), the start's index writes (1), the bench's bound on the run (1).
 MAX_CANCEL_SCOPES_PER_RUN: Final = 16
+#: Calls of ``trio.Semaphore``'s ``acquire_nowait`` and ``release`` per scripted agent run: 128
+#: measured when the worker's places for deliveries were a semaphore (a fetch of up to 16 took
+#: 16 places one call each and gave back the 15 unfilled one call each); none since they are
+#: ``worker._slots.Slots`` (one call to reserve, one to give back, whatever the count).
+MAX_SEMAPHORE_CALLS_PER_RUN: Final = 0
 
 #: pstats' key of a function: (filename, first line, name).
 FuncKey = tuple[str, int, str]
@@ -78,3 +83,12 @@ async def test_an_agent_run_enters_few_cancel_scopes() -> None:
     print(f"cancel scopes entered per agent run: {per_run:.1f} ({by})")
     assert per_run > 0  # the count saw the runs
     assert per_run <= MAX_CANCEL_SCOPES_PER_RUN
+
+
+async def test_an_agent_run_takes_its_worker_places_without_a_call_per_place() -> None:
+    stats = await _profiled_runs()
+    acquires, by_acquire = _calls_per_run(stats, trio.Semaphore.acquire_nowait)
+    releases, by_release = _calls_per_run(stats, trio.Semaphore.release)
+    print(f"Semaphore calls per agent run: acquire_nowait {acquires:.1f} ({by_acquire}), "
+          f"release {releases:.1f} ({by_release})")
+    assert acquires + releases <= MAX_SEMAPHORE_CALLS_PER_RUN

@@ -40,6 +40,7 @@ from ._context import InputsPending, TaskContext, _WorkerShared, error_text
 from ._errors import JournalUnavailable
 from ._lease import heartbeat_interval_s, task_consumer
 from ._polls import POLL_MARK_INTERVAL_S, mark_polls
+from ._slots import Slots
 
 _log = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ class Worker:
         """Create the consumers, listen for cancels, pull and run tasks until cancelled."""
         for task_type in self._handlers:
             await self._transport.ensure_consumer(task_consumer(task_type, self._ack_wait_s))
-        slots = trio.Semaphore(self._concurrency)
+        slots = Slots(self._concurrency)
         async with (
             self._transport.subscribe(CANCEL_SUBJECTS) as cancels,
             trio.open_nursery() as nursery,
@@ -169,32 +170,20 @@ class Worker:
             for holder in list(self._live.get(run_id, ())):
                 holder.cancel()
 
-    async def _pull(self, task_type: str, slots: trio.Semaphore, nursery: trio.Nursery) -> None:
+    async def _pull(self, task_type: str, slots: Slots, nursery: trio.Nursery) -> None:
         durable = worker_durable(task_type)
         backoff = Backoff(FETCH_BACKOFF_START_S, FETCH_BACKOFF_MAX_S, self._services.env.random)
         while True:
-            # A free slot is taken without a scheduler step: the fetch below waits on the
+            # Free places are taken without a scheduler step: the fetch below waits on the
             # server (a checkpoint) either way.
-            try:
-                slots.acquire_nowait()
-            except trio.WouldBlock:
-                await slots.acquire()
-            taken = 1
-            while taken < FETCH_BATCH_MAX:
-                try:
-                    slots.acquire_nowait()
-                except trio.WouldBlock:
-                    break
-                taken += 1
+            taken = await slots.take(FETCH_BATCH_MAX)
             try:
                 deliveries = await self._transport.fetch(TASK_STREAM, durable, taken, FETCH_WAIT_S)
             except (Closed, NotProvisioned):
-                for _ in range(taken):
-                    slots.release()
+                slots.give_back(taken)
                 raise
             except TransportError as exc:
-                for _ in range(taken):
-                    slots.release()
+                slots.give_back(taken)
                 # The first failure in a row is worth a warning; the rest of an outage is the
                 # transport's to report (once down, once back), not a line per retry.
                 log = _log.warning if backoff.failures == 0 else _log.debug
@@ -202,45 +191,41 @@ class Worker:
                 await trio.sleep(backoff.next_s())
                 continue
             except BaseException:
-                for _ in range(taken):
-                    slots.release()
+                slots.give_back(taken)
                 raise
             backoff.reset()
-            for _ in range(taken - len(deliveries)):
-                slots.release()
+            slots.give_back(taken - len(deliveries))
             for delivery in deliveries:
-                nursery.start_soon(self._deliver_then_release, delivery, slots)
+                nursery.start_soon(self._deliver, delivery, slots)
 
-    async def _deliver_then_release(self, delivery: Delivery, slots: trio.Semaphore) -> None:
+    async def _deliver(self, delivery: Delivery, slots: Slots) -> None:
+        """Handle one delivery and settle it; its place is given back however it ends."""
         try:
-            await self._deliver(delivery)
+            try:
+                task = decode_task(delivery.data)
+            except DecodeError as exc:
+                _log.error("dropping an unreadable task message on %s: %s", delivery.subject, exc)
+                await delivery.term()
+                return
+            handler = self._handlers.get(task.task)
+            if handler is None:
+                _log.error("no handler for task type %r (subject %s)", task.task, delivery.subject)
+                await delivery.term()
+                return
+            holder = DeliveryState(TaskIdentity.of(task), worker_id=self._worker_id)
+            live = self._live.setdefault(task.run_id, set())
+            live.add(holder)
+            self._beating[holder] = delivery
+            try:
+                tc, error = await self._run_handler(handler, task, delivery, holder)
+                await self._finish(tc, holder, delivery, error)
+            finally:
+                del self._beating[holder]
+                live.discard(holder)
+                if not live:
+                    self._live.pop(task.run_id, None)
         finally:
-            slots.release()
-
-    async def _deliver(self, delivery: Delivery) -> None:
-        try:
-            task = decode_task(delivery.data)
-        except DecodeError as exc:
-            _log.error("dropping an unreadable task message on %s: %s", delivery.subject, exc)
-            await delivery.term()
-            return
-        handler = self._handlers.get(task.task)
-        if handler is None:
-            _log.error("no handler for task type %r (subject %s)", task.task, delivery.subject)
-            await delivery.term()
-            return
-        holder = DeliveryState(TaskIdentity.of(task), worker_id=self._worker_id)
-        live = self._live.setdefault(task.run_id, set())
-        live.add(holder)
-        self._beating[holder] = delivery
-        try:
-            tc, error = await self._run_handler(handler, task, delivery, holder)
-            await self._finish(tc, holder, delivery, error)
-        finally:
-            del self._beating[holder]
-            live.discard(holder)
-            if not live:
-                self._live.pop(task.run_id, None)
+            slots.give_back(1)
 
     async def _run_handler(
         self, handler: Handler, task: TaskMessage, delivery: Delivery, holder: DeliveryState
