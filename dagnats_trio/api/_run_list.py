@@ -71,6 +71,14 @@ def _parse_cursor(cursor: str | None, prefix: str) -> int | None:
     return int(body)
 
 
+def check_cursor(status: RunStatus | None, cursor: str | None) -> None:
+    """:class:`BadCursor` for a cursor that is no ``next_cursor`` of this listing, checked
+    before anything is read (or, on a first listing, written: the run index)."""
+    _parse_cursor(
+        cursor, ACTIVE_CURSOR_PREFIX if status is RunStatus.RUNNING else INDEX_CURSOR_PREFIX
+    )
+
+
 async def list_runs_page(
     transport: Transport,
     *,

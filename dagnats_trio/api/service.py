@@ -36,7 +36,7 @@ from ..protocol import (
 from ..transport import KeyExists, Transport
 from ._purge import collect_tree, execute_plan, plan_purge, purge_orphan
 from ._rest_views import NoWorker
-from ._run_list import BadCursor, list_runs_page
+from ._run_list import BadCursor, check_cursor, list_runs_page
 from ._unserved import UNSERVED_AFTER_S, unserved_steps
 
 #: Most runs one ``list_runs`` call returns.
@@ -270,6 +270,10 @@ class Service:
         except ValueError:
             names = ", ".join(s.value for s in RunStatus)
             raise InvalidRequest(f"unknown status {status!r} (one of {names})") from None
+        try:
+            check_cursor(wanted, cursor)
+        except BadCursor as exc:
+            raise InvalidRequest(str(exc)) from None
         if not self._index_ready:
             async with self._index_lock:
                 if not self._index_ready:

@@ -532,3 +532,50 @@ async def test_every_route_survives_a_fuzz_generated_from_openapi(
     # Every operation of the document was sent.
     assert all(tally[f"{method} {path}"] > 0 for method, path, _ in OPERATIONS)
     assert tally["200"] + tally["201"] + tally["202"] > 0
+
+
+# --- what is stored -----------------------------------
+
+#: A pause after a request that was answered 2xx, before the next one is sent (the engine
+#: applies a started run after the answer); it is repeated until NATS holds still.
+SETTLE_S = 0.2
+SETTLE_BOUND_S = 10.0
+
+
+async def stored(transport: Transport) -> dict[str, tuple[int, int]]:
+    """Messages and last sequence of every stream (KV buckets included): what NATS stores."""
+    names = json.loads(await transport.request("$JS.API.STREAM.NAMES", b"{}"))["streams"]
+    out = {}
+    for name in sorted(names):
+        info = json.loads(await transport.request(f"$JS.API.STREAM.INFO.{name}", b"{}"))
+        out[name] = (info["state"]["messages"], info["state"]["last_seq"])
+    return out
+
+
+async def settled(transport: Transport) -> dict[str, tuple[int, int]]:
+    """What NATS stores once it holds still for :data:`SETTLE_S`."""
+    with trio.fail_after(SETTLE_BOUND_S):
+        now = await stored(transport)
+        while True:
+            await trio.sleep(SETTLE_S)
+            again = await stored(transport)
+            if again == now:
+                return now
+            now = again
+
+
+async def test_a_first_listing_with_a_bad_cursor_writes_nothing(
+    fresh_nats_server: NatsServer,
+) -> None:
+    """The first ``GET /runs`` of a service builds the run index once (a write); one with a
+    cursor that is no ``next_cursor`` is refused with 400 before that, and nothing is stored.
+    (Found by the fuzz of rejected requests: the index marker appeared under one.)"""
+    async with fuzz_stack(fresh_nats_server) as stack:
+        before = await settled(stack.transport)
+        call = Call("GET", "/runs", "/runs", (("cursor", "bogus"),), (), b"", frozenset({400}))
+        answer = await asgi_request(stack.open_app, call)
+        assert answer.status == 400, answer
+        assert "cursor" in json.loads(answer.body)["error"]["message"]
+        assert await stored(stack.transport) == before
+        ok = await asgi_request(stack.open_app, attrs.evolve(call, query=()))
+        assert ok.status == 200, ok
