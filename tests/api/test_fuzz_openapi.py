@@ -13,6 +13,11 @@ token app also gets a wrong or missing token), on a nats-server of the test's ow
 engine and the worker bridge running; a smaller batch goes over real HTTP through hypercorn.
 Hypothesis runs in a worker thread and hands each batch to the test's Trio loop
 (``trio.from_thread``), where its requests run concurrently.
+
+A second fuzz sends requests one at a time, adding methods a path does not take and path
+segments that climb (``..``, quoted or raw, also under the console's ``/ui/``), and looks at
+every stream and bucket before and after each: a request answered 4xx stores nothing, a 400
+names a parameter or field of its route, a wrong method is 405 (401 without the token).
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ FUZZ_POLL_INTERVAL_S = 0.2
 FUZZ_BRIDGE_MAX_POLL_S = 1.0
 FUZZ_ACK_WAIT_S = 2.0
 STACK_START_S = 15.0
+#: Requests sent one at a time, each between two snapshots of what NATS stores.
+REJECT_EXAMPLES = 400
 
 DOC = openapi_document()
 OPERATIONS = tuple(
@@ -298,6 +305,75 @@ def token_auth() -> st.SearchStrategy[tuple[tuple[str, str], ...]]:
     )
 
 
+#: Path segments that try to climb out of a route or the console's directory, and ids that are
+#: no ids (NUL, a right-to-left mark, a long one).
+TRAVERSAL = (
+    "..",
+    ".",
+    "../..",
+    "../../etc/passwd",
+    "..%2F..%2Fpyproject.toml",
+    "%2e%2e",
+    "a/../b",
+    "\x00",
+    "run\u202eexe",
+    "a" * 300,
+)
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+PATH_METHODS: dict[str, frozenset[str]] = {}
+for _method, _path, _ in OPERATIONS:
+    PATH_METHODS[_path] = PATH_METHODS.get(_path, frozenset()) | {_method}
+
+
+def wrong_method(known: Known) -> st.SearchStrategy[Call]:
+    """A documented path with a method it does not take: 405 (401 without the token)."""
+
+    @st.composite
+    def one(draw: st.DrawFn) -> Call:
+        template = draw(st.sampled_from(sorted(PATH_METHODS)))
+        method = draw(st.sampled_from([m for m in METHODS if m not in PATH_METHODS[template]]))
+        path = template
+        for name in ("run_id", "step_id", "request_id", "name", "task_type", "token"):
+            path = path.replace("{" + name + "}", quote(known.values(name)[0], safe=""))
+        auth = draw(token_auth())
+        body = draw(st.sampled_from([b"", b"{}", b'{"x": 1}']))
+        return Call(method, path, template, (), auth, body, frozenset({405}))
+
+    return one()
+
+
+def traversal(known: Known) -> st.SearchStrategy[Call]:
+    """A route whose path parameters climb (quoted or raw), or the console's files."""
+
+    @st.composite
+    def one(draw: st.DrawFn) -> Call:
+        auth = draw(token_auth())
+        value = draw(st.sampled_from(TRAVERSAL))
+        if draw(st.integers(0, 3)) == 0:
+            path = "/ui/" + value
+            return Call("GET", path, "/ui/{file}", (), auth, b"", frozenset({200}))
+        method, template, op = draw(st.sampled_from(OPERATIONS))
+        raw = draw(st.booleans())
+        path = template
+        for p in op.get("parameters", []):
+            if p["in"] == "path":
+                v = value if draw(st.booleans()) else draw(st.sampled_from(known.values(p["name"])))
+                path = path.replace("{" + p["name"] + "}", v if raw else quote(v, safe=""))
+        body = b"{}" if method in ("POST", "PUT") else b""
+        documented = frozenset(int(s) for s in op["responses"])
+        return Call(method, path, template, (), auth, body, documented)
+
+    return one()
+
+
+def one_call(known: Known) -> st.SearchStrategy[Call]:
+    return weighted(
+        (6, calls(known, token_auth).map(lambda batch: batch[0])),
+        (1, wrong_method(known)),
+        (2, traversal(known)),
+    )
+
+
 # --- sending --------------------------------------------------------------------------------
 
 
@@ -534,12 +610,31 @@ async def test_every_route_survives_a_fuzz_generated_from_openapi(
     assert tally["200"] + tally["201"] + tally["202"] > 0
 
 
-# --- what is stored -----------------------------------
+# --- rejected requests: the field named, nothing stored -----------------------------------
 
 #: A pause after a request that was answered 2xx, before the next one is sent (the engine
 #: applies a started run after the answer); it is repeated until NATS holds still.
 SETTLE_S = 0.2
 SETTLE_BOUND_S = 10.0
+OPS_BY_ROUTE = {(method, path): op for method, path, op in OPERATIONS}
+
+
+def _schema_names(schema: dict[str, Any], depth: int = 0) -> set[str]:
+    schema = _resolve(schema)
+    names = set(schema.get("properties", {}))
+    if depth < 3:
+        for sub in [*schema.get("anyOf", []), *schema.get("properties", {}).values()]:
+            names |= _schema_names(sub, depth + 1)
+    return names
+
+
+def field_names(op: dict[str, Any]) -> set[str]:
+    """What a 400 of ``op`` may name: its parameters, its body's fields, or the body itself."""
+    names = {p["name"] for p in op.get("parameters", [])} | {"body", "query parameter"}
+    body = op.get("requestBody")
+    if body:
+        names |= _schema_names(body["content"]["application/json"]["schema"])
+    return names
 
 
 async def stored(transport: Transport) -> dict[str, tuple[int, int]]:
@@ -562,6 +657,108 @@ async def settled(transport: Transport) -> dict[str, tuple[int, int]]:
             if again == now:
                 return now
             now = again
+
+
+def check_rejected(call: Call, answer: Answer, tally: Counter[str]) -> None:
+    """A client error of a rejected request: the route's own status, and a 400 names what."""
+    where = (call.method, call.path, call.body[:80], answer.status, answer.body[:300])
+    assert answer.status < 500, where
+    tally[str(answer.status)] += 1
+    op = OPS_BY_ROUTE.get((call.method, call.template))
+    if call.template == "/ui/{file}":
+        # The console's files, and nothing above them.
+        assert answer.status in (200, 404), where
+        if answer.status == 200:
+            assert answer.content_type.startswith(("text/", "application/javascript")), where
+            assert not answer.content_type.startswith("application/json"), where
+        return
+    if op is None:  # a method the path does not take
+        assert answer.status in (401, 404, 405), where
+        tally["405 checked"] += 1
+        return
+    if answer.status != 400:
+        return
+    error = json.loads(answer.body)["error"]
+    problems = error.get("problems")
+    if problems:  # an invalid workflow: each problem names its step and field
+        # ("(document)" for the whole; "" is a key that is the empty string)
+        assert all(isinstance(p, dict) and isinstance(p.get("field"), str) for p in problems)
+        tally["400 named"] += 1
+        return
+    named = [name for name in field_names(op) if name in error["message"]]
+    assert named, ("a 400 that names no field", where, sorted(field_names(op)))
+    tally["400 named"] += 1
+
+
+def fuzz_rejected(
+    send: Callable[[Call], Any],
+    known: Known,
+    transport: Transport,
+    tally: Counter[str],
+) -> None:
+    """Runs in a worker thread: one request at a time, between two looks at what is stored."""
+
+    recent: list[tuple[str, str, bytes, int]] = []
+
+    async def one(call: Call) -> None:
+        before = await stored(transport)
+        with trio.move_on_after(REQUEST_HANG_S) as scope:
+            answer = await send(call)
+        assert not scope.cancelled_caught, ("no answer within", REQUEST_HANG_S, call)
+        recent.append((call.method, call.path, call.body[:100], answer.status))
+        if 400 <= answer.status < 500:
+            after = await stored(transport)
+            changed = {k: (before.get(k), after.get(k)) for k in {*before, *after}}
+            changed = {k: v for k, v in changed.items() if v[0] != v[1]}
+            assert not changed, (
+                "a rejected request changed what is stored",
+                call,
+                changed,
+                answer.body[:200],
+                recent[-3:],
+            )
+            check_rejected(call, answer, tally)
+            tally["rejected"] += 1
+        elif answer.status < 300 and call.method != "GET":
+            await settled(transport)
+
+    @settings(
+        max_examples=REJECT_EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(call=one_call(known))
+    def example(call: Call) -> None:
+        trio.from_thread.run(one, call)
+
+    example()
+
+
+async def test_a_rejected_request_names_its_field_and_stores_nothing(
+    fresh_nats_server: NatsServer,
+) -> None:
+    """Every route and method (and the console's files) with bad bodies, parameters, tokens,
+    methods and climbing path segments, one request at a time: a 4xx leaves every stream and
+    bucket as it was, a 400 names a parameter or field of its route, a method a path does not
+    take is 405, and no path segment reaches a file outside the console."""
+    tally: Counter[str] = Counter()
+    started = trio.current_time()
+    async with fuzz_stack(fresh_nats_server) as stack:
+        await settled(stack.transport)
+
+        async def send(call: Call) -> Answer:
+            return await asgi_request(stack.token_app, call)
+
+        await trio.to_thread.run_sync(fuzz_rejected, send, stack.known, stack.transport, tally)
+    print(
+        f"rejected: {tally['rejected']} of {REJECT_EXAMPLES} requests in "
+        f"{trio.current_time() - started:.1f} s, none changed what NATS stores; "
+        f"{tally['400 named']} answers 400 each named a field; {tally['405 checked']} wrong "
+        f"methods; statuses {dict(sorted((k, v) for k, v in tally.items() if k.isdigit()))}"
+    )
+    assert tally["rejected"] >= REJECT_EXAMPLES // 2
+    assert tally["400 named"] > 0 and tally["405 checked"] > 0 and tally["401"] > 0
 
 
 async def test_a_first_listing_with_a_bad_cursor_writes_nothing(
