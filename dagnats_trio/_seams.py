@@ -1,7 +1,8 @@
 """The internal crash seam.
 
 The SDK, the journal and the engine call :func:`crash_point` at each boundary where a crash
-leaves different durable state. Production installs no hook, so each call is one attribute read.
+leaves different durable state. Production installs no hook, and the callers ask
+:func:`hook_installed` first, so a seam costs one context-variable read.
 Tests install a hook for the current Trio run (a ``contextvars`` variable, so concurrent tests and
 embedded services never see each other's hooks) that raises to kill the holder or blocks to stall
 it past AckWait.
@@ -54,6 +55,13 @@ SeamHook = Callable[[SeamContext], Awaitable[None]]
 _hook: contextvars.ContextVar[SeamHook | None] = contextvars.ContextVar(
     "dagnats_seam_hook", default=None
 )
+
+
+def hook_installed() -> bool:
+    """True when a hook is installed for this context (never in production): a caller may skip
+    building a :class:`SeamContext` and awaiting :func:`crash_point` when it is False, which
+    saves the hot path a context object and a coroutine per seam."""
+    return _hook.get() is not None
 
 
 async def crash_point(ctx: SeamContext) -> None:

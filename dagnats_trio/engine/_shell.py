@@ -19,7 +19,7 @@ import attrs
 import trio
 
 from .._env import DEFAULT_ENV, Backoff, RuntimeEnv
-from .._seams import Seam, SeamContext, crash_point
+from .._seams import Seam, SeamContext, crash_point, hook_installed
 from ..dag import WorkflowDef
 from ..protocol import (
     DecodeError,
@@ -335,18 +335,8 @@ class Engine:
             self._remember(out.snapshot, new_rev)
             self.stats.applied += 1
             self._counted()
-            first_task = next((e for e in out.effects if isinstance(e, PublishTask)), None)
-            if first_task is not None:
-                t = first_task.task
-                await crash_point(
-                    SeamContext(
-                        Seam.ENGINE_AFTER_DISPATCH_SAVED,
-                        run_id,
-                        t.step_id,
-                        t.dispatch.iteration,
-                        t.dispatch.attempt,
-                    )
-                )
+            if hook_installed():  # a test's crash seam; production installs none
+                await self._dispatch_saved(out.effects)
             await self._execute(out.effects)
             self._ack(d)
             return
@@ -354,6 +344,24 @@ class Engine:
             "run %s: %d compare-and-set conflicts in a row; redelivering", run_id, CAS_ATTEMPTS_MAX
         )
         await self._settle(d.nak, ERROR_NAK_DELAY_S)
+
+    @staticmethod
+    async def _dispatch_saved(effects: tuple[Effect, ...]) -> None:
+        """The engine's crash seam: a dispatch is saved in the snapshot, its task not yet
+        published (reached only when the event dispatched a task)."""
+        first_task = next((e for e in effects if isinstance(e, PublishTask)), None)
+        if first_task is None:
+            return
+        t = first_task.task
+        await crash_point(
+            SeamContext(
+                Seam.ENGINE_AFTER_DISPATCH_SAVED,
+                t.run_id,
+                t.step_id,
+                t.dispatch.iteration,
+                t.dispatch.attempt,
+            )
+        )
 
     async def _missing_run(self, d: Delivery, event: RunEvent) -> None:
         self.stats.missing_run += 1
