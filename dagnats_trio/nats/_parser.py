@@ -9,6 +9,7 @@ tests can round-trip anything the encoder writes. It never buffers more than one
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterator
 from typing import Final, Literal, final
 
@@ -47,6 +48,19 @@ def _text(op: str, name: str, raw: bytes) -> str:
 
 #: Digits a byte count may have (a terabyte is thirteen; max_payload is far below).
 _MAX_SIZE_DIGITS = 12
+
+#: A well-formed ``MSG`` / ``HMSG`` control line as the server writes one: upper case, one space
+#: between the arguments, tokens cut where ``bytes.split`` cuts (``\\s`` of a bytes pattern is
+#: its whitespace: space, tab, CR, LF, VT, FF), byte counts of plain digits, CRLF. ``HMSG``'s
+#: reply is told from its header size by the count of arguments, as the slow path tells it.
+_MSG_LINE = re.compile(rb"MSG (\S+) (\S+) (?:(\S+) )?([0-9]{1,%d})\r\n" % _MAX_SIZE_DIGITS)
+_HMSG_LINE = re.compile(
+    rb"HMSG (\S+) (\S+) (?:(\S+) )?([0-9]{1,%d}) ([0-9]{1,%d})\r\n"
+    % (_MAX_SIZE_DIGITS, _MAX_SIZE_DIGITS)
+)
+#: The first byte of ``MSG`` and of ``HMSG``: which expression to try.
+_M = ord("M")
+_H = ord("H")
 
 
 def _size(op: str, name: str, raw: bytes) -> int:
@@ -135,18 +149,19 @@ class Parser:
     def _next(self) -> Event | Literal[NeedData.NEED_DATA]:
         buf = self._buf
         if self._pending is None:
-            if self._pos == len(buf):
+            pos = self._pos
+            if pos == len(buf):
                 return NEED_DATA  # all consumed (the reader's every last call): nothing to scan
-            end = buf.find(_CRLF, self._pos)
-            if end < 0:
-                self._check_partial_line()
-                return NEED_DATA
-            line = bytes(buf[self._pos : end])
-            self._pos = end + 2
-            if self._pos == len(buf):
-                buf.clear()
-                self._pos = 0
-            if not self._fast_msg(line):
+            if not self._fast_msg(buf, pos):
+                end = buf.find(_CRLF, pos)
+                if end < 0:
+                    self._check_partial_line()
+                    return NEED_DATA
+                line = bytes(buf[pos:end])
+                self._pos = end + 2
+                if self._pos == len(buf):
+                    buf.clear()
+                    self._pos = 0
                 event = self._parse_line(line)
                 if event is not None:
                     return event
@@ -175,48 +190,49 @@ class Parser:
             return Msg(subject, sid, payload, reply, headers)
         return Pub(subject, payload, reply, headers)
 
-    def _fast_msg(self, line: bytes) -> bool:
-        """The hot path: a well-formed ``MSG``/``HMSG`` line (every reply and delivery) in one
-        split and no further calls. Anything else, or anything odd about it (a lower-case op,
-        a wrong argument count, a size that is no plain count, a bound passed), returns False
+    def _fast_msg(self, buf: bytearray, pos: int) -> bool:
+        """The hot path: a well-formed ``MSG``/``HMSG`` line (every reply and delivery) matched
+        where it lies in the buffer, in one regular expression (no copy of the line, no split),
+        its payload then awaited. Anything else, or anything odd about it (a lower-case op, a
+        tab or two spaces between arguments, a wrong argument count, a size that is no plain
+        count, a bound passed, a token that is not UTF-8, a line not yet whole), returns False
         and :meth:`_parse_line` parses it, raising its own errors; so this only skips work,
         never a check."""
-        if line.startswith(b"MSG "):
+        first = buf[pos]
+        if first == _M:
+            match = _MSG_LINE.match(buf, pos)
+            if match is None:
+                return False
+            subject, sid, reply, size = match.groups()
             header_bytes = None
-            args = line.split()
-            n = len(args) - 1
-            if n != 3 and n != 4:
+            total = int(size)
+        elif first == _H:
+            match = _HMSG_LINE.match(buf, pos)
+            if match is None:
                 return False
-        elif line.startswith(b"HMSG "):
-            args = line.split()
-            n = len(args) - 2
-            if n != 3 and n != 4:
+            subject, sid, reply, size, whole = match.groups()
+            header_bytes = int(size)
+            total = int(whole)
+            if header_bytes > total or header_bytes > MAX_HEADER_BYTES:
                 return False
-            raw = args[-2]
-            if not raw.isdigit() or len(raw) > _MAX_SIZE_DIGITS:
-                return False
-            header_bytes = int(raw)
         else:
             return False
-        raw = args[-1]
-        if (
-            not raw.isdigit()
-            or len(raw) > _MAX_SIZE_DIGITS
-            or len(line) > self.max_control_line_bytes
-        ):
-            return False
-        total = int(raw)
-        if total > self.max_payload_bytes or (
-            header_bytes is not None and (header_bytes > total or header_bytes > MAX_HEADER_BYTES)
-        ):
+        end = match.end()
+        if total > self.max_payload_bytes or end - pos - 2 > self.max_control_line_bytes:
             return False
         try:
-            subject = args[1].decode()
-            sid = args[2].decode()
-            reply = args[3].decode() if n == 4 else None
+            pending = (
+                True,
+                subject.decode(),
+                sid.decode(),
+                None if reply is None else reply.decode(),
+                header_bytes,
+                total,
+            )
         except UnicodeDecodeError:
             return False
-        self._pending = (True, subject, sid, reply, header_bytes, total)
+        self._pending = pending
+        self._pos = end  # the payload follows: the buffer is cleared once it is taken
         return True
 
     def _check_partial_line(self) -> None:
