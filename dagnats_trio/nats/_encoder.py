@@ -64,12 +64,6 @@ def _message(
     return line + headers_block + payload + _CRLF
 
 
-def _plain_token(value: str) -> bool:
-    """Whether ``value`` is a non-empty printable ASCII token without spaces: what every
-    subject this runtime makes is, and what needs no byte-by-byte check."""
-    return value.isascii() and value.isprintable() and " " not in value and value != ""
-
-
 def encode_pub(
     subject: str,
     payload: bytes,
@@ -81,26 +75,28 @@ def encode_pub(
     path). Plain tokens are framed in one pass; anything else goes through :func:`encode`'s
     field-by-field checks, which raise the errors (so the fast path only skips work, never a
     check)."""
+    # Subject and reply are tested together (one string, one test of each kind) and encoded
+    # together; each on its own has no space and is not empty.
+    head = subject if reply is None else subject + " " + reply
     if (
-        subject.isascii()
-        and subject.isprintable()
-        and " " not in subject
+        head.isascii()
+        and head.isprintable()
         and subject
-        and (reply is None or _plain_token(reply))
+        and " " not in subject
+        and (reply is None or (reply and " " not in reply))
     ):
-        raw = subject.encode()
-        head = b"%s %s " % (raw, reply.encode()) if reply else raw + b" "
         if headers is None:
             total = len(payload)
-            line = b"PUB " + head + b"%d\r\n" % total
+            line = f"PUB {head} {total}\r\n"
             if total <= max_payload_bytes and len(line) <= MAX_CONTROL_LINE_BYTES + 2:
-                return line + payload + _CRLF
+                return line.encode() + payload + _CRLF
         else:
             block = encode_headers(headers)
-            total = len(block) + len(payload)
-            line = b"HPUB " + head + b"%d %d\r\n" % (len(block), total)
+            size = len(block)
+            total = size + len(payload)
+            line = f"HPUB {head} {size} {total}\r\n"
             if total <= max_payload_bytes and len(line) <= MAX_CONTROL_LINE_BYTES + 2:
-                return line + block + payload + _CRLF
+                return line.encode() + block + payload + _CRLF
     return _encode_checked(Pub(subject, payload, reply, headers), max_payload_bytes)
 
 

@@ -46,8 +46,10 @@ CORE_MODULES: Final = (
 #: The same with the built-in (C) calls those functions make (``len``, ``split``, ``decode``,
 #: ...): 130 while a MSG/HMSG line was copied out of the buffer, split and checked token by
 #: token, and a plain header block parsed line by line; 91 since the line is matched in place
-#: by one regular expression and such a block is parsed in one ``findall``.
-MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 94
+#: by one regular expression and such a block is parsed in one ``findall``; 69 since a PUB's
+#: subject and reply are tested and encoded as one string and a plain header block is spelled
+#: as one text (its names checked once, its values without calls) and encoded once.
+MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 72
 #: Python calls into the connection's own modules per round trip (the request and the
 #: responder's publish queued, written, read, routed and woken): 36 before a frame checked the
 #: connection inline and the request mux kept its count of requests in flight as an attribute

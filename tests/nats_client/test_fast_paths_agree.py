@@ -1,5 +1,6 @@
-"""Issue 12 goal 3: the parser's fast paths (a ``MSG``/``HMSG`` line matched in place, a plain
-header block parsed in one pass) give exactly what the line-by-line parse gives, errors included.
+"""Issue 12 goal 3: the codec's fast paths (a ``MSG``/``HMSG`` line matched in place, a plain
+header block parsed in one pass, a plain header block encoded as one text) give exactly what the
+line-by-line parse and the part-by-part encoding give, errors included.
 
 The oracle is the parser itself: a lower-case op (``msg``, which servers may send) and a header
 block with a status line always take the slow path, so the same bytes with the upper-case op or
@@ -12,16 +13,20 @@ from __future__ import annotations
 
 from typing import Final
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dagnats_trio.nats import (
     NEED_DATA,
+    ClientProtocol,
     Event,
     Headers,
     Msg,
     Parser,
     ProtocolError,
+    Pub,
+    encode_headers,
     parse_headers,
 )
 
@@ -178,3 +183,64 @@ def test_what_the_fast_paths_take_and_what_they_refuse() -> None:
             assert error is not None and named in error, data
         else:  # a lone LF inside a value is the value's, as the line-by-line parse has it
             assert error is None and events == [Msg("a", "1", b"", None, Headers((("K", "v\nw"),)))]
+
+
+# --- the encoder's fast paths ----------------------------------------------------------------
+
+#: Names and values: plain ones (most often), and each kind the checks refuse.
+good_names = st.sampled_from(["Nats-Msg-Id", "K", "Nats-Expected-Last-Subject-Sequence"])
+odd_names = st.sampled_from(["", "B d", "Bad:Name", "é", "\ud800", "a\tb", "K\r\n"])
+names = st.one_of(good_names, good_names, odd_names, st.text(max_size=6))
+good_values = st.sampled_from(["m1", "7", "", "a b", "a\tb", "é"])
+odd_values = st.sampled_from([" v", "v ", "\tv", "v\t", "v\r\nX: 1", "\n", "\ud800", "\r"])
+values = st.one_of(good_values, good_values, odd_values, st.text(max_size=6))
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(st.tuples(names, values), max_size=4))
+def test_a_plain_header_block_encodes_as_the_part_by_part_path_encodes_it(
+    fields: list[tuple[str, str]],
+) -> None:
+    """The same fields under a status line (always encoded part by part) give the same field
+    lines, or the same error naming the first part that cannot be sent."""
+
+    def outcome(headers: Headers) -> tuple[bytes, str | None]:
+        try:
+            return encode_headers(headers).partition(b"\r\n")[2], None
+        except ProtocolError as exc:
+            return b"", str(exc)
+
+    plain = outcome(Headers(fields=tuple(fields)))
+    assert plain == outcome(Headers(fields=tuple(fields), status=100, description="Idle"))
+    if plain[1] is None:  # and it parses back to the same fields
+        assert parse_headers(b"NATS/1.0\r\n" + plain[0]).fields == tuple(fields)
+
+
+@pytest.mark.parametrize(
+    ("subject", "reply", "named"),
+    [
+        ("a b", None, "PUB: subject 'a b' contains whitespace"),
+        ("", None, "PUB: subject is empty"),
+        ("a\tb", "r", "PUB: subject 'a\\tb' contains whitespace"),
+        ("a", "r s", "PUB: reply 'r s' contains whitespace"),
+        ("a", "", "PUB: reply is empty"),
+        ("a", " ", "PUB: reply ' ' contains whitespace"),
+        ("a", "r\n", "PUB: reply 'r\\n' contains whitespace"),
+        ("a\ud800", None, "PUB: subject 'a\\ud800' is not valid UTF-8"),
+    ],
+)
+def test_a_pub_the_fast_path_cannot_frame_is_refused_naming_the_field(
+    subject: str, reply: str | None, named: str
+) -> None:
+    for headers in (None, Headers.of({"K": "v"})):
+        with pytest.raises(ProtocolError) as info:
+            ClientProtocol().send_pub(subject, b"x", reply, headers)
+        assert named in str(info.value).removeprefix("H")
+
+
+def test_a_pub_with_non_ascii_tokens_is_framed_whole() -> None:
+    """Tokens outside ASCII are valid NATS subjects: framed by the part-by-part path."""
+    data = ClientProtocol().send_pub("é.x", b"x", "r.é", Headers.of({"K": "v"}))
+    parser = Parser()
+    parser.receive_data(data)
+    assert list(parser.events()) == [Pub("é.x", b"x", "r.é", Headers.of({"K": "v"}))]
