@@ -261,7 +261,7 @@ class Connection:
         if msg is None:
             self._check_open()
             raise NatsTimeoutError(f"request on {subject!r}: no answer within {timeout_s} s")
-        if msg.status == NO_RESPONDERS_STATUS and not msg.payload:
+        if not msg.payload and msg.status == NO_RESPONDERS_STATUS:
             raise NoRespondersError(f"request on {subject!r}: no responders")
         return msg
 

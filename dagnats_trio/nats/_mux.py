@@ -11,7 +11,6 @@ connection's tasks share one Trio thread.
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 from typing import final
 
@@ -32,12 +31,14 @@ class RequestMux:
 
     def __init__(self) -> None:
         self._inbox = new_inbox()
-        self._tokens = itertools.count(1)
+        self._opened = 0
         self._slots: dict[str, ReplySlot] = {}
         self._deadlines: list[tuple[float, str]] = []
         # The deadline watcher's alarm: a scope whose deadline is the earliest pending one. A
         # scope not yet entered (before the watcher starts) keeps a deadline set on it.
         self._alarm = trio.CancelScope()
+        # Its deadline as a plain attribute (read on every request; the scope's is a property).
+        self._alarm_deadline = math.inf
         #: Requests waiting for their reply (kept as an attribute: read on every frame queued).
         self.pending = 0
 
@@ -50,20 +51,21 @@ class RequestMux:
         """A new request, timed out at ``deadline`` (Trio clock): its token (for
         :meth:`forget`), its reply subject and its slot. At the deadline the slot is woken with
         no reply."""
-        token = format(next(self._tokens), "x")
+        self._opened += 1
+        token = f"{self._opened:x}"
         slot = ReplySlot()
         self._slots[token] = slot
-        self.pending = len(self._slots)
+        self.pending += 1
         heapq.heappush(self._deadlines, (deadline, token))
-        if deadline < self._alarm.deadline:
-            self._alarm.deadline = deadline
+        if deadline < self._alarm_deadline:
+            self._alarm.deadline = self._alarm_deadline = deadline
         return token, f"{self._inbox}.{token}", slot
 
     def forget(self, token: str) -> None:
         """The request is over (answered, timed out or cancelled): later replies are dropped."""
         del self._slots[token]
-        self.pending = len(self._slots)
-        if len(self._deadlines) > 2 * len(self._slots) + _HEAP_SLACK_ENTRIES:
+        self.pending -= 1
+        if len(self._deadlines) > 2 * self.pending + _HEAP_SLACK_ENTRIES:
             self._deadlines = [entry for entry in self._deadlines if entry[1] in self._slots]
             heapq.heapify(self._deadlines)
 
@@ -83,8 +85,10 @@ class RequestMux:
         """The deadline watcher (one task for the connection's life): sleep until the earliest
         deadline, wake the requests whose deadline passed, repeat."""
         while True:
-            with trio.CancelScope(deadline=self._earliest()) as alarm:
+            earliest = self._earliest()
+            with trio.CancelScope(deadline=earliest) as alarm:
                 self._alarm = alarm
+                self._alarm_deadline = earliest
                 await trio.sleep_forever()
             now = trio.current_time()
             while self._deadlines and self._deadlines[0][0] <= now:
