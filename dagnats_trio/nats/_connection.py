@@ -11,11 +11,12 @@ safe to cancel at any await.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import random as random_module
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import final
 
@@ -379,20 +380,24 @@ class Connection:
         self._pings.socket_lost(still_queued=self._outbox.pings_queued)
 
     async def _session(self, stream: trio.abc.Stream) -> None:
+        # The reader is read_events itself (a partial, no coroutine frame of ours around it:
+        # every frame between the reader task and Trio's wait is passed through on every read).
+        reader = functools.partial(read_events, protocol=self._wire, dispatch=self._dispatch)
         async with trio.open_nursery() as nursery:
-            for part in (self._reader, self._outbox.run_writer, self._pinger):
+            for part in (reader, self._outbox.run_writer, self._pinger):
                 nursery.start_soon(self._guard, part, stream, nursery.cancel_scope)
 
-    async def _guard(self, part: object, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
-        assert callable(part)
+    async def _guard(
+        self,
+        part: Callable[[trio.abc.Stream], Awaitable[object]],
+        stream: trio.abc.Stream,
+        scope: trio.CancelScope,
+    ) -> None:
         try:
             await part(stream)
         except SOCKET_ERRORS as exc:
             self._dialer.last_error = exc
         scope.cancel()
-
-    async def _reader(self, stream: trio.abc.Stream) -> None:
-        await read_events(stream, self._wire, self._dispatch)
 
     def _dispatch(self, event: object) -> None:
         if isinstance(event, Msg):

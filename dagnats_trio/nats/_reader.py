@@ -25,22 +25,18 @@ async def read_events(
     stream: trio.abc.Stream, protocol: ClientProtocol, dispatch: Callable[[object], None]
 ) -> NoReturn:
     """Feed what ``stream`` sends to ``protocol`` and hand every event to ``dispatch``, until
-    the stream fails (:class:`ConnectionLostError` when the server closes it)."""
+    the stream fails (:class:`ConnectionLostError` when the server closes it). Both loops live
+    in this one coroutine: every frame between the reader task and Trio's wait is passed
+    through again on every read."""
     fd = direct_fd(stream)
-    if fd is not None:
-        await _read_fd(fd, protocol, dispatch)
-    while True:
-        for event in protocol.events():
-            dispatch(event)
-        data = await stream.receive_some(READ_CHUNK_BYTES)
-        if not data:
-            raise ConnectionLostError("the server closed the connection")
-        protocol.receive_data(data)
-
-
-async def _read_fd(
-    fd: int, protocol: ClientProtocol, dispatch: Callable[[object], None]
-) -> NoReturn:
+    if fd is None:
+        while True:
+            for event in protocol.events():
+                dispatch(event)
+            data = await stream.receive_some(READ_CHUNK_BYTES)
+            if not data:
+                raise ConnectionLostError("the server closed the connection")
+            protocol.receive_data(data)
     full = False
     while True:
         for event in protocol.events():

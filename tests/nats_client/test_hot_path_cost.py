@@ -53,13 +53,15 @@ MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 72
 #: Python calls into the connection's own modules per round trip (the request and the
 #: responder's publish queued, written, read, routed and woken): 36 before a frame checked the
 #: connection inline and the request mux kept its count of requests in flight as an attribute
-#: (both read once per frame), 32 since.
-MAX_CONNECTION_CALLS_PER_ROUND_TRIP: Final = 34
+#: (both read once per frame), 32 since; 31 since a reply slot's wait has no coroutine frame of
+#: its own; 27 since the reader task runs read_events itself (no frames of ours around it, each
+#: passed through again on every read).
+MAX_CONNECTION_CALLS_PER_ROUND_TRIP: Final = 29
 #: The same with the built-in calls they make: 62 while the request mux made each token with
 #: ``format(next(...))``, counted the requests in flight with ``len`` and read its alarm's
 #: deadline through the scope's property, and a reply slot's wait was a coroutine of its own;
-#: 56 since.
-MAX_CONNECTION_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 58
+#: 56 since; 52 since the reader task runs read_events itself.
+MAX_CONNECTION_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 54
 #: The Trio shell around the core: connection, request mux, outbox, reply slots, reader.
 CONNECTION_MODULES: Final = (
     "nats/_connection.py",
