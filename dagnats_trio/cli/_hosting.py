@@ -30,6 +30,7 @@ from .._host import (
     merge_handlers,
 )
 from ..api import console_url
+from ..nats import NoServersError
 from ..server import NatsServerError, PortInUse, StoreLocked
 from ..transport import (
     NotProvisioned,
@@ -116,7 +117,7 @@ def run_host(config: HostConfig, title: str, extra: list[tuple[str, str]]) -> No
         inner = leaf(exc)
         if isinstance(inner, HostSetupError):
             fail(str(inner), EXIT_USAGE)
-        if isinstance(inner, TemporarilyUnavailable | TransportTimeout):
+        if isinstance(inner, TemporarilyUnavailable | TransportTimeout | NoServersError):
             fail(f"cannot connect to NATS: {inner}", EXIT_CANNOT_CONNECT)
         if isinstance(inner, NotProvisioned):
             fail(

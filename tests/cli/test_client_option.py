@@ -12,6 +12,8 @@ from ._dev import HERE, dagnats_command
 
 #: Bound on a refused command (it exits before connecting).
 REFUSED_TIMEOUT_S = 30
+#: The exit code of "cannot connect" (docs/quickstart.md, Exit codes).
+EXIT_CANNOT_CONNECT = 4
 
 
 def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -41,3 +43,21 @@ def test_dev_serve_and_worker_refuse_a_bad_client_in_one_line(value: str, tmp_pa
         assert len(lines) == 1, out.stderr
         assert "client must be one of native, nats-py" in lines[0], out.stderr
         assert repr(value) in lines[0], out.stderr
+
+
+def test_serve_dev_and_worker_with_no_server_answering_say_so_in_one_line() -> None:
+    """A NATS URL nothing answers on: one line and exit 4, as with ``--client nats-py``. (The
+    native client, the default, printed a 100-line traceback of its ``NoServersError``.)"""
+    nowhere = "nats://127.0.0.1:1"
+    env = {"DAGNATS_CLIENT": "native"}
+    runs = [
+        _run(["serve", "--nats", nowhere, "--listen", "127.0.0.1:0"], env=env),
+        _run(["dev", "--nats", nowhere, "--listen", "127.0.0.1:0"], env=env),
+        _run(["worker", "--nats", nowhere, "_crashing:handlers"], env=env),
+    ]
+    for out in runs:
+        assert out.returncode == EXIT_CANNOT_CONNECT, out.stderr
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1, out.stderr
+        assert lines[0].startswith("error: cannot connect to NATS: "), out.stderr
+        assert "127.0.0.1:1" in lines[0], out.stderr
