@@ -122,11 +122,14 @@ class ApiClient:
     def __init__(self, base_url: str = DEFAULT_API_URL, token: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         headers = {"authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
-        )
+        try:
+            self._http = httpx.AsyncClient(
+                base_url=self.base_url,
+                headers=headers,
+                timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+            )
+        except httpx.InvalidURL as exc:  # not an HTTPError: raised before any request
+            raise UsageError(f"--api {base_url!r} is not a URL: {exc}") from None
 
     async def __aenter__(self) -> ApiClient:
         return self

@@ -61,3 +61,13 @@ def test_serve_dev_and_worker_with_no_server_answering_say_so_in_one_line() -> N
         assert len(lines) == 1, out.stderr
         assert lines[0].startswith("error: cannot connect to NATS: "), out.stderr
         assert "127.0.0.1:1" in lines[0], out.stderr
+
+
+def test_a_verb_with_an_api_url_that_is_no_url_says_so_in_one_line() -> None:
+    """``--api`` that httpx cannot parse: one line, exit 2 (before, a traceback of
+    ``httpx.InvalidURL``, which is no ``httpx.HTTPError``)."""
+    out = _run(["run", "get", "abc", "--api", "http://[::1"])
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("error: --api 'http://[::1' is not a URL"), out.stderr
