@@ -163,29 +163,39 @@ def _decode(raw: bytes, what: str) -> str:
         raise ProtocolError(f"HMSG headers: {what} is not UTF-8 ({exc.reason})") from None
 
 
-#: A header block without a status whose every field line is ``name:value`` with a printable
-#: ASCII name (no ``:``) and a value without CR or LF: what a JetStream delivery or KV entry
-#: carries. Such a block is parsed with one decode and one ``findall``; any other block, or one
-#: that is not UTF-8, goes through the line-by-line parse, which names what is wrong.
-_PLAIN_BLOCK = re.compile(rb"NATS/1\.0\r\n(?:[!-9;-~]+:[^\r\n]*\r\n)*\r\n")
+#: A header block as a server writes one: the version line, with a status written ``NATS/1.0
+#: 404`` or ``NATS/1.0 404 No Messages`` (one space before the code and before a description,
+#: none around it), then field lines ``name:value`` with a printable ASCII name (no ``:``) and
+#: a value without CR or LF. Groups: the code, the description, the field lines. Such a block
+#: is parsed with one match, one decode and one ``findall``; any other block, or one that is
+#: not UTF-8, goes through the line-by-line parse, which names what is wrong.
+_PLAIN_BLOCK = re.compile(
+    rb"NATS/1\.0(?: ([0-9]{3})(?: ([^ \t\r\n](?:[^\r\n]*[^ \t\r\n])?))?)?\r\n"
+    rb"((?:[!-9;-~]+:[^\r\n]*\r\n)*)\r\n"
+)
 #: One field line of such a block: the name, and the value without the spaces and tabs around
 #: it (what ``strip(b" \t")`` leaves).
-_PLAIN_FIELD = re.compile(r"([!-9;-~]+):[ \t]*([^\r\n]*?)[ \t]*\r\n")
-#: Where the first field line of a block starts (after ``NATS/1.0\r\n``).
-_FIELDS_START = len(HEADER_VERSION) + 2
+_PLAIN_FIELD = re.compile(r"([!-9;-~]+):[ \t]*((?:[^\r\n]*[^ \t\r\n])?)[ \t]*\r\n")
 
 
 def parse_headers(block: bytes) -> Headers:
     """Parse one header block (as counted by HMSG's header size, blank line included)."""
     if len(block) > MAX_HEADER_BYTES:
         raise ProtocolError(f"HMSG headers: {len(block)} bytes, more than {MAX_HEADER_BYTES}")
-    if _PLAIN_BLOCK.fullmatch(block) is not None:
+    plain = _PLAIN_BLOCK.fullmatch(block)
+    if plain is not None:
+        code, description, lines = plain[1], plain[2], plain[3]  # no call, unlike groups()
         try:
-            text = block.decode()
+            found = tuple(_PLAIN_FIELD.findall(lines.decode())) if lines else ()
+            if code is None:
+                return Headers(fields=found)
+            return Headers(
+                fields=found,
+                status=int(code),
+                description="" if description is None else description.decode(),
+            )
         except UnicodeDecodeError:
             pass  # the line-by-line parse names the part that is not UTF-8
-        else:
-            return Headers(fields=tuple(_PLAIN_FIELD.findall(text, _FIELDS_START)))
     if not block.endswith(b"\r\n\r\n"):
         raise ProtocolError("HMSG headers: block does not end with an empty line (CRLF CRLF)")
     lines = block[:-4].split(_CRLF)

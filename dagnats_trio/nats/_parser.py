@@ -203,16 +203,16 @@ class Parser:
             match = _MSG_LINE.match(buf, pos)
             if match is None:
                 return False
-            subject, sid, reply, size = match.groups()
+            subject, sid, reply = match[1], match[2], match[3]  # no call, unlike groups()
             header_bytes = None
-            total = int(size)
+            total = int(match[4])
         elif first == _H:
             match = _HMSG_LINE.match(buf, pos)
             if match is None:
                 return False
-            subject, sid, reply, size, whole = match.groups()
-            header_bytes = int(size)
-            total = int(whole)
+            subject, sid, reply = match[1], match[2], match[3]
+            header_bytes = int(match[4])
+            total = int(match[5])
             if header_bytes > total or header_bytes > MAX_HEADER_BYTES:
                 return False
         else:

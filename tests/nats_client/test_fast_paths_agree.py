@@ -126,19 +126,48 @@ def test_a_msg_line_parses_as_the_slow_path_parses_it(
     assert fast == slow
 
 
+def _parsed(block: bytes) -> Headers | str:
+    """The block parsed, or the error it raised."""
+    try:
+        return parse_headers(block)
+    except ProtocolError as exc:
+        return str(exc)
+
+
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(header_fields())
 def test_a_plain_header_block_parses_as_the_slow_path_parses_it(fields: bytes) -> None:
-    """The same field lines under a status line (always parsed line by line) give the same
-    fields, or the same error."""
+    """The same field lines under a status line written with a tab (always parsed line by
+    line) give the same fields, or the same error."""
+    fast = _parsed(b"NATS/1.0\r\n" + fields)
+    slow = _parsed(b"NATS/1.0\t100 Idle\r\n" + fields)
+    if isinstance(slow, Headers):
+        assert (slow.status, slow.description) == (100, "Idle")
+        assert isinstance(fast, Headers) and fast.fields == slow.fields and fast.status is None
+    else:
+        assert fast == slow
 
-    def outcome(block: bytes) -> tuple[tuple[tuple[str, str], ...], str | None]:
-        try:
-            return parse_headers(block).fields, None
-        except ProtocolError as exc:
-            return (), str(exc)
 
-    assert outcome(b"NATS/1.0\r\n" + fields) == outcome(b"NATS/1.0 100 Idle\r\n" + fields)
+#: What may follow ``NATS/1.0`` and its separator on a status line.
+status_rests = st.one_of(
+    st.sampled_from(
+        [
+            *(b"404 No Messages", b"408", b"503", b"100 Idle Heartbeat", b"409 Exceeded  Max"),
+            *(b"404 ", b"404  x", b"404\tx", b"40", b"4044", b"40x", b"404 x \t", b"404 \xff", b""),
+        ]
+    ),
+    st.binary(max_size=10),
+)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(status_rests, header_fields())
+def test_a_status_line_parses_as_the_slow_path_parses_it(rest: bytes, fields: bytes) -> None:
+    """``NATS/1.0 <rest>`` (the fast path takes what a server writes) and ``NATS/1.0\t<rest>``
+    (always parsed line by line) give the same block, or the same error."""
+    assert _parsed(b"NATS/1.0 " + rest + b"\r\n" + fields) == _parsed(
+        b"NATS/1.0\t" + rest + b"\r\n" + fields
+    )
 
 
 def _hmsg(block: bytes) -> bytes:
