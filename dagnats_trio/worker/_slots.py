@@ -5,7 +5,9 @@ batch), so it must hold those places while the server answers, and give back the
 did not fill; each delivery gives its place back when it ends. A ``trio.Semaphore`` does this one
 place per call: a fetch that asked for 16 and got the one task a sequential run brings cost 16
 acquires and 15 releases (about 250 Python calls per agent run). Here a reservation and a
-give-back are one call each, whatever their size.
+give-back are one call each, whatever their size; a give-back still hands one place to each
+loop waiting before anything is left free, as a semaphore's releases do, so the loop that gave
+back cannot take every place again while the loops of the other task types wait.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ class Slots:
             raise ValueError(f"a worker needs at least one place, got {total}")
         self._total = total
         self._free = total
-        self._freed = trio.lowlevel.ParkingLot()
+        self._waiting = trio.lowlevel.ParkingLot()
 
     @property
     def free(self) -> int:
@@ -33,19 +35,28 @@ class Slots:
     async def take(self, most: int) -> int:
         """Reserve as many free places as there are, at most ``most`` (at least one): at once
         when one is free (no scheduler pass: the caller's fetch right after waits on the server,
-        its checkpoint), else after waiting (cancellable) until a place is given back."""
+        its checkpoint), else after waiting (cancellable, first come first served) until a place
+        is handed to this call, then with the free places beside it."""
         if most < 1:
             raise ValueError(f"take at least one place, got {most}")
-        while self._free == 0:
-            await self._freed.park()
+        if self._free == 0:
+            # Parked: a give-back hands this call one place before anything is left free (as
+            # a semaphore's release does), so a loop that gives back and takes again at once
+            # cannot keep every place from the loops waiting (one per task type).
+            await self._waiting.park()
+            extra = min(most - 1, self._free)
+            self._free -= extra
+            return 1 + extra
         taken = min(most, self._free)
         self._free -= taken
         return taken
 
     def give_back(self, n: int) -> None:
-        """Return ``n`` places taken before; the loops waiting for one are woken to look."""
+        """Return ``n`` places taken before: one to each call waiting (oldest first), the rest
+        free."""
         if n < 0 or self._free + n > self._total:
             raise ValueError(f"{n} places given back with {self._free} of {self._total} free")
-        self._free += n
-        if n and self._freed:
-            self._freed.unpark_all()
+        handed = min(n, len(self._waiting))
+        if handed:
+            self._waiting.unpark(count=handed)
+        self._free += n - handed

@@ -40,6 +40,28 @@ async def test_take_waits_until_a_place_is_given_back() -> None:
     assert slots.free == 0
 
 
+async def test_a_give_back_hands_a_place_to_each_waiting_take_before_freeing_any() -> None:
+    """Two loops (two task types) share the places: the one that gives back all it held and
+    asks again at once must not take them all again while the other waits (it would starve)."""
+    slots = Slots(4)
+    assert await slots.take(16) == 4  # the first loop holds every place
+    got: list[int] = []
+
+    async def other_loop() -> None:
+        got.append(await slots.take(16))
+
+    with trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other_loop)
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == []
+            slots.give_back(4)  # its fetch brought nothing
+            again = await slots.take(16)  # and it asks at once, before the other runs
+            assert again == 3  # one place was handed to the waiting loop
+    assert got == [1]
+    assert slots.free == 0
+
+
 async def test_a_waiting_take_is_cancellable_and_takes_nothing() -> None:
     slots = Slots(1)
     await slots.take(1)

@@ -48,6 +48,8 @@ from dagnats_trio.worker import _context as context_module
 from ._helpers import WAIT_S, history, make_task, publish_task, uid, wait_history
 
 ACK_WAIT_S = 1.0
+#: Tasks of the busy type run one after another beside an idle type (one place between them).
+BUSY_TASKS = 3
 Handler = Callable[[TaskContext], Awaitable[None]]
 
 
@@ -127,6 +129,32 @@ async def test_settles_complete_fail_continue_pause_with_dispatch(
 
     task, (ev,) = await run_one(nats_transport, pause)
     assert ev == StepPaused(task.run_id, "agent", task.dispatch, duration_ms=1500)
+
+
+async def test_an_idle_task_type_does_not_starve_another(nats_transport: NatsTransport) -> None:
+    """Two task types share the worker's one place: whichever pull loop holds it gives it back
+    when its fetch ends and asks again at once; the place is handed to the other type's loop
+    first, so each task of the busy type runs. (While the loop that gave back could take every
+    place again, the idle type's loop kept it for good once it had it: one of the tasks below
+    waited forever, the fetches' order deciding which.)"""
+
+    async def complete(tc: TaskContext) -> None:
+        await tc.complete("done")
+
+    idle_type, busy_type = uid("idle"), uid("t")
+    worker = Worker(
+        nats_transport,
+        {idle_type: complete, busy_type: complete},
+        ack_wait_s=ACK_WAIT_S,
+        concurrency=1,
+    )
+    tasks = [make_task(uid(), task_type=busy_type) for _ in range(BUSY_TASKS)]
+    async with running(worker):
+        for task in tasks:
+            await wait_acked(nats_transport, await publish_task(nats_transport, task))
+    for task in tasks:
+        (ev,) = await history(nats_transport, task.run_id)
+        assert ev == StepCompleted(task.run_id, "agent", task.dispatch, output="done")
 
 
 async def test_step_output_is_checked_not_encoded_by_the_context(
