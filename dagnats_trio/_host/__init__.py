@@ -23,6 +23,7 @@ from ._settings import (
     parse_nats_client,
     parse_nats_urls,
     parse_restart_limit,
+    parse_token,
 )
 
 __all__ = [
@@ -45,4 +46,5 @@ __all__ = [
     "parse_nats_client",
     "parse_nats_urls",
     "parse_restart_limit",
+    "parse_token",
 ]

@@ -78,6 +78,23 @@ def parse_listen(text: str) -> Listen:
     return Listen(host or DEFAULT_LISTEN_HOST, port)
 
 
+def parse_token(text: str | None) -> str | None:
+    """``--token`` / ``DAGNATS_API_TOKEN``: None serves without a token. A token given but empty
+    or blank is refused rather than taken as none: ``--token "$TOKEN"`` with ``TOKEN`` unset
+    would otherwise serve an open API to whoever ``--listen`` lets in. A token that a header
+    cannot carry (whitespace or control characters inside) is refused too."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise HostSetupError(
+            "--token is empty (an unset shell variable?): give a token, or leave --token out to "
+            "serve without one"
+        )
+    if any(c.isspace() or not c.isprintable() for c in text):
+        raise HostSetupError("--token must not hold spaces or control characters")
+    return text
+
+
 def parse_nats_urls(text: str) -> tuple[str, ...]:
     """``URL[,URL...]``; a bare ``host:port`` gets the ``nats://`` scheme."""
     urls = []

@@ -146,6 +146,7 @@ def dev(
         parse_nats_client,
         parse_nats_urls,
         parse_restart_limit,
+        parse_token,
     )
     from ._common import fail
     from ._hosting import load_worker_handlers, run_host, setup_errors, setup_logging
@@ -160,7 +161,7 @@ def dev(
             nats_port=nats_port if nats_port > 0 else -1,
             listen=parse_listen(listen),
             api_backlog=backlog,
-            token=token or None,
+            token=parse_token(token),
             legacy_step_events=legacy_step_events,
             bridge=bridge,
             worker_restart_limit=parse_restart_limit(restart_limit),
@@ -207,6 +208,7 @@ def serve(
         parse_listen,
         parse_nats_client,
         parse_nats_urls,
+        parse_token,
     )
     from ._hosting import run_host, setup_errors, setup_logging
 
@@ -217,7 +219,7 @@ def serve(
             replicas=replicas,
             listen=parse_listen(listen),
             api_backlog=backlog,
-            token=token or None,
+            token=parse_token(token),
             legacy_step_events=legacy_step_events,
             bridge=bridge,
             worker_ack_wait_s=ack_wait,

@@ -71,3 +71,21 @@ def test_a_verb_with_an_api_url_that_is_no_url_says_so_in_one_line() -> None:
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith("error: --api 'http://[::1' is not a URL"), out.stderr
+
+
+@pytest.mark.parametrize("token", ["", "  ", "two words"])
+def test_serve_and_dev_refuse_an_empty_or_blank_token_in_one_line(
+    token: str, tmp_path: Path
+) -> None:
+    """``--token "$TOKEN"`` with ``TOKEN`` unset served an open API (the empty token was taken
+    as none, on whatever ``--listen`` said); now it is refused before anything starts."""
+    runs = [
+        _run(["serve", "--nats", "nats://127.0.0.1:1", "--listen", "0.0.0.0:0", "--token", token]),
+        _run(["dev", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0", "--token", token]),
+    ]
+    for out in runs:
+        assert out.returncode == 2, out.stderr
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1, out.stderr
+        assert lines[0].startswith("error: --token "), out.stderr
+    assert not any(tmp_path.iterdir()), "dev started before it refused the token"

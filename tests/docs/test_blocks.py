@@ -101,10 +101,10 @@ NOT_RUN: dict[tuple[str, str], str] = {
         "uv run dagnats dev --data-dir ./.dagnats --listen 127.0.0.1:8080 "
         "--worker myagent:handlers",
     ): "a fixed port; tests/cli/test_dev.py runs dev with a data dir",
-    ("docs/operations.md", "nats-server -c nats.conf"): "needs nats-server on PATH and a config",
+    ("docs/operations.md", "uv run nats-server -c nats.conf"): "a server on the fixed port 4222",
     (
         "docs/operations.md",
-        "nats-server -c n1.conf     # on each node, with its own file",
+        "uv run nats-server -c n1.conf     # on each node, with its own file",
     ): "a 3-node cluster on three machines",
     (
         "docs/operations.md",
