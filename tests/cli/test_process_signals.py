@@ -1,13 +1,13 @@
 """The CLI's processes killed (SIGKILL) and stopped (SIGSTOP, then SIGCONT) while agents run an
-unsafe tool, on a real nats-server: ``dagnats serve`` (engine and API) and two ``dagnats worker``
-processes running the agent of tests/cli/_chaos_workers.py (a safe tool, an unsafe tool, an
-answer).
+unsafe tool, on a real nats-server: two ``dagnats serve`` (engine and API; the engines share the
+history consumer, as a cluster's do) and two ``dagnats worker`` processes running the agent of
+tests/cli/_chaos_workers.py (a safe tool, an unsafe tool, an answer).
 
 First a zombie, on purpose: the worker inside a run's unsafe tool is stopped there, its successor
 records the call interrupted and finishes the run, then the stopped worker is resumed and its tool
 returns. It must write nothing more into that journal. Then a seeded random schedule of kills
 (the process is started again) and stops (of 0.1 to 2.5 s, often past the 0.8 s lease) of any of
-the three processes while runs keep being started. Afterwards every run completes, every unsafe
+the four processes while runs keep being started. Afterwards every run completes, every unsafe
 call started at most once (exactly once when its result was recorded), and ``journal check``
 passes on every run. ``DAGNATS_SIGNALS_SEED`` replays a schedule (the seed is printed).
 """
@@ -64,10 +64,13 @@ STEP_BOUND_S: Final = 60.0
 HTTP_TIMEOUT_S: Final = 3.0
 LOOK_EVERY_S: Final = 0.1
 CLI_BOUND_S: Final = 60.0
+#: The processes: two engines sharing the history consumer (the first one's API is the one the
+#: test talks to) and two workers.
+NAMES: Final = ("serve", "serve-2", "worker-1", "worker-2")
 
 
 class Fleet:
-    """The three processes, started again when killed; ``api`` follows ``serve``'s new port."""
+    """The processes, started again when killed; ``api`` follows ``serve``'s new port."""
 
     def __init__(self, url: str, log: Path, logs: Path) -> None:
         self.url = url
@@ -83,11 +86,11 @@ class Fleet:
     async def start(self, name: str) -> None:
         self.starts[name] += 1
         stderr = self.logs / f"{name}.{self.starts[name]}.stderr"
-        if name == "serve":
+        if name.startswith("serve"):
             args = ["--nats", self.url, "--listen", "127.0.0.1:0"]
         else:
             args = ["_chaos_workers:handlers", "--nats", self.url]
-        verb = "serve" if name == "serve" else "worker"
+        verb = "serve" if name.startswith("serve") else "worker"
         self.procs[name] = await trio.to_thread.run_sync(
             lambda: start_dagnats(verb, args, env=self.env, stderr=stderr)
         )
@@ -171,7 +174,7 @@ async def test_processes_killed_and_stopped_at_random_never_repeat_an_unsafe_too
     log = tmp_path / "tools.log"
     fleet = Fleet(url, log, tmp_path)
     try:
-        for name in ("serve", "worker-1", "worker-2"):
+        for name in NAMES:
             await fleet.start(name)
         r = await _request(fleet, "POST", "/workflows", json=DEFINITION)
         assert r.status_code == 201, r.text
@@ -200,13 +203,12 @@ async def test_processes_killed_and_stopped_at_random_never_repeat_an_unsafe_too
         # --- the random schedule ------------------------------------------------------------
         run_ids = [zombie_run]
         signals: Counter[str] = Counter()
-        names = ("serve", "worker-1", "worker-2")
         deadline = trio.current_time() + CHAOS_S
         while trio.current_time() < deadline:
             for _ in range(RUNS_PER_SIGNAL):
                 run_ids.append(await _start_run(fleet, f"chaos-{len(run_ids)}", len(run_ids)))
             await trio.sleep(rng.uniform(*BETWEEN_SIGNALS_S))
-            name = rng.choice(names)
+            name = rng.choice(NAMES)
             proc = fleet.procs[name].proc
             if rng.random() < KILL_ODDS:
                 proc.send_signal(signal.SIGKILL)
@@ -219,7 +221,7 @@ async def test_processes_killed_and_stopped_at_random_never_repeat_an_unsafe_too
                 proc.send_signal(signal.SIGCONT)
                 signals[f"stop {name}"] += 1
         finished = [await _finished(fleet, run_id) for run_id in run_ids]
-        for name in names:
+        for name in NAMES:
             assert fleet.procs[name].proc.poll() is None, f"{name} exited on its own"
 
         # --- what the tools and the journals say --------------------------------------------
