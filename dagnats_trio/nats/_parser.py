@@ -148,9 +148,10 @@ class Parser:
 
     def _next(self) -> Event | Literal[NeedData.NEED_DATA]:
         buf = self._buf
+        size = len(buf)  # once: nothing below adds to the buffer
         if self._pending is None:
             pos = self._pos
-            if pos == len(buf):
+            if pos == size:
                 return NEED_DATA  # all consumed (the reader's every last call): nothing to scan
             if not self._fast_msg(buf, pos):
                 end = buf.find(_CRLF, pos)
@@ -159,9 +160,9 @@ class Parser:
                     return NEED_DATA
                 line = bytes(buf[pos:end])
                 self._pos = end + 2
-                if self._pos == len(buf):
-                    buf.clear()
-                    self._pos = 0
+                if self._pos == size:
+                    del buf[:]  # a statement, not a call: emptied in place
+                    self._pos = size = 0
                 event = self._parse_line(line)
                 if event is not None:
                     return event
@@ -170,7 +171,7 @@ class Parser:
         is_msg, subject, sid, reply, header_bytes, total_bytes = pending
         start = self._pos
         stop = start + total_bytes
-        if len(buf) < stop + 2:
+        if size < stop + 2:
             return NEED_DATA
         if buf[stop : stop + 2] != _CRLF:
             op = ("H" if header_bytes is not None else "") + ("MSG" if is_msg else "PUB")
@@ -182,8 +183,8 @@ class Parser:
             headers = parse_headers(bytes(buf[start:body_start]))
         payload = bytes(buf[body_start:stop])
         self._pos = stop + 2
-        if self._pos == len(buf):
-            buf.clear()
+        if self._pos == size:
+            del buf[:]
             self._pos = 0
         self._pending = None
         if is_msg:

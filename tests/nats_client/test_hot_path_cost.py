@@ -49,8 +49,9 @@ CORE_MODULES: Final = (
 #: by one regular expression and such a block is parsed in one ``findall``; 69 since a PUB's
 #: subject and reply are tested and encoded as one string and a plain header block is spelled
 #: as one text (its names checked once, its values without calls) and encoded once; 67 since a
-#: match's groups are read by subscript (no ``groups()`` call).
-MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 69
+#: match's groups are read by subscript (no ``groups()`` call); 61 since the parser measures
+#: its buffer once per event and empties it with ``del`` (no ``len``/``clear`` calls).
+MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 63
 #: Python calls into the connection's own modules per round trip (the request and the
 #: responder's publish queued, written, read, routed and woken): 36 before a frame checked the
 #: connection inline and the request mux kept its count of requests in flight as an attribute
