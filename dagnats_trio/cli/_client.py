@@ -167,6 +167,11 @@ class ApiClient:
             raise CannotConnect(f"talking to the API at {self.base_url} failed: {exc}") from None
         if response.status_code >= 400:
             raise _failure(response)
+        if response.is_redirect:  # never followed: a redirect is a path of no route
+            raise ClientError(
+                f"the API answered {method} {path} with a redirect ({response.status_code}) to "
+                f"{response.headers.get('location', '?')}, not an answer"
+            )
         return response
 
     async def _json(self, method: str, path: str, **kw: Any) -> Any:
@@ -191,7 +196,7 @@ class ApiClient:
         return _decode(await self._json("GET", "/workflows"), WorkflowList, "workflow list")
 
     async def get_workflow(self, name: str) -> WorkflowDef:
-        raw = await self._json("GET", f"/workflows/{_seg(name)}")
+        raw = await self._json("GET", f"/workflows/{_seg(name, 'NAME')}")
         return _decode(raw, WorkflowDef, "workflow")
 
     # --- runs ------------------------------------------------------------------------------
@@ -226,22 +231,22 @@ class ApiClient:
         return _decode(raw, RunStarted, "run start answer").run_id
 
     async def get_run(self, run_id: str) -> RunView:
-        raw = await self._json("GET", f"/runs/{_seg(run_id)}")
+        raw = await self._json("GET", f"/runs/{_seg(run_id, 'RUN')}")
         return _decode(raw, RunView, "run")
 
     async def cancel_run(self, run_id: str, reason: str = "cancelled") -> RunView:
         body = json.dumps({"reason": reason}).encode()
-        raw = await self._json("POST", f"/runs/{_seg(run_id)}/cancel", body=body)
+        raw = await self._json("POST", f"/runs/{_seg(run_id, 'RUN')}/cancel", body=body)
         return _decode(raw, RunView, "run")
 
     async def purge_run(self, run_id: str) -> None:
         """Remove a finished run and every trace of it (409 while it runs, 404 when unknown)."""
-        await self._request("DELETE", f"/runs/{_seg(run_id)}")
+        await self._request("DELETE", f"/runs/{_seg(run_id, 'RUN')}")
 
     # --- inputs ----------------------------------------------------------------------------
 
     def _inputs_path(self, run_id: str, step_id: str) -> str:
-        return f"/runs/{_seg(run_id)}/steps/{_seg(step_id)}/inputs"
+        return f"/runs/{_seg(run_id, 'RUN')}/steps/{_seg(step_id, 'STEP')}/inputs"
 
     async def submit_input(
         self, run_id: str, step_id: str, request_id: str, mode: str, content: JsonValue
@@ -256,20 +261,20 @@ class ApiClient:
         self, run_id: str, step_id: str, request_id: str, wait_s: float | None = None
     ) -> Submission:
         params = {"wait": f"{round(wait_s * 1000)}ms"} if wait_s else None
-        path = f"{self._inputs_path(run_id, step_id)}/{_seg(request_id)}"
+        path = f"{self._inputs_path(run_id, step_id)}/{_seg(request_id, 'REQUEST_ID')}"
         raw = await self._json(
             "GET", path, params=params, timeout_s=REQUEST_TIMEOUT_S + (wait_s or 0.0)
         )
         return _decode(raw, Submission, "input submission")
 
     async def withdraw_input(self, run_id: str, step_id: str, request_id: str) -> None:
-        path = f"{self._inputs_path(run_id, step_id)}/{_seg(request_id)}"
+        path = f"{self._inputs_path(run_id, step_id)}/{_seg(request_id, 'REQUEST_ID')}"
         await self._request("DELETE", path)
 
     # --- journal ---------------------------------------------------------------------------
 
     def _journal_path(self, run_id: str, step_id: str) -> str:
-        return f"/runs/{_seg(run_id)}/steps/{_seg(step_id)}/journal"
+        return f"/runs/{_seg(run_id, 'RUN')}/steps/{_seg(step_id, 'STEP')}/journal"
 
     async def journal_page(
         self, run_id: str, step_id: str, from_seq: int = 1, limit: int = JOURNAL_PAGE_RECORDS
@@ -337,10 +342,14 @@ class ApiClient:
                 raise ClientError("the journal stream kept closing without its end event")
 
 
-def _seg(value: str) -> str:
+def _seg(value: str, what: str) -> str:
     """One path segment holding ``value`` as typed: a request id may hold '/', '?', '#', '%' or
     be '..', so everything but letters, digits and ``_-~`` is percent-encoded (dots too, or an
-    id of dots would be taken for a relative path and dropped)."""
+    id of dots would be taken for a relative path and dropped). An empty one is refused: it
+    would make another path (``/runs/`` for ``/runs/{run}``), which the API answers with a
+    redirect, not an error."""
+    if not value:
+        raise UsageError(f"{what} must not be empty")
     return urllib.parse.quote(value, safe="").replace(".", "%2E")
 
 

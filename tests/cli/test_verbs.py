@@ -144,6 +144,28 @@ def test_run_errors_have_meaningful_exit_codes(dev: DevProcess) -> None:
     assert res.exit_code == EXIT_CANNOT_CONNECT
 
 
+def test_an_empty_id_is_refused_not_reported_done(dev: DevProcess) -> None:
+    """An empty RUN, STEP, REQUEST_ID or NAME made another path (``DELETE /runs/``), which the
+    API answers with a redirect; the verbs took that for success: ``run purge ''`` printed
+    "purged run" and ``inputs withdraw r s ''`` "withdrawn", exit 0. Now each is a usage error
+    naming the argument, and a redirect is never an answer."""
+    cases = [
+        (("run", "purge", ""), "RUN"),
+        (("inputs", "withdraw", "r", "s", ""), "REQUEST_ID"),
+        (("run", "get", ""), "RUN"),
+        (("run", "cancel", ""), "RUN"),
+        (("workflow", "get", ""), "NAME"),
+        (("journal", "check", ""), "RUN"),
+        (("journal", "tail", "r", ""), "STEP"),
+        (("inputs", "get", "r", "s", ""), "REQUEST_ID"),
+    ]
+    for args, what in cases:
+        res = cli(dev, *args)
+        assert res.exit_code == EXIT_USAGE, (args, res.stdout, res.stderr)
+        assert res.stderr.strip() == f"error: {what} must not be empty", (args, res.stderr)
+        assert res.stdout == "", (args, res.stdout)
+
+
 def test_inputs_send_get_withdraw(dev: DevProcess, tmp_path: Path) -> None:
     # No worker serves this task type, so the agent step stays running and accepts inputs.
     register(
