@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from dagnats_trio.cli import (
@@ -326,3 +328,73 @@ def test_json_errors_are_json(dev: DevProcess) -> None:
     # without --json the error stays one line of text on stderr
     text = cli(dev, "run", "get", "no-such-run")
     assert text.exit_code == EXIT_NOT_FOUND and text.stdout == "" and "error:" in text.stderr
+
+
+#: Generated command lines of the verbs over the API (ids, JSON, options), each run in process.
+CLI_FUZZ_EXAMPLES = 150
+argv_text = st.text(
+    alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=12
+)
+some_id = st.one_of(
+    st.from_regex(r"[a-z0-9_-]{1,16}", fullmatch=True),  # an id, of nothing that exists
+    st.sampled_from(["", "..", "a/b", "%2e", "-x", "r" * 200]),
+    argv_text,
+)
+some_json = st.one_of(
+    st.sampled_from(["{", "NaN", "1e400", '"x"', "[" * 80 + "]" * 80, "@/nonexistent", "@", "{}"]),
+    argv_text,
+)
+modes = st.sampled_from(["steer", "follow_up", "x", ""])
+
+
+def _line(*parts: str | st.SearchStrategy[str]) -> st.SearchStrategy[tuple[str, ...]]:
+    """A command line: words as given, strategies drawn."""
+    return st.tuples(*[st.just(p) if isinstance(p, str) else p for p in parts])
+
+
+verb_lines = st.one_of(
+    _line("run", "get", some_id),
+    _line("run", "start", some_id, some_json),
+    _line("run", "cancel", some_id, "--reason", argv_text),
+    _line("run", "purge", some_id),
+    _line("run", "list", "--status", argv_text, "--cursor", argv_text),
+    _line("run", "list", "--limit", argv_text),
+    _line("workflow", "get", some_id),
+    _line("inputs", "send", some_id, some_id, some_json, "--mode", modes, "--request-id", some_id),
+    _line("inputs", "get", some_id, some_id, some_id, "--wait", argv_text),
+    _line("inputs", "withdraw", some_id, some_id, some_id),
+    _line("journal", "tail", some_id, some_id, "--from", argv_text),
+    _line("journal", "check", some_id),
+    _line("journal", "export", some_id, some_id),
+)
+
+
+def test_generated_command_lines_fail_in_one_line(dev: DevProcess) -> None:
+    """Generated ids, JSON and options for every verb over the API, against a running dev:
+    no traceback, an exit code of the contract, and a failure said in one ``error:`` line (or
+    the usage block of a bad option, exit 2)."""
+    codes: dict[int, int] = {}
+
+    @settings(
+        max_examples=CLI_FUZZ_EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(line=verb_lines)
+    def example(line: tuple[str, ...]) -> None:
+        res = cli(dev, *line)
+        codes[res.exit_code] = codes.get(res.exit_code, 0) + 1
+        where = (line, res.exit_code, res.stdout[-300:], res.stderr[-300:])
+        assert res.exit_code in (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND), where
+        if res.exit_code == EXIT_OK:
+            return
+        lines = res.stderr.strip().splitlines()
+        if res.exit_code == EXIT_USAGE and lines and lines[0].startswith("Usage:"):
+            assert any(x.startswith("Error:") for x in lines), where  # the option parser's
+            return
+        assert len(lines) == 1 and lines[0].startswith("error: "), where
+
+    example()
+    print(f"{CLI_FUZZ_EXAMPLES} command lines; exit codes {dict(sorted(codes.items()))}")
+    assert codes.get(EXIT_USAGE, 0) > 0 and codes.get(EXIT_NOT_FOUND, 0) > 0
