@@ -266,6 +266,33 @@ class Connection:
             raise NoRespondersError(f"request on {subject!r}: no responders")
         return msg
 
+    async def next_msg_before(self, sub: Subscription, deadline: float) -> Msg | None:
+        """The next message of ``sub`` (a subscription of this connection), or ``None`` once
+        ``deadline`` (Trio clock) passed without one; ``trio.EndOfChannel`` once ``sub`` is
+        closed and emptied. What ``with trio.move_on_at(deadline): await sub.next_msg()`` does,
+        without a cancel scope (entering and leaving one is the larger part of a short wait's
+        cost): the deadline is one entry in the heap the request deadlines live in. A
+        checkpoint; cancel-safe: a cancelled wait takes no message."""
+        if sub.buffered:
+            await trio.lowlevel.checkpoint()
+            return sub.next_msg_nowait()
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while True:
+            if sub.closed:
+                raise trio.EndOfChannel
+            token, slot = self._mux.alarm(deadline)
+            sub._waiters.append(slot)
+            try:
+                await slot.wait()
+            finally:
+                sub._waiters.remove(slot)
+                self._mux.disarm(token)
+            if sub.buffered:
+                return sub.next_msg_nowait()
+            if not sub.closed and trio.current_time() >= deadline:
+                return None
+            # Woken for a message another waiter took: wait again.
+
     async def flush(self, *, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
         """Wait until the server has processed everything queued before this call (a PING
         answered). Across a reconnect it pings the new server."""

@@ -41,6 +41,8 @@ class RequestMux:
         self._alarm_deadline = math.inf
         #: Requests waiting for their reply (kept as an attribute: read on every frame queued).
         self.pending = 0
+        # Alarms set (see :meth:`alarm`): slots in the heap that are not requests.
+        self._alarms = 0
 
     @property
     def subject(self) -> str:
@@ -65,7 +67,31 @@ class RequestMux:
         """The request is over (answered, timed out or cancelled): later replies are dropped."""
         del self._slots[token]
         self.pending -= 1
-        if len(self._deadlines) > 2 * self.pending + _HEAP_SLACK_ENTRIES:
+        self._prune()
+
+    def alarm(self, deadline: float) -> tuple[str, ReplySlot]:
+        """A slot woken at ``deadline`` (Trio clock) unless woken before, kept in the same heap
+        and watched by the same task as the requests' deadlines: a bounded wait without a
+        cancel scope. Not a request (not counted in :attr:`pending`), and its token holds a
+        space, which no subject token does, so no reply can reach it. :meth:`disarm` it."""
+        self._opened += 1
+        token = f"alarm {self._opened:x}"
+        slot = ReplySlot()
+        self._slots[token] = slot
+        self._alarms += 1
+        heapq.heappush(self._deadlines, (deadline, token))
+        if deadline < self._alarm_deadline:
+            self._alarm.deadline = self._alarm_deadline = deadline
+        return token, slot
+
+    def disarm(self, token: str) -> None:
+        """The alarm is over (rung, or its wait ended otherwise)."""
+        del self._slots[token]
+        self._alarms -= 1
+        self._prune()
+
+    def _prune(self) -> None:
+        if len(self._deadlines) > 2 * (self.pending + self._alarms) + _HEAP_SLACK_ENTRIES:
             self._deadlines = [entry for entry in self._deadlines if entry[1] in self._slots]
             heapq.heapify(self._deadlines)
 
@@ -77,7 +103,8 @@ class RequestMux:
             slot.wake()
 
     def wake_all(self) -> None:
-        """The connection closed: every waiting request wakes with no reply."""
+        """The connection closed: every waiting request wakes with no reply (and every alarm
+        rings)."""
         for slot in self._slots.values():
             slot.wake()
 

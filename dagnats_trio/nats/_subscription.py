@@ -8,6 +8,7 @@ from typing import final
 import trio
 
 from ._events import Msg
+from ._waiters import ReplySlot
 
 #: Messages a subscription buffers before the reader drops new ones (a slow consumer).
 SUBSCRIPTION_BUFFER_MSGS = 4096
@@ -42,6 +43,9 @@ class Subscription:
         self._delivered = 0
         self._taken = 0
         self._closed_flag = False
+        # Slots of callers waiting with a deadline (Connection.next_msg_before): woken by the
+        # next delivery and by the close.
+        self._waiters: list[ReplySlot] = []
 
     @property
     def dropped(self) -> int:
@@ -104,7 +108,14 @@ class Subscription:
             pass
         else:
             self._delivered += 1
+            if self._waiters:
+                self._wake_waiters()
 
     def _close(self) -> None:
         self._closed_flag = True
         self._send.close()
+        self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        for slot in self._waiters:
+            slot.wake()

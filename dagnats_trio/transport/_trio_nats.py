@@ -271,27 +271,32 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
         # read (the deliveries and the end-of-request status), and ``receive`` would yield to
         # the scheduler once per buffered message. The fetch waits on the server at least once
         # (nothing is buffered for this request before it is sent), so it still checkpoints.
+        # The wait is bounded by a deadline the connection watches (no cancel scope entered
+        # and left per fetch: most of a short fetch's cost).
+        deadline = trio.current_time() + timeout_s + FETCH_GRACE_S
         waited = False
-        with trio.move_on_after(timeout_s + FETCH_GRACE_S):
-            while len(taken) < batch:
-                if sub.buffered:  # no WouldBlock raised and caught to find out
-                    msg = sub.next_msg_nowait()
-                else:
-                    waited = True
-                    try:
-                        msg = await sub.next_msg()
-                    except trio.EndOfChannel:
-                        raise Closed(f"{what}: transport closed") from None
-                if msg.status is None:
-                    if msg.reply is not None:
-                        taken.append(msg)
-                    continue
-                if msg.subject != reply:
-                    continue  # the end of an earlier fetch
-                if msg.status in _PULL_END_STATUSES or taken:
-                    break
-                description = msg.headers.description if msg.headers else ""
-                raise api_error(msg.status, None, description, what)
+        while len(taken) < batch:
+            if sub.buffered:  # no WouldBlock raised and caught to find out
+                msg = sub.next_msg_nowait()
+            else:
+                waited = True
+                try:
+                    got = await self._conn.next_msg_before(sub, deadline)
+                except trio.EndOfChannel:
+                    raise Closed(f"{what}: transport closed") from None
+                if got is None:
+                    break  # the deadline passed: what was taken so far
+                msg = got
+            if msg.status is None:
+                if msg.reply is not None:
+                    taken.append(msg)
+                continue
+            if msg.subject != reply:
+                continue  # the end of an earlier fetch
+            if msg.status in _PULL_END_STATUSES or taken:
+                break
+            description = msg.headers.description if msg.headers else ""
+            raise api_error(msg.status, None, description, what)
         if not waited:
             await trio.lowlevel.cancel_shielded_checkpoint()
         return pull.hand_out(self, batch)
