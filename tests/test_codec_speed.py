@@ -9,10 +9,11 @@ walks containers of every kind, subclasses too.
 from __future__ import annotations
 
 import collections
+import cProfile
 import enum
 import json
 import math
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import attrs
 import pytest
@@ -24,12 +25,16 @@ from dagnats_trio.protocol import (
     CommitAction,
     CommitRecord,
     DecodeError,
+    DispatchId,
     JsonPolicyError,
     ModelRecord,
+    TaskMessage,
     check_json,
     converter,
     decode_record,
+    decode_task,
     encode_record,
+    encode_task,
     from_obj,
     loads_json,
 )
@@ -175,3 +180,52 @@ def test_an_optional_scalar_of_the_wrong_json_type_is_refused(field: str, wrong:
     with pytest.raises(DecodeError, match=rf"expected .* @ \$\.{field}$"):
         from_obj({field: wrong}, _Optionals)
     assert from_obj({field: None}, _Optionals) == _Optionals()
+
+
+#: Built-in calls the codec's own hooks make while one task message is decoded (its strings,
+#: integers, its dispatch identity): 16 while every scalar was tested with ``isinstance`` (two
+#: for an integer) and each object's structuring function was found with ``dict.get``; 0 since
+#: the exact JSON type is tested first (``type(v) is int``) and the function found by subscript.
+MAX_HOOK_BUILTIN_CALLS_PER_TASK: Final = 2
+
+
+def test_decoding_a_task_message_costs_its_hooks_no_builtin_calls() -> None:
+    task = TaskMessage(
+        run_id="r1",
+        step_id="agent",
+        task="scripted-agent",
+        workflow="w",
+        dispatch=DispatchId(iteration=3, attempt=1, nonce="n1"),
+        input={"task": "deploy"},
+        journal_seq=12,
+        loop_state_max_bytes=None,
+        is_loop=True,
+    )
+    data = encode_task(task)
+    assert decode_task(data) == task  # warm: the structuring functions are generated
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        decoded = decode_task(data)
+    finally:
+        profiler.disable()
+    assert decoded == task
+    profiler.create_stats()
+    stats: dict[tuple[str, int, str], tuple[int, int, float, float, dict[Any, Any]]]
+    stats = profiler.stats  # type: ignore[attr-defined]
+    calls = sum(
+        count[1]
+        for key, (_cc, _nc, _tt, _ct, callers) in stats.items()
+        if key[0] == "~"
+        for caller, count in callers.items()
+        if caller[0].replace("\\", "/").endswith("dagnats_trio/protocol/_codec.py")
+        and caller[2] in {"_strict_str", "_strict_int", "_strict_bool", "hook"}
+    )
+    print(f"built-in calls of the codec's hooks per task message decoded: {calls}")
+    assert calls <= MAX_HOOK_BUILTIN_CALLS_PER_TASK
+    # and the strict rules still hold for what is not the exact type
+    for field, wrong in (("journal_seq", True), ("run_id", 5), ("is_loop", 1)):
+        raw = json.loads(data)
+        raw[field] = wrong
+        with pytest.raises(DecodeError, match=field):
+            decode_task(json.dumps(raw).encode())

@@ -27,14 +27,18 @@ class DecodeError(ValueError):
     """A message on the wire is not valid JSON or not the expected shape."""
 
 
+# Each scalar hook tests the exact type first (what ``json`` decodes to: no built-in call), the
+# isinstance rules only for anything else (a subclass), so the answer is the same.
+
+
 def _strict_str(value: Any, _: Any) -> str:
-    if not isinstance(value, str):
+    if type(value) is not str and not isinstance(value, str):
         raise TypeError(f"expected a string, got {type(value).__name__}")
     return value
 
 
 def _strict_int(value: Any, _: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
         raise TypeError(f"expected an integer, got {type(value).__name__}")
     return value
 
@@ -46,7 +50,7 @@ def _strict_float(value: Any, _: Any) -> float:
 
 
 def _strict_bool(value: Any, _: Any) -> bool:
-    if not isinstance(value, bool):
+    if value is not True and value is not False:  # bool has no subclasses
         raise TypeError(f"expected true or false, got {type(value).__name__}")
     return value
 
@@ -113,11 +117,12 @@ def _require_object(conv: cattrs.Converter) -> Any:
     generated: dict[Any, Any] = {}
 
     def hook(value: Any, cls: Any) -> Any:
-        if not isinstance(value, dict):
+        if type(value) is not dict and not isinstance(value, dict):
             got = type(value).__name__
             raise TypeError(f"expected a JSON object for {cls.__name__}, got {got}")
-        fn = generated.get(cls)
-        if fn is None:
+        try:
+            fn = generated[cls]  # a subscript, not a get() call: this runs per object decoded
+        except KeyError:
             fn = generated[cls] = make_dict_structure_fn(cls, conv)
         return fn(value, cls)
 
