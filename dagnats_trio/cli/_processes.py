@@ -80,8 +80,18 @@ NatsOpt = Annotated[
     str,
     typer.Option("--nats", envvar="DAGNATS_NATS_URL", help="NATS server URL(s), comma separated."),
 ]
+#: Bounds of ``--ack-wait``: a lease shorter than a tenth of a second is always lost; one over
+#: a day leaves a dead worker's task waiting that long (and ``inf`` failed the start with a
+#: traceback).
+MIN_ACK_WAIT_S: Final = 0.1
+MAX_ACK_WAIT_S: Final = 86_400.0
+#: The port range of ``--nats-port`` (0: any free one).
+MAX_PORT: Final = 65_535
 AckWaitOpt = Annotated[
-    float, typer.Option("--ack-wait", min=0.1, help="Workers' AckWait in seconds.")
+    float,
+    typer.Option(
+        "--ack-wait", min=MIN_ACK_WAIT_S, max=MAX_ACK_WAIT_S, help="Workers' AckWait in seconds."
+    ),
 ]
 RestartLimitOpt = Annotated[
     str,
@@ -119,7 +129,10 @@ def dev(
     bridge: BridgeOpt = True,
     backlog: BacklogOpt = DEFAULT_LISTEN_BACKLOG,
     nats_port: Annotated[
-        int, typer.Option("--nats-port", help="Client port of the embedded server (0: any).")
+        int,
+        typer.Option(
+            "--nats-port", min=0, max=MAX_PORT, help="Client port of the embedded server (0: any)."
+        ),
     ] = 0,
     ack_wait: AckWaitOpt = DEFAULT_ACK_WAIT_S,
     restart_limit: RestartLimitOpt = str(DEFAULT_RESTART_LIMIT),

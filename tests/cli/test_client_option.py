@@ -89,3 +89,30 @@ def test_serve_and_dev_refuse_an_empty_or_blank_token_in_one_line(
         assert len(lines) == 1, out.stderr
         assert lines[0].startswith("error: --token "), out.stderr
     assert not any(tmp_path.iterdir()), "dev started before it refused the token"
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--ack-wait", "inf"),
+        ("--ack-wait", "1e12"),
+        ("--nats-port", "70000"),
+        ("--nats-port", "-5"),
+    ],
+)
+def test_out_of_range_ack_wait_and_nats_port_are_refused(
+    option: str, value: str, tmp_path: Path
+) -> None:
+    """``--ack-wait inf`` failed the start with a traceback (the worker's own check, inside the
+    running host), ``--nats-port 70000`` with an ``OverflowError`` from ``bind``, and
+    ``--nats-port -5`` was taken for any port; now each is refused by the option (exit 2)."""
+    dev = ["dev", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0", option, value]
+    runs = [_run(dev)]
+    if option == "--ack-wait":
+        runs.append(_run(["serve", "--nats", "nats://127.0.0.1:1", option, value]))
+        runs.append(_run(["worker", "--nats", "nats://127.0.0.1:1", option, value, "m:h"]))
+    for out in runs:
+        assert out.returncode == 2, out.stderr
+        assert "Traceback" not in out.stderr, out.stderr
+        assert f"Invalid value for '{option}'" in out.stderr, out.stderr
+    assert not any(tmp_path.iterdir()), "dev started before it refused the option"
