@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import traceback
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any, final
 
@@ -107,6 +108,13 @@ def parse_nats_urls(text: str) -> tuple[str, ...]:
         scheme = url.split("://", 1)[0]
         if scheme not in ("nats", "tls", "ws", "wss"):
             raise HostSetupError(f"NATS URL {part.strip()!r} must start with nats:// or tls://")
+        try:  # a bad port or bracket fails here in one line, not inside the client
+            parsed = urllib.parse.urlsplit(url)
+            parsed.port  # noqa: B018 (parsing it is the check)
+        except ValueError as exc:
+            raise HostSetupError(f"NATS URL {part.strip()!r} is not valid: {exc}") from None
+        if not parsed.hostname:
+            raise HostSetupError(f"NATS URL {part.strip()!r} names no host")
         urls.append(url)
     if not urls:
         raise HostSetupError("no NATS URL given (--nats or DAGNATS_NATS_URL)")

@@ -116,3 +116,20 @@ def test_out_of_range_ack_wait_and_nats_port_are_refused(
         assert "Traceback" not in out.stderr, out.stderr
         assert f"Invalid value for '{option}'" in out.stderr, out.stderr
     assert not any(tmp_path.iterdir()), "dev started before it refused the option"
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("nats://[::1", "is not valid: Invalid IPv6 URL"),
+        ("nats://127.0.0.1:99999", "is not valid: Port out of range"),
+        ("nats://", "names no host"),
+    ],
+)
+def test_a_nats_url_that_does_not_parse_is_refused_in_one_line(url: str, says: str) -> None:
+    """Before, each failed inside the client with a traceback (``ValueError``)."""
+    for args in (["serve", "--nats", url], ["worker", "--nats", url, "_crashing:handlers"]):
+        out = _run(args)
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.startswith(f"error: NATS URL {url!r} {says}"), out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
