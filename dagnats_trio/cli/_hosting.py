@@ -140,6 +140,9 @@ def run_host(config: HostConfig, title: str, extra: list[tuple[str, str]]) -> No
             fail(f"the embedded nats-server failed: {inner}", EXIT_FAILED)
         if isinstance(inner, TransportError):
             fail(f"NATS refused: {inner}", EXIT_FAILED)
+        if isinstance(inner, OSError) and inner.filename is not None:
+            # a path (the data directory, say), not the listening socket
+            fail(f"cannot use {inner.filename}: {inner.strerror or inner}", EXIT_FAILED)
         if isinstance(inner, OSError) and config.listen is not None:
             fail(f"cannot listen on {config.listen}: {inner.strerror or inner}", EXIT_FAILED)
         if isinstance(inner, OSError):

@@ -133,3 +133,15 @@ def test_a_nats_url_that_does_not_parse_is_refused_in_one_line(url: str, says: s
         assert out.returncode == 2, out.stderr
         assert out.stderr.startswith(f"error: NATS URL {url!r} {says}"), out.stderr
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_data_dir_that_is_a_file_is_named_as_the_problem(tmp_path: Path) -> None:
+    """A ``--data-dir`` that is a file was reported as "cannot listen on 127.0.0.1:0: Not a
+    directory"; the message names the path now."""
+    file = tmp_path / "afile"
+    file.write_text("not a directory\n")
+    out = _run(["dev", "--data-dir", str(file), "--listen", "127.0.0.1:0"])
+    assert out.returncode == 1, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines[-1] == f"error: cannot use {file}/jetstream: Not a directory", out.stderr
+    assert "Traceback" not in out.stderr and "listen" not in lines[-1]
