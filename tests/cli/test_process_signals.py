@@ -31,9 +31,11 @@ from dagnats_trio.server import NatsServer
 from dagnats_trio.transport import open_nats_transport, provision
 
 from ._chaos_workers import LOG_ENV
-from ._dev import DevProcess, dagnats_command, start_dagnats
+from ._dev import DevProcess, dagnats_command, start_dagnats, start_dev
 
 WORKFLOW: Final = "signals"
+#: The agent's handlers, as ``dagnats worker`` and ``dagnats dev --worker`` name them.
+WORKERS: Final = "_chaos_workers:handlers"
 DEFINITION: Final = {
     "name": WORKFLOW,
     "steps": [
@@ -89,7 +91,7 @@ class Fleet:
         if name.startswith("serve"):
             args = ["--nats", self.url, "--listen", "127.0.0.1:0"]
         else:
-            args = ["_chaos_workers:handlers", "--nats", self.url]
+            args = [WORKERS, "--nats", self.url]
         verb = "serve" if name.startswith("serve") else "worker"
         self.procs[name] = await trio.to_thread.run_sync(
             lambda: start_dagnats(verb, args, env=self.env, stderr=stderr)
@@ -258,3 +260,66 @@ async def test_processes_killed_and_stopped_at_random_never_repeat_an_unsafe_too
         )
     finally:
         await trio.to_thread.run_sync(fleet.stop_all)
+
+
+#: How long ``dev`` stays stopped: past its worker's 0.8 s lease, so the task is redelivered.
+DEV_STOPPED_S: Final = 3.0
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+async def test_a_dev_killed_or_stopped_inside_the_unsafe_tool_finishes_the_run(
+    how: str, tmp_path: Path
+) -> None:
+    """``dagnats dev`` (embedded nats-server, engine, API and worker in one process) while its
+    worker is inside the unsafe tool. ``kill``: SIGKILLed (the kernel takes the server down with
+    it) and a new dev started on the same ``--data-dir``, which finds the run, its journal and
+    its task (operations.md: they survive a restart). ``stop``: SIGSTOPped past the lease and
+    resumed, so the task comes back to the same worker while the stopped delivery still holds
+    the tool, and that zombie is released only after the run finished. Either way the call is
+    recorded interrupted rather than started again, and the run completes with ``journal
+    check`` ok."""
+    log = tmp_path / "tools.log"
+    release = trio.Path(str(log) + ".release")
+    data = tmp_path / "data"
+    args = ["--data-dir", str(data), "--listen", "127.0.0.1:0", "--worker", WORKERS]
+    env = {LOG_ENV: str(log)}
+    first = await trio.to_thread.run_sync(lambda: start_dev(args, env=env))
+    second: DevProcess | None = None
+    try:
+        fleet = Fleet(first.nats_url, log, tmp_path)
+        fleet.procs["serve"] = first
+        r = await _request(fleet, "POST", "/workflows", json=DEFINITION)
+        assert r.status_code == 201, r.text
+        run_id = await _start_run(fleet, "held", {"hold": True})
+        started = await _wait_for_line(log, ["start", f"{run_id}.agent.1.1", "send"])
+        if how == "kill":
+            first.proc.send_signal(signal.SIGKILL)
+            assert await trio.to_thread.run_sync(first.proc.wait) == -signal.SIGKILL
+            await release.touch()  # nothing holds the tool any more
+            second = await trio.to_thread.run_sync(lambda: start_dev(args, env=env))
+            fleet.procs["serve"] = second
+            done = await _finished(fleet, run_id)
+        else:
+            first.proc.send_signal(signal.SIGSTOP)
+            await trio.sleep(DEV_STOPPED_S)
+            first.proc.send_signal(signal.SIGCONT)
+            done = await _finished(fleet, run_id)
+            before = (await _request(fleet, "GET", f"/runs/{run_id}/steps/agent/journal")).json()
+            await release.touch()
+            await _wait_for_line(log, ["end", run_id, started[3]])
+            after = (await _request(fleet, "GET", f"/runs/{run_id}/steps/agent/journal")).json()
+            assert after == before, "the released zombie wrote into the journal"
+        r = await _request(fleet, "GET", f"/runs/{run_id}/steps/agent/journal/check")
+        verdict = r.json()
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.proc.poll() is None:
+                proc.proc.send_signal(signal.SIGCONT)
+                await trio.to_thread.run_sync(proc.stop)
+    starts = [f for f in _log_lines(log) if f[0] == "start" and f[2] == "send"]
+    ends = [" ".join(f) for f in _log_lines(log) if f[0] == "end"]
+    print(f"{how}: run {done['status']} {done['output']}; unsafe starts {len(starts)}; {ends}")
+    assert done["status"] == "completed", done
+    assert done["output"]["send"] == {"interrupted": True}, done
+    assert len(starts) == 1, starts
+    assert verdict["ok"] and verdict["compared_iterations"], verdict
