@@ -118,6 +118,9 @@ Per tool iteration of a journal step (model call + tool call), the records paire
          task ack           NOT a round trip: sent without waiting (ack_nowait) once the event is
                             stored; a lost ack is a redelivery that the journal answers with
                             Committed and the stream's msg id / the engine's acceptance rule drop.
+                            Nor a write: the task stream is a limits stream, so the ack moves
+                            the consumer's ack floor and removes nothing (a work queue's ack
+                            wrote a tombstone, fsynced under sync_interval always).
  engine  pull request       counted, left waiting, as for the worker.
          snapshot CAS       WRITE 5: the dispatch is saved before the task is published (the KV
                             bucket is a stream of its own: no message or batch with the task).
@@ -142,8 +145,9 @@ Per answer iteration (the last model call gives the final answer), the records p
                             Stored apart (as before then_complete), the response was a write of
                             its own, fenced on the claim, and the commit one more fenced on it.
          lifecycle event    WRITE 3 (step.completed), as above.
- engine  pull request + snapshot CAS (the run's end); no task. The active marker's purge
-         follows the saved snapshot, off the critical path.
+ engine  pull request + snapshot CAS (the run's end); no task. The active marker's purge and
+         the purge of the run's tasks follow the saved snapshot, at once, off the critical path
+         (engine._run_end).
  => worker 4 round trips (pull, claim, model record + commit, event: 3 writes; one write
     less than the 5 round trips and 4 writes of the answer's record stored alone), engine 2
     (CAS + pull).
@@ -154,15 +158,17 @@ model call whose response the next message holds. The commit is stored before th
 event ("after the commit is stored, the worker publishes the lifecycle event"), and the event is
 on the history stream, not the journal's: one message (or one atomic batch) holds one stream's
 records only. The engine saves the dispatch (CAS on the run's snapshot, a KV bucket) before it
-publishes the task (the task queue, a work-queue stream), so that a crash between the two
+publishes the task (the task queue, a stream of its own), so that a crash between the two
 re-sends the same dispatch instead of deciding again. Five would need two of these streams made
-one (tasks kept in the snapshot bucket's stream, say, which a work queue's retention does not
-allow) or a write the spec requires dropped. Not done.
+one (tasks kept in the snapshot bucket's stream, say: the task stream is a limits stream now, so
+retention no longer forbids it, but a snapshot and a task are still two messages, so one write
+would be an atomic batch, which costs more than two publishes on a single-replica file stream,
+docs/jetstream.md "Cost") or a write the spec requires dropped. Not done.
 
 Each record alone (printed beside): the model record, the tool intent, the tool result and the
 commit are a write each, each fenced on the one before: 8 durable writes and 10 round trips per
 tool iteration, and the answer's model record a write of its own too (worker 5 round trips in
-the answer iteration): 46 round trips per run, 35 of them waited on.
+the answer iteration): 47 round trips per run, 35 of them waited on.
 
 Per run (3 tool iterations, 1 answer iteration), the records paired:
  client  definition read + run index entry and active               5  (the definition may be
@@ -179,12 +185,15 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
                                                                        run that moved on fails
                                                                        and reads, as before)
  worker  3 x 5 (tool iterations) + 4 (answer)                       19
- engine  3 x step.continue (pull + CAS + task) + step.completed     12
-         (pull + CAS + active marker purge, after the finished
-         snapshot is saved: off the critical path)
- => 39 counted, of which 9 are pull requests left waiting and 2 overlap or follow the run's end
-    (the second index publish, the marker purge): 28 on the critical path. (Each record alone:
-    46 and 35. Before the claim's ack stood for the journal tail read (the predicted claim):
+ engine  3 x step.continue (pull + CAS + task) + step.completed     13
+         (pull + CAS + active marker purge + task purge, the
+         two at once after the finished snapshot is saved: off
+         the critical path)
+ => 40 counted, of which 9 are pull requests left waiting and 3 overlap or follow the run's end
+    (the second index publish, the two purges): 28 on the critical path. (Each record alone:
+    47 and 35. Before the run's end purged its tasks (each ack removed its own, a work queue):
+    one round trip less, 39 and 46. Before the claim's ack stood for the journal tail read (the
+    predicted claim):
     43 and 32, one read more per iteration. Before the answer was stored with its complete
     commit: one write more. Before the claim's ack stood for the model's tail read: one read
     more per model call; before the start named its snapshot's revision: the engine's snapshot
@@ -193,20 +202,25 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
     workflow.started), engine 9 (a CAS and a task per dispatch: 4 x 2, and the run's end CAS),
     worker 15 (3 x 4 per tool iteration + 3 for the answer). Each record alone: 35 (worker
     3 x 6 + 4). Before then_complete: 29.
+ => fsynced writes per run with sync_interval always (bench.spread counts them per stream):
+    the 28, and the two purges of the run's end (one fsync each, whatever they remove): 30.
+    Before the task stream stopped being a work queue: 33 (a tombstone per task ack, 4, and
+    no task purge).
 """
 #: The worker's share of it: per tool iteration 5 (pull, claim, model + intent message, result
 #: + commit message, lifecycle event), for the answer 4 (pull, claim, model + commit message,
 #: lifecycle event).
 WORKER_ROUND_TRIPS_PER_RUN = 3 * 5 + 4
 #: Requests counted per run at the floor of MIN_ROUND_TRIPS_DERIVATION (the records paired).
-MIN_ROUND_TRIPS_PER_RUN = 5 + 3 + WORKER_ROUND_TRIPS_PER_RUN + (3 * 3 + 3)
+MIN_ROUND_TRIPS_PER_RUN = 5 + 3 + WORKER_ROUND_TRIPS_PER_RUN + (3 * 3 + 4)
 #: The same for the script writing each record alone: two more worker writes per tool iteration,
 #: and one more in the answer iteration (the model record apart from the complete commit).
 ALONE_MIN_ROUND_TRIPS_PER_RUN = MIN_ROUND_TRIPS_PER_RUN + 3 * 2 + 1
 #: Of those, the pull requests (one per delivery), left waiting before their message arrives.
 PULLS_PER_RUN = 5 + 4
-#: And those not waited on: the index publish beside the other, the purge after the run's end.
-OFF_PATH_PER_RUN = 2
+#: And those not waited on: the index publish beside the other, the two purges after the run's
+#: end (its active marker, its tasks).
+OFF_PATH_PER_RUN = 3
 #: Per tool iteration: worker 4 waited on + 1 pull, engine 2 waited on + 1 pull.
 MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 8
 #: Durable writes per tool iteration, the records paired (worker: claim, model + intent

@@ -5,9 +5,12 @@ nats-server 2.15.1 stores a single-replica file stream's messages on one gorouti
 (``stream.internalLoop``), each written and fsynced before the next (``writeMsgRecord`` flushes
 in place, ``msgBlock.flushPendingMsgsLocked`` calls ``mfd.Sync()`` under ``sync_interval:
 always``): no group commit of the messages waiting in a stream's queue. A removal that is not
-by a limit (a work-queue ack, a purge) writes a tombstone, fsynced the same way; one by a limit
-(a KV key's older revision) does not. Separate streams have separate loops, so their fsyncs can
-overlap; how much that buys is the disk's (and file system's) business. Three measurements:
+by a limit (a work-queue ack, a purge) writes a tombstone, fsynced the same way, except that a
+purge writes all its tombstones and fsyncs once; one by a limit (a KV key's older revision)
+writes none. The task stream is a limits stream, so an ack removes nothing; a run's tasks go in
+one purge when it ends, as its active marker does. Separate streams have separate loops, so
+their fsyncs can overlap; how much that buys is the disk's (and file system's) business. Three
+measurements:
 
 1. The agent burst itself (``bench.agent``'s headline, ``BURST_RUNS`` at once): messages stored
    and removed per run in each stream, read from the server's stream state before and after.
@@ -54,6 +57,9 @@ APPEND_S_QUICK = 0.3
 WARMUP_S = 0.3
 #: Streams whose removals are by a limit (a KV key keeps one revision): no tombstone, no fsync.
 LIMIT_REMOVED = frozenset({f"KV_{RUNS_BUCKET}", f"KV_{DEFS_BUCKET}"})
+#: Streams whose removals are one purge per run, when it ends (its tasks, its active marker):
+#: the purge's tombstones are fsynced once, so the runs purged count, not the messages removed.
+PURGED_AT_RUN_END = frozenset({TASK_STREAM, RUN_ACTIVE_STREAM})
 #: The streams an agent run writes to, in the order printed.
 RUN_STREAMS = (
     JOURNAL_STREAM,
@@ -65,13 +71,16 @@ RUN_STREAMS = (
 )
 #: Part 3: one agent run's fsynced writes in the order they are made, by stream kind (client:
 #: index, active marker, snapshot, started; per tool iteration the engine's CAS and task publish
-#: and its ack's tombstone, the worker's claim, two record messages and event; the answer
+#: (its ack removes nothing), the worker's claim, two record messages and event; the answer
 #: iteration's claim and ONE record message, the answer with its complete commit; the end's
-#: marker purge).
-_ITERATION = ("kv", "task", "task", "journal", "journal", "journal", "history")
-_ANSWER_ITERATION = ("kv", "task", "task", "journal", "journal", "history")
+#: marker purge and task purge).
+_ITERATION = ("kv", "task", "journal", "journal", "journal", "history")
+_ANSWER_ITERATION = ("kv", "task", "journal", "journal", "history")
 RUN_CHAIN: tuple[str, ...] = (
-    ("index", "active", "kv", "history") + _ITERATION * 3 + _ANSWER_ITERATION + ("kv", "active")
+    ("index", "active", "kv", "history")
+    + _ITERATION * 3
+    + _ANSWER_ITERATION
+    + ("kv", "active", "task")
 )
 #: Part 3: streams the journal's share is spread over (subject by run).
 JOURNAL_SHARDS = 4
@@ -91,7 +100,11 @@ class StreamWrites:
 
     @property
     def fsyncs(self) -> float:
-        return self.stored + (0.0 if self.stream in LIMIT_REMOVED else self.removed)
+        if self.stream in LIMIT_REMOVED:
+            return self.stored
+        if self.stream in PURGED_AT_RUN_END and self.stored > 0:
+            return self.stored + self.removed / self.stored  # the share of runs purged
+        return self.stored + self.removed
 
 
 async def _stream_state(t: Transport, stream: str) -> tuple[int, int]:

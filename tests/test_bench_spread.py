@@ -56,20 +56,21 @@ async def test_the_burst_counts_each_streams_writes_per_run_and_the_chain_matche
     # Appends only: nothing removed from the journal, the history or the index.
     for stream in (JOURNAL_STREAM, HISTORY_STREAM, RUN_INDEX_STREAM):
         assert by_stream[stream].removed == 0.0
-    # A task is removed by its ack, an active marker by its purge: each a fsynced tombstone
-    # (both are sent without waiting, so the last may trail the burst's end).
+    # A run's tasks and its active marker are removed by a purge each when it ends (after the
+    # finished snapshot, so the last may trail the burst's end): one fsync per purge.
     for stream in (TASK_STREAM, RUN_ACTIVE_STREAM):
         assert 0.0 <= by_stream[stream].removed <= stored[stream]
+        assert by_stream[stream].fsyncs <= stored[stream] + 1.0
     # A snapshot's older revision goes by the bucket's limit: no tombstone, no fsync.
     kv = by_stream[f"KV_{RUNS_BUCKET}"]
     assert kv.fsyncs == kv.stored
     # The synthetic run of part 3 makes the same fsynced writes per stream, removals included.
     settled = {
-        KIND_OF[s]: w.stored * (2 if s in (TASK_STREAM, RUN_ACTIVE_STREAM) else 1)
+        KIND_OF[s]: w.stored + (1 if s in (TASK_STREAM, RUN_ACTIVE_STREAM) else 0)
         for s, w in by_stream.items()
     }
     assert Counter(RUN_CHAIN) == settled
-    assert len(RUN_CHAIN) == 33
+    assert len(RUN_CHAIN) == 30
 
 
 def test_a_shorter_chain_keeps_the_order_and_the_mix() -> None:
@@ -89,6 +90,9 @@ async def test_synthetic_runs_are_timed_with_the_journal_in_one_stream_or_spread
     assert SECTIONS["spread"] == "bench.spread"
 
 
-def test_fsyncs_count_a_removal_except_by_a_limit() -> None:
-    assert StreamWrites(TASK_STREAM, 4.0, 4.0).fsyncs == 8.0
+def test_fsyncs_count_a_removal_except_by_a_limit_and_a_purge_once() -> None:
+    assert StreamWrites(HISTORY_STREAM, 4.0, 4.0).fsyncs == 8.0
     assert StreamWrites(f"KV_{RUNS_BUCKET}", 6.0, 5.0).fsyncs == 6.0
+    assert StreamWrites(TASK_STREAM, 4.0, 4.0).fsyncs == 5.0
+    assert StreamWrites(TASK_STREAM, 4.0, 2.0).fsyncs == 4.5  # half the runs' purges trail
+    assert StreamWrites(RUN_ACTIVE_STREAM, 1.0, 1.0).fsyncs == 2.0

@@ -45,7 +45,7 @@ from ..transport import (
     TransportError,
 )
 from ._definitions import Definitions
-from ._run_index import drop_active
+from ._run_end import end_run
 from ._store import create_snapshot, started_with
 from .core import AdvanceContext, decide
 from .effects import (
@@ -412,12 +412,7 @@ class Engine:
             layout.RUNS_BUCKET, layout.run_key(new.run_id), data, rev
         )
         if new.status.finished and not old.status.finished:
-            # After the save (see _run_index); a marker left by a failure here is stale, not
-            # wrong: the next listing that meets it checks the snapshot and removes it.
-            try:
-                await drop_active(self.transport, new.run_id)
-            except TransportError as exc:
-                log.warning("run %s: active marker not removed (%s)", new.run_id, exc)
+            await end_run(self.transport, new.run_id)  # after the save (see _run_end)
         return saved
 
     def _remember(self, snap: RunSnapshot, rev: int) -> None:

@@ -9,6 +9,10 @@ streams and buckets named here is the transport's job (:func:`dagnats_trio.trans
 from __future__ import annotations
 
 HISTORY_STREAM = "WORKFLOW_HISTORY"
+#: Task messages, read by one durable pull consumer per task type. A limits stream (not a work
+#: queue): an ack removes nothing, so it writes no fsynced tombstone; a run's tasks go when the
+#: run ends (``engine._run_end``) or with the run (a purge). Stores made before keep theirs a
+#: work queue (``transport.provision``).
 TASK_STREAM = "TASK_QUEUES"
 TIMER_STREAM = "SLEEP_TIMERS"
 JOURNAL_STREAM = "AGENT_JOURNAL"
@@ -49,6 +53,11 @@ def task_subject(task_type: str, run_id: str) -> str:
 
 def task_filter(task_type: str) -> str:
     return f"task.{task_type}.*"
+
+
+def run_tasks_filter(run_id: str) -> str:
+    """Every task subject of one run, whatever its task type (what a run's end purges)."""
+    return f"task.*.{run_id}"
 
 
 def worker_durable(task_type: str) -> str:
@@ -133,6 +142,7 @@ __all__ = [
     "run_active_subject",
     "run_index_subject",
     "run_key",
+    "run_tasks_filter",
     "signal_key",
     "task_filter",
     "task_subject",

@@ -280,6 +280,10 @@ class StreamSpec:
     ``allow_atomic``); it can be turned on for an existing stream. Every stream allows direct
     gets (``allow_direct``), which :meth:`Transport.get_last_msgs` and
     :meth:`Transport.get_batch` use.
+
+    ``work_queue``: an ack (or term) removes the message. nats-server cannot turn it on or off
+    for a stream that exists, so :meth:`Transport.ensure_stream` keeps an existing stream's
+    retention and updates the rest of its config.
     """
 
     name: str

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -36,6 +37,8 @@ from ._interface import (
     check_msg_ttl,
 )
 
+_log = logging.getLogger(__name__)
+
 #: Bound on the messages ``kv_keys`` walks (every stored revision under the prefix counts).
 KV_KEYS_MAX_MESSAGES = 1_000_000
 #: Duplicate window of a KV bucket's stream without a TTL (nats-py's and the server's default).
@@ -54,6 +57,8 @@ ERR_STREAM_NOT_FOUND = 10059
 ERR_CONSUMER_NOT_FOUND = 10014
 ERR_NO_MESSAGE = 10037
 ERR_STREAM_NAME_IN_USE = 10058
+#: A stream config's ``retention`` that removes a message once it is acked.
+WORK_QUEUE_RETENTION = "workqueue"
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}\Z")
 _KV_KEY = re.compile(r"^[-/_=.A-Za-z0-9]+\Z")
@@ -192,7 +197,7 @@ def stream_config(spec: StreamSpec, replicas: int) -> dict[str, Any]:
     config: dict[str, Any] = {
         "name": check_name("stream", spec.name),
         "subjects": list(spec.subjects),
-        "retention": "workqueue" if spec.work_queue else "limits",
+        "retention": WORK_QUEUE_RETENTION if spec.work_queue else "limits",
         "max_age": ns(spec.max_age_s),
         "duplicate_window": ns(window),
         "num_replicas": replicas,
@@ -203,6 +208,18 @@ def stream_config(spec: StreamSpec, replicas: int) -> dict[str, Any]:
     if spec.allow_atomic:
         config["allow_atomic"] = True  # only when asked: servers before 2.12 do not know it
     return config
+
+
+def keep_work_queue_retention(
+    config: Mapping[str, Any], existing: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``config`` for the update of a stream that exists with ``existing`` (its config):
+    nats-server refuses to change a retention to or from a work queue, so the stream keeps its
+    own there; everything else is updated."""
+    old, new = existing.get("retention"), config["retention"]
+    if old != new and WORK_QUEUE_RETENTION in (old, new):
+        return {**config, "retention": old}
+    return dict(config)
 
 
 def bucket_config(spec: BucketSpec, replicas: int) -> dict[str, Any]:
@@ -450,7 +467,21 @@ class JetStreamOverRequests(ABC):
     # --- provisioning --------------------------------------------------------------------------
 
     async def ensure_stream(self, spec: StreamSpec, replicas: int = 1) -> None:
-        await self._create_or_update(stream_config(spec, replicas))
+        config = stream_config(spec, replicas)
+        name = config["name"]
+        try:
+            await self._api(f"$JS.API.STREAM.CREATE.{name}", config, f"create stream {name}")
+        except StreamNameInUse:
+            existing = (await self.stream_info(name))["config"]
+            update = keep_work_queue_retention(config, existing)
+            if update["retention"] != config["retention"]:
+                _log.info(
+                    "stream %s keeps its %s retention (nats-server cannot change it; "
+                    "docs/upgrading.md)",
+                    name,
+                    update["retention"],
+                )
+            await self._api(f"$JS.API.STREAM.UPDATE.{name}", update, f"update stream {name}")
 
     async def ensure_bucket(self, spec: BucketSpec, replicas: int = 1) -> None:
         await self._create_or_update(bucket_config(spec, replicas))

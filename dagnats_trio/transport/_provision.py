@@ -2,7 +2,17 @@
 
 The history and journal streams allow atomic batches (several records stored whole or not at
 all; nats-server 2.12+). Provisioning updates a stream that exists with another config, so a
-store made before a setting existed gets it at the next start.
+store made before a setting existed gets it at the next start, except a stream's work-queue
+retention, which nats-server cannot change either way: such a stream keeps the retention it has.
+
+The task stream is a limits stream, not a work queue: under a work queue every ack removes its
+task, and a removal that is not by a limit writes a tombstone that the file store fsyncs with
+``sync_interval: always`` (4 of a scripted agent run's 33 fsynced writes). Each task type's
+durable consumer still holds a task to one delivery at a time, redelivers it after its AckWait
+and remembers its acks (its ack floor) across restarts, so nothing else changes for readers; a
+run's tasks are removed together when the run ends (one purge, one fsync: ``engine._run_end``)
+or with the run. A store provisioned before keeps its task stream a work queue, which works as
+before (docs/upgrading.md says how to move it).
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ STREAMS: tuple[StreamSpec, ...] = (
         duplicate_window_s=HISTORY_DUPLICATE_WINDOW_S,
         allow_atomic=True,
     ),
-    StreamSpec(TASK_STREAM, ("task.*.*",), work_queue=True),
+    StreamSpec(TASK_STREAM, ("task.*.*",)),
     StreamSpec(TIMER_STREAM, ("sleep.*.*",), work_queue=True),
     StreamSpec(JOURNAL_STREAM, ("journal.*.*",), max_age_s=JOURNAL_MAX_AGE_S, allow_atomic=True),
     StreamSpec(RUN_INDEX_STREAM, (RUN_INDEX_FILTER,)),

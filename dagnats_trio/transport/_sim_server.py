@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
+import attrs
 import trio
 
 from ._interface import (
@@ -65,7 +66,8 @@ class SimServer:
         self._changed = trio.Event()
 
     def _ensure_stream(self, spec: StreamSpec) -> None:
-        """Create the stream, or give an existing one ``spec`` (its messages stay)."""
+        """Create the stream, or give an existing one ``spec`` (its messages and its retention
+        stay)."""
         for other in self._streams.values():
             if other.spec.name == spec.name:
                 continue
@@ -79,8 +81,8 @@ class SimServer:
         existing = self._streams.get(spec.name)
         if existing is None:
             self._streams[spec.name] = SimStream(spec)
-        else:
-            existing.spec = spec
+        else:  # the retention stays, as nats-server cannot change it to or from a work queue
+            existing.spec = attrs.evolve(spec, work_queue=existing.spec.work_queue)
 
     def _ensure_bucket(self, spec: BucketSpec) -> None:
         existing = self._buckets.get(spec.name)

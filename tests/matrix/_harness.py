@@ -11,11 +11,15 @@ nak the event, which is a handler error, not a crash); a supervisor restarts the
 
 Stall: the hook blocks (the heartbeat pauses meanwhile) until a successor delivery of the same
 iteration has claimed, or has finished (a late redelivery after a commit is stale or republishes
-and claims nothing); then the zombie goes on and must be fenced. A stalled engine blocks its whole
-history loop, so the supervisor starts another engine beside it (the stalled one is not dead);
-past the engines' AckWait that engine gets the event, finds the dispatch saved and publishes the
-task; a worker claims it, and only then does the zombie engine resume and publish the same
-dispatch, which the stream's duplicate window must swallow.
+and claims nothing); then the zombie goes on and must be fenced. After the lifecycle event the
+run needs nothing more of the holder and may end before the AckWait passes; the run's end then
+removes its tasks (the task stream keeps them until then), the stalled one too, so no successor
+comes: such a stall is released once the task stream holds none of the run's tasks.
+
+A stalled engine blocks its whole history loop, so the supervisor starts another engine beside
+it (the stalled one is not dead); past the engines' AckWait that engine gets the event, finds the
+dispatch saved and publishes the task; a worker claims it, and only then does the zombie engine
+resume and publish the same dispatch, which the stream's duplicate window must swallow.
 
 The verdict (:func:`problems`) returns readable problems instead of asserting, so a test can
 also show that the same checks catch a deliberately broken agent.
@@ -38,7 +42,7 @@ from dagnats_trio.api.service import RunWaitTimeout, Service
 from dagnats_trio.engine import Engine, RunSnapshot
 from dagnats_trio.journal import check, read_journal_for_audit
 from dagnats_trio.protocol import JournalRecord, JsonValue, RunStatus, ToolResultRecord
-from dagnats_trio.protocol.layout import task_subject
+from dagnats_trio.protocol.layout import TASK_STREAM, task_subject
 from dagnats_trio.testing import (
     AGENT_STEP_ID,
     AgentCounters,
@@ -66,6 +70,8 @@ CASE_TIMEOUT_S: Final = 60.0
 ROW_TIMEOUT_S: Final = 2 * CASE_TIMEOUT_S
 #: Bound on a stall: a successor must have claimed (or finished) by then.
 STALL_MAX_S: Final = 30.0
+#: Pause between two reads of the task stream while a stall waits for the run's end.
+RUN_END_POLL_S: Final = 0.05
 WORKFLOW: Final = "matrix-agent"
 
 #: The truth about the tools, whatever a (possibly broken) script declares: the harness checks
@@ -101,6 +107,11 @@ COMMITTED_SEAMS: Final = frozenset(
 #: Seams where the model has answered and its response is not stored yet (it goes out in one
 #: batch with the tool intent): the successor asks the model again.
 MODEL_LOST_SEAMS: Final = frozenset({Seam.INSIDE_BATCH})
+
+
+#: Seams after which the run needs nothing more of the holder (its lifecycle event is stored): a
+#: stall there may be released by the run's end instead of a successor (module docstring).
+RUN_END_RELEASES: Final = frozenset({Seam.AFTER_LIFECYCLE_EVENT})
 
 
 class Mode(enum.Enum):
@@ -143,6 +154,8 @@ class CaseRun:
     zombie: trio.lowlevel.Task | None = None
     successor_moved: trio.Event = attrs.field(factory=trio.Event)
     released_by_successor: bool = False
+    #: A stall after the lifecycle event that the run's end released (see the module docstring).
+    released_by_run_end: bool = False
     zombie_done: trio.Event = attrs.field(factory=trio.Event)
     zombie_outcome: str | None = None
     #: Sequences the task stream gave to this run's task publishes of the crashed iteration by
@@ -185,7 +198,7 @@ class CaseBook:
         cr.zombie = me
         with trio.move_on_after(STALL_MAX_S):
             await cr.successor_moved.wait()
-            cr.released_by_successor = True
+            cr.released_by_successor = not cr.released_by_run_end
 
     async def engine_hook(
         self, ctx: SeamContext, kill: Callable[[], None], take_over: Callable[[], None]
@@ -365,6 +378,8 @@ async def run_case(cluster: Cluster, book: CaseBook, case: Case) -> Outcome:
             await service.start_run(WORKFLOW, {"ask": "deploy"})
             snap = await service.wait_for_run(cr.run_id, CASE_TIMEOUT_S)
             if cr.zombie is not None:
+                if case.seam in RUN_END_RELEASES and not cr.successor_moved.is_set():
+                    await _release_by_run_end(cluster.transport, book.task, cr)
                 await cr.zombie_done.wait()
     except (trio.TooSlowError, RunWaitTimeout) as exc:
         error = f"timed out: {exc!r}"
@@ -374,6 +389,18 @@ async def run_case(cluster: Cluster, book: CaseBook, case: Case) -> Outcome:
     if unreadable:
         error = f"{error or ''} unreadable records: {unreadable}".strip()
     return Outcome(cr, snap, records, error, batches)
+
+
+async def _release_by_run_end(transport: Transport, task: str, cr: CaseRun) -> None:
+    """Once the run's end removed its tasks, release a stall that no successor released."""
+    with trio.move_on_after(STALL_MAX_S):
+        while await transport.get_last_msg(TASK_STREAM, task_subject(task, cr.run_id)):
+            if cr.successor_moved.is_set():
+                return
+            await trio.sleep(RUN_END_POLL_S)
+        if not cr.successor_moved.is_set():
+            cr.released_by_run_end = True
+            cr.successor_moved.set()
 
 
 async def run_cases(connect: Connect, cases: list[Case], agent: ScriptedAgent) -> list[Outcome]:
@@ -435,7 +462,9 @@ def problems(outcome: Outcome, counters: AgentCounters) -> list[str]:
     for iteration, tool in enumerate(TOOL_AT):
         out.extend(_tool_problems(outcome, counters, iteration, tool))
     if case.mode is Mode.STALL:
-        if not cr.released_by_successor:
+        if cr.released_by_run_end and case.seam not in RUN_END_RELEASES:
+            out.append("the run ended while a stall before its lifecycle event held the task")
+        if not (cr.released_by_successor or cr.released_by_run_end):
             out.append("the stall ended before a successor claimed or finished the task")
         if case.seam in ENGINE_SEAMS:
             want = "published"

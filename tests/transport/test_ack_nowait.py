@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from dagnats_trio.protocol.layout import HISTORY_STREAM, TASK_STREAM, history_subject, task_subject
-from dagnats_trio.transport import Closed, ConsumerConfig, NotFound, Transport
+from dagnats_trio.protocol.layout import HISTORY_STREAM, history_subject
+from dagnats_trio.transport import Closed, NotFound, Transport
 
 from .test_conformance import (
     ACK_WAIT_S,
@@ -18,6 +18,7 @@ from .test_conformance import (
     TEST_BOUND_S,
     fetch_one,
     history_consumer,
+    work_queue_stream,
 )
 
 #: How long a settled message must stay away: past its AckWait, with room to spare.
@@ -67,22 +68,20 @@ async def test_unacked_delivery_comes_back(transport: Transport, clock: object, 
 async def test_ack_nowait_removes_a_work_queue_message(
     transport: Transport, clock: object, uid: str
 ) -> None:
-    durable = f"workers-{uid}"
-    await transport.ensure_consumer(
-        ConsumerConfig(TASK_STREAM, durable, f"task.{uid}.*", ACK_WAIT_S)
-    )
-    seq = await transport.publish(task_subject(uid, "run1"), b"task")
+    durable = await work_queue_stream(transport, uid)
+    stream = f"WQ_{uid}"
+    seq = await transport.publish(f"wq.{uid}.a", b"task")
     with trio.fail_after(TEST_BOUND_S):
-        delivery = await fetch_one(transport, TASK_STREAM, durable)
+        delivery = await fetch_one(transport, stream, durable)
         delivery.ack_nowait()
         # The server applies the ack asynchronously: wait (bounded) until the message is gone.
         while True:
             try:
-                await transport.get_msg(TASK_STREAM, seq)
+                await transport.get_msg(stream, seq)
             except NotFound:
                 break
             await trio.sleep(0.01)
-        assert await transport.fetch(TASK_STREAM, durable, 1, SHORT_WAIT_S) == []
+        assert await transport.fetch(stream, durable, 1, SHORT_WAIT_S) == []
 
 
 @pytest.mark.parametrize("settle", ["ack", "ack_nowait"])

@@ -16,15 +16,18 @@ from dagnats_trio.protocol.layout import (
     TASK_STREAM,
     history_subject,
     journal_subject,
+    run_tasks_filter,
     task_subject,
 )
 from dagnats_trio.transport import (
+    BatchMsg,
     ConsumerConfig,
     Delivery,
     KeyExists,
     NotFound,
     NotProvisioned,
     RevisionMismatch,
+    StreamSpec,
     TemporarilyUnavailable,
     Transport,
     WrongLastSequence,
@@ -384,22 +387,82 @@ async def test_max_deliver(transport: Transport, clock: object, uid: str) -> Non
         assert await transport.fetch(HISTORY_STREAM, durable, 1, ACK_WAIT_S + SHORT_WAIT_S) == []
 
 
+async def work_queue_stream(t: Transport, uid: str, *, work_queue: bool = True) -> str:
+    """A stream of this test's own (``wq.{uid}.*``) and a consumer on it; its durable."""
+    await t.ensure_stream(StreamSpec(f"WQ_{uid}", (f"wq.{uid}.*",), work_queue=work_queue))
+    durable = f"wq-{uid}"
+    await t.ensure_consumer(ConsumerConfig(f"WQ_{uid}", durable, f"wq.{uid}.*", ACK_WAIT_S))
+    return durable
+
+
+async def ack_one(t: Transport, stream: str, durable: str, subject: str) -> int:
+    """Publish to ``subject``, take it from ``durable`` and ack it (waited on); its sequence."""
+    seq = await t.publish(subject, b"task")
+    delivery = await fetch_one(t, stream, durable)
+    assert delivery.stream_seq == seq
+    assert (await t.get_msg(stream, seq)).data == b"task"
+    await delivery.ack()
+    return seq
+
+
 async def test_work_queue_ack_removes_the_message(
     transport: Transport, clock: object, uid: str
 ) -> None:
+    durable = await work_queue_stream(transport, uid)
+    with trio.fail_after(TEST_BOUND_S):
+        seq = await ack_one(transport, f"WQ_{uid}", durable, f"wq.{uid}.a")
+        with pytest.raises(NotFound):
+            await transport.get_msg(f"WQ_{uid}", seq)
+        assert await transport.fetch(f"WQ_{uid}", durable, 1, SHORT_WAIT_S) == []
+
+
+async def test_an_existing_stream_keeps_its_retention_and_takes_the_rest(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    """nats-server cannot turn a work queue into a limits stream or back: provisioning a store
+    made by an earlier version keeps the retention it has (and updates the rest)."""
+    stream = f"WQ_{uid}"
+    durable = await work_queue_stream(transport, uid)
+    await transport.ensure_stream(StreamSpec(stream, (f"wq.{uid}.*",), allow_atomic=True))
+    with trio.fail_after(TEST_BOUND_S):
+        seq = await ack_one(transport, stream, durable, f"wq.{uid}.a")
+        with pytest.raises(NotFound):  # still a work queue
+            await transport.get_msg(stream, seq)
+        # The update took: the stream stores an atomic batch now.
+        ack = await transport.publish_batch([BatchMsg(f"wq.{uid}.b", b"1")])
+        assert (await transport.get_msg(stream, ack.last_seq)).data == b"1"
+    limits = f"{uid}L"
+    durable = await work_queue_stream(transport, limits, work_queue=False)
+    await transport.ensure_stream(StreamSpec(f"WQ_{limits}", (f"wq.{limits}.*",), work_queue=True))
+    with trio.fail_after(TEST_BOUND_S):
+        seq = await ack_one(transport, f"WQ_{limits}", durable, f"wq.{limits}.a")
+        assert (await transport.get_msg(f"WQ_{limits}", seq)).data == b"task"  # still limits
+
+
+async def test_the_task_stream_keeps_an_acked_task_until_its_runs_tasks_are_purged(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    """An ack removes nothing from the task stream (no tombstone to fsync) and the task is not
+    delivered again; one purge of ``task.*.{run}`` removes the run's tasks of every type."""
     durable = f"workers-{uid}"
     await transport.ensure_consumer(
         ConsumerConfig(TASK_STREAM, durable, f"task.{uid}.*", ACK_WAIT_S)
     )
-    seq = await transport.publish(task_subject(uid, "run1"), b"task")
+    run, other = f"{uid}r1", f"{uid}r2"
     with trio.fail_after(TEST_BOUND_S):
-        delivery = await fetch_one(transport, TASK_STREAM, durable)
-        assert delivery.stream_seq == seq
-        assert (await transport.get_msg(TASK_STREAM, seq)).data == b"task"
-        await delivery.ack()
-        with pytest.raises(NotFound):
-            await transport.get_msg(TASK_STREAM, seq)
+        acked = await ack_one(transport, TASK_STREAM, durable, task_subject(uid, run))
+        assert (await transport.get_msg(TASK_STREAM, acked)).data == b"task"
         assert await transport.fetch(TASK_STREAM, durable, 1, SHORT_WAIT_S) == []
+        queued = await transport.publish(task_subject(f"{uid}b", run), b"queued")
+        kept = await transport.publish(task_subject(uid, other), b"other run")
+        await transport.purge_subject(TASK_STREAM, run_tasks_filter(run))
+        for seq in (acked, queued):
+            with pytest.raises(NotFound):
+                await transport.get_msg(TASK_STREAM, seq)
+        assert (await transport.get_msg(TASK_STREAM, kept)).data == b"other run"
+        delivery = await fetch_one(transport, TASK_STREAM, durable)
+        assert delivery.stream_seq == kept
+        await delivery.ack()
 
 
 # --- core NATS -----------------------------------------------------------------------------

@@ -258,11 +258,16 @@ async def test_provisioning_rejects_overlaps(autojump_clock: MockClock) -> None:
         await provision(t)  # idempotent
         with pytest.raises(TransportError, match="overlaps"):
             await t.ensure_stream(StreamSpec("OTHER", ("history.>",)))
-        await t.ensure_consumer(ConsumerConfig(TASK_STREAM, "w-a", "task.a.*", ACK_WAIT_S))
-        await t.ensure_consumer(ConsumerConfig(TASK_STREAM, "w-a", "task.a.*", ACK_WAIT_S))
-        await t.ensure_consumer(ConsumerConfig(TASK_STREAM, "w-b", "task.b.*", ACK_WAIT_S))
+        # A work-queue stream refuses consumers whose filters overlap, as nats-server does.
+        await t.ensure_stream(StreamSpec("WQ", ("wq.*.*",), work_queue=True))
+        await t.ensure_consumer(ConsumerConfig("WQ", "w-a", "wq.a.*", ACK_WAIT_S))
+        await t.ensure_consumer(ConsumerConfig("WQ", "w-a", "wq.a.*", ACK_WAIT_S))
+        await t.ensure_consumer(ConsumerConfig("WQ", "w-b", "wq.b.*", ACK_WAIT_S))
         with pytest.raises(TransportError, match="overlaps"):
-            await t.ensure_consumer(ConsumerConfig(TASK_STREAM, "w-all", "task.>", ACK_WAIT_S))
+            await t.ensure_consumer(ConsumerConfig("WQ", "w-all", "wq.>", ACK_WAIT_S))
+        # The task stream is a limits stream: there they may overlap (one durable per type).
+        await t.ensure_consumer(ConsumerConfig(TASK_STREAM, "w-a", "task.a.*", ACK_WAIT_S))
+        await t.ensure_consumer(ConsumerConfig(TASK_STREAM, "w-all", "task.>", ACK_WAIT_S))
         with pytest.raises(ValueError, match="literal"):
             await t.publish("task.*.x", b"x")
 

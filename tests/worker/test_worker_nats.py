@@ -31,8 +31,14 @@ from dagnats_trio.protocol import (
     TaskMessage,
     Wait,
 )
-from dagnats_trio.protocol.layout import RUNS_BUCKET, TASK_STREAM, cancel_subject, run_key
-from dagnats_trio.transport import NatsTransport, NotFound
+from dagnats_trio.protocol.layout import (
+    RUNS_BUCKET,
+    TASK_STREAM,
+    cancel_subject,
+    run_key,
+    worker_durable,
+)
+from dagnats_trio.transport import NatsTransport
 from dagnats_trio.worker import (
     AlreadySettled,
     CheckpointTooLarge,
@@ -67,12 +73,13 @@ def worker_for(t: NatsTransport, task_type: str, handler: Handler, **kw: Any) ->
 
 
 async def wait_acked(t: NatsTransport, seq: int) -> None:
-    """A work-queue message is gone once acked."""
+    """Until the task at ``seq`` is acked: its type's consumer's ack floor reaches it (the task
+    stream keeps an acked task until its run ends, so the message itself stays)."""
+    task_type = (await t.get_msg(TASK_STREAM, seq)).subject.split(".")[1]
+    info = f"$JS.API.CONSUMER.INFO.{TASK_STREAM}.{worker_durable(task_type)}"
     with trio.fail_after(WAIT_S):
         while True:
-            try:
-                await t.get_msg(TASK_STREAM, seq)
-            except NotFound:
+            if json.loads(await t.request(info, b""))["ack_floor"]["stream_seq"] >= seq:
                 return
             await trio.sleep(0.02)
 
