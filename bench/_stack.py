@@ -23,7 +23,13 @@ from dagnats_trio.engine.snapshot import RunSnapshot
 from dagnats_trio.protocol import RunHeader, from_json
 from dagnats_trio.protocol.layout import RUNS_BUCKET
 from dagnats_trio.server import open_nats_server
-from dagnats_trio.transport import StreamSpec, Transport, open_nats_transport, provision
+from dagnats_trio.transport import (
+    StreamSpec,
+    Transport,
+    open_nats_transport,
+    provision,
+    retry_transient,
+)
 from dagnats_trio.worker import Handler, Worker
 
 #: Bound on one run of a benchmark; a run that takes longer is a failure, not a figure.
@@ -109,10 +115,13 @@ class Stack:
         """The floor every ratio is taken against: the median of sequential raw JetStream
         publishes (200 B, no headers, no fencing) on the worker's connection, in this run."""
         tp = self.worker_tp
-        await tp.ensure_stream(StreamSpec(FLOOR_STREAM, (FLOOR_SUBJECT,)))
         body = b"x" * FLOOR_BODY_BYTES
+        # On a cluster under load the scratch stream's leader may not be elected when it is
+        # created: its creation and warm-up are retried within the transient deadline, and
+        # only the samples after the warm-up are measured.
+        await retry_transient(lambda: tp.ensure_stream(StreamSpec(FLOOR_STREAM, (FLOOR_SUBJECT,))))
         for _ in range(FLOOR_WARMUP_PUBLISHES):
-            await tp.publish(FLOOR_SUBJECT, body)
+            await retry_transient(lambda: tp.publish(FLOOR_SUBJECT, body))
         samples: list[float] = []
         for _ in range(FLOOR_PUBLISHES):
             start = time.perf_counter()
