@@ -23,7 +23,8 @@ from dagnats_trio.transport import (
     open_sim_transport,
     provision,
 )
-from dagnats_trio.transport._trio_nats import TrioNatsTransport, open_trio_nats_transport
+from dagnats_trio.transport._trio_nats import TrioNatsTransport
+from dagnats_trio.transport._trio_nats_connect import open_trio_nats_transport
 
 
 @pytest.fixture(scope="session")

@@ -53,7 +53,8 @@ if TYPE_CHECKING:
     from ._nats import NatsTransport
     from ._nats_connect import open_nats_py_transport
     from ._nats_pull import NatsDelivery
-    from ._trio_nats import TrioNatsTransport, open_trio_nats_transport
+    from ._trio_nats import TrioNatsTransport
+    from ._trio_nats_connect import open_trio_nats_transport
     from ._trio_nats_msgs import TrioNatsDelivery
 else:
     # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
@@ -63,7 +64,8 @@ else:
             "._nats": ("NatsTransport",),
             "._nats_pull": ("NatsDelivery",),
             "._nats_connect": ("open_nats_py_transport",),
-            "._trio_nats": ("TrioNatsTransport", "open_trio_nats_transport"),
+            "._trio_nats": ("TrioNatsTransport",),
+            "._trio_nats_connect": ("open_trio_nats_transport",),
             "._trio_nats_msgs": ("TrioNatsDelivery",),
         },
     )

@@ -51,7 +51,7 @@ async def open_nats_transport(
         ) as transport:
             yield transport
         return
-    from ._trio_nats import open_trio_nats_transport
+    from ._trio_nats_connect import open_trio_nats_transport
 
     async with open_trio_nats_transport(
         url_or_urls,

@@ -9,21 +9,13 @@ conventions) are the ones ``NatsTransport`` uses, so both pass one conformance s
 from __future__ import annotations
 
 import json
-import os
-import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import final
 
 import trio
 
-from ..nats import (
-    Connection,
-    NatsError,
-    ProtocolError,
-    Pub,
-    open_connection,
-)
+from ..nats import Connection, NatsError, ProtocolError, Pub
 from ._interface import (
     DEFAULT_REQUEST_TIMEOUT_S,
     Closed,
@@ -45,16 +37,8 @@ from ._jetstream import (
 )
 from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
 from ._trio_nats_batch import gather
-from ._trio_nats_msgs import (
-    CoreMessages,
-    KvEntries,
-    Pull,
-    map_error,
-    wire_headers,
-)
+from ._trio_nats_msgs import CoreMessages, KvEntries, Pull, map_error, wire_headers
 
-#: Deadline of the first connection to a server.
-CONNECT_TIMEOUT_S = 5.0
 #: Bound on cleanup (deleting a watch consumer, closing) run shielded.
 CLOSE_TIMEOUT_S = 5.0
 #: How long a fetch waits past its own timeout for the server's end-of-request status.
@@ -372,36 +356,3 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
         with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
             await self._stack.aclose()
         self._pulls.clear()
-
-
-@asynccontextmanager
-async def open_trio_nats_transport(
-    url_or_urls: str | Sequence[str],
-    *,
-    name: str | None = None,
-    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-    connect_timeout_s: float = CONNECT_TIMEOUT_S,
-    tls: ssl.SSLContext | None = None,
-    creds_file: str | os.PathLike[str] | None = None,
-    nkey_seed_file: str | os.PathLike[str] | None = None,
-) -> AsyncIterator[TrioNatsTransport]:
-    """A connected :class:`TrioNatsTransport`; drained and closed when the block ends.
-    ``tls``, ``creds_file`` and ``nkey_seed_file`` are :func:`~dagnats_trio.nats.open_connection`'s
-    (user and password or a token go in the URLs)."""
-    servers = [url_or_urls] if isinstance(url_or_urls, str) else list(url_or_urls)
-    if not servers:
-        raise ValueError("open_trio_nats_transport needs at least one server URL")
-    async with open_connection(
-        servers,
-        name=name,
-        connect_timeout_s=connect_timeout_s,
-        max_reconnect_rounds=-1,
-        tls=tls,
-        creds_file=creds_file,
-        nkey_seed_file=nkey_seed_file,
-    ) as conn:
-        transport = TrioNatsTransport(conn, request_timeout_s)
-        try:
-            yield transport
-        finally:
-            await transport.aclose()

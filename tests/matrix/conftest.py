@@ -9,7 +9,7 @@ import pytest
 
 from dagnats_trio.server import NatsServer
 from dagnats_trio.transport import SimServer, Transport, open_nats_transport
-from dagnats_trio.transport._trio_nats import open_trio_nats_transport
+from dagnats_trio.transport._trio_nats_connect import open_trio_nats_transport
 
 from ._harness import Connect
 

@@ -15,7 +15,7 @@ from typing import Final
 import trio
 
 from dagnats_trio.transport import ConsumerConfig, StreamSpec
-from dagnats_trio.transport._trio_nats import open_trio_nats_transport
+from dagnats_trio.transport._trio_nats_connect import open_trio_nats_transport
 
 from ._echo import echo_client
 

@@ -17,7 +17,7 @@ from dagnats_trio.transport import (
     TransportTimeout,
     provision,
 )
-from dagnats_trio.transport._trio_nats import open_trio_nats_transport
+from dagnats_trio.transport._trio_nats_connect import open_trio_nats_transport
 
 #: Bound on the reconnect (the server restarts in about a second; the machine is shared).
 RECONNECT_BOUND_S = 20.0

@@ -16,7 +16,7 @@ import trio
 
 from dagnats_trio.nats import Connection, ProtocolError, Pub, Subscription, open_connection
 from dagnats_trio.transport import BatchMsg, StreamSpec
-from dagnats_trio.transport._trio_nats import open_trio_nats_transport
+from dagnats_trio.transport._trio_nats_connect import open_trio_nats_transport
 
 from ._echo import echo_client
 

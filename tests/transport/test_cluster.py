@@ -25,7 +25,7 @@ from dagnats_trio.transport import (
     WrongLastSequence,
     open_nats_transport,
 )
-from dagnats_trio.transport._trio_nats import open_trio_nats_transport
+from dagnats_trio.transport._trio_nats_connect import open_trio_nats_transport
 
 pytestmark = pytest.mark.cluster
 
