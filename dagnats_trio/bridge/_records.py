@@ -88,6 +88,9 @@ def decode_append(raw: dict[str, JsonValue]) -> JournalRecord:
     call = getattr(record, "call", 0)
     if call < 0:
         raise bad_request(f"call must be >= 0, got {call}", "invalid_record")
+    if isinstance(record, ToolIntentRecord) and not record.name:
+        # As the SDK's j.tool refuses a ToolCall with no name: replay matches calls by name.
+        raise bad_request("name must be a non-empty string", "invalid_record")
     return record
 
 

@@ -48,6 +48,11 @@ async def test_misplaced_records_are_refused_and_store_nothing(stack: Stack) -> 
     assert await read_journal(stack.transport, run_id, "agent") == []
 
     await stack.ok(lease, "journal/append", MODEL)
+    before = await read_journal(stack.transport, run_id, "agent")
+    r = await stack.act(lease, "journal/append", {**INTENT, "name": ""})
+    assert r.status_code == 400 and error_code(r) == "invalid_record", r.text
+    assert "name must be a non-empty string" in r.text
+    assert await read_journal(stack.transport, run_id, "agent") == before
     await _refused(stack, lease, {**MODEL, "response": "again"}, "position-reused")
     await _refused(stack, lease, {**INTENT, "call": 0}, "position-reused")
     await stack.ok(lease, "journal/append", INTENT)
