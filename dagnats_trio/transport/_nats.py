@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar, final
 
@@ -53,6 +53,7 @@ from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
 from ._nats_batch import gather, send_batch
 from ._nats_hop import hand_over, headers_of, run_detached, run_shielded
 from ._nats_pull import NatsDelivery, PullInbox, PullRequest, status_error
+from ._nats_subscriptions import CountedSubscriptions
 
 T = TypeVar("T")
 
@@ -72,7 +73,7 @@ PULL_EXPIRES_MARGIN_NS = 100_000
 
 
 @final
-class NatsTransport(JetStreamOverRequests, JetStreamBatches):
+class NatsTransport(CountedSubscriptions, JetStreamOverRequests, JetStreamBatches):
     """:class:`Transport` over one nats-py connection; create with
     :func:`open_nats_py_transport` (or ``open_nats_transport(..., client="nats-py")``)."""
 
@@ -108,35 +109,6 @@ class NatsTransport(JetStreamOverRequests, JetStreamBatches):
             coro.close()
             raise Closed(f"{what}: transport closed")
         return await run_shielded(self._loop, coro, what, undo)
-
-    @property
-    def open_subscriptions(self) -> int:
-        """Subscriptions this transport holds on its connection right now (the request and
-        pull inboxes, core subscriptions, watches); for tests and diagnostics: a caller that
-        left without releasing one shows here."""
-        return self._subscriptions
-
-    async def _subscribe_counted(self, subject: str, **options: Any) -> Any:
-        """asyncio side: a nats-py subscription, counted until :meth:`_unsubscribe_counted`."""
-        sub = await self._nc.subscribe(subject, **options)
-        self._subscriptions += 1
-        return sub
-
-    async def _unsubscribe_counted(self, sub: Any) -> None:
-        """asyncio side: the end of a subscription (a closed connection has none left either)."""
-        try:
-            await sub.unsubscribe()
-        finally:
-            self._subscriptions -= 1
-
-    async def _flushed(self, sub: Any) -> Any:
-        """asyncio side: ``sub`` once the server has it; released when the flush fails."""
-        try:
-            await self._nc.flush(timeout=int(max(1.0, self._timeout)))
-        except BaseException:
-            await self._unsubscribe_counted(sub)
-            raise
-        return sub
 
     async def _request(
         self,
@@ -199,10 +171,6 @@ class NatsTransport(JetStreamOverRequests, JetStreamBatches):
         if not self._nc.is_connected:
             await trio.lowlevel.checkpoint()
             raise TemporarilyUnavailable(f"{what}: not connected to NATS")
-
-    async def _subscribe_inbox(self, pull: PullInbox) -> Any:
-        """asyncio side: ``pull``'s subscription, live on the server on return."""
-        return await self._flushed(await self._subscribe_counted(pull.inbox, cb=pull.on_msg))
 
     @asynccontextmanager
     async def kv_watch(
@@ -366,12 +334,6 @@ class NatsTransport(JetStreamOverRequests, JetStreamBatches):
         finally:
             send.close()
             receive.close()
-
-    async def _subscribe_live(
-        self, subject: str, queue: str, cb: Callable[[Msg], Awaitable[None]]
-    ) -> Any:
-        """asyncio side: subscribe, then flush so the server knows before anyone publishes."""
-        return await self._flushed(await self._subscribe_counted(subject, queue=queue, cb=cb))
 
     async def respond(self, msg: CoreMsg, data: bytes) -> None:
         if msg.reply is None:
