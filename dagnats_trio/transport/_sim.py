@@ -17,12 +17,12 @@ Several connections may share one :class:`SimServer` (several engines and worker
 store); :func:`open_sim_transport` is the shortcut for one server and one connection.
 
 Faults (:class:`SimFaults`, in ``_sim_faults``) delay calls, make JetStream unavailable, lose
-publish acks, and drop or duplicate deliveries.
+publish acks, and drop or duplicate deliveries. The stream operations (publish, batches, gets)
+are ``_sim_streams``; this module holds the connection, KV, consumers and core NATS.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -33,8 +33,6 @@ import trio
 from ._interface import (
     DEFAULT_REQUEST_TIMEOUT_S,
     MAX_LAST_MSGS_SUBJECTS,
-    BatchAck,
-    BatchMsg,
     BucketSpec,
     Closed,
     ConsumerConfig,
@@ -43,22 +41,16 @@ from ._interface import (
     Headers,
     KeyExists,
     KvEntry,
-    NotFound,
     RevisionMismatch,
-    StoredMsg,
     StreamSpec,
     TemporarilyUnavailable,
     TransportTimeout,
-    WrongLastSequence,
-    check_batch,
-    check_get_batch,
-    check_last_msgs_subjects,
 )
-from ._sim_batch import MSG_ID_HEADER, batch_from, check_batch_streams, last_msgs, store_batch
 from ._sim_delivery import SimDelivery
 from ._sim_faults import SimFaults
 from ._sim_server import SimServer
 from ._sim_state import CoreSub, ReplySlot, Watcher
+from ._sim_streams import SimStreams
 from ._sim_subjects import check_publish_subject
 
 if TYPE_CHECKING:
@@ -71,7 +63,7 @@ WATCH_PENDING_ENTRIES_LIMIT = 65_536
 
 
 @final
-class SimTransport:
+class SimTransport(SimStreams):
     """One connection to a :class:`SimServer`; implements :class:`Transport`."""
 
     def __init__(self, server: SimServer, conn_id: int) -> None:
@@ -137,106 +129,6 @@ class SimTransport:
         if self._closed:
             raise Closed("transport is closed")
         return trio.current_time() >= self._server.faults.unavailable_until
-
-    # --- streams ---------------------------------------------------------------------------
-
-    async def publish(
-        self,
-        subject: str,
-        data: bytes,
-        *,
-        headers: Headers | None = None,
-        msg_id: str | None = None,
-        expected_last_subject_seq: int | None = None,
-    ) -> int:
-        check_publish_subject(subject)
-        await self._call()
-        server = self._server
-        stream = server._owner(subject)
-        now = trio.current_time()
-        if msg_id is not None and msg_id in stream.msg_ids:
-            return stream.msg_ids[msg_id][0]
-        if expected_last_subject_seq is not None:
-            last = stream.last_subject_seq(subject)
-            if last != expected_last_subject_seq:
-                raise WrongLastSequence(
-                    f"wrong last sequence on {subject!r}: expected "
-                    f"{expected_last_subject_seq}, last is {last}"
-                )
-        stored_headers = dict(headers or {})
-        if msg_id is not None:
-            stored_headers[MSG_ID_HEADER] = msg_id
-        seq = stream.store(subject, data, stored_headers, now)
-        if msg_id is not None:
-            stream.msg_ids[msg_id] = (seq, now)
-        server._notify()
-        if server.faults._spend_lost_ack(subject):
-            raise TransportTimeout(f"publish to {subject!r}: ack lost (simulated)")
-        return seq
-
-    async def publish_batch(
-        self, msgs: Sequence[BatchMsg], *, expected_last_subject_seq: int | None = None
-    ) -> BatchAck:
-        check_batch(msgs, expected_last_subject_seq)
-        for msg in msgs:
-            check_publish_subject(msg.subject)
-        await self._call()
-        server = self._server
-        what = f"batch of {len(msgs)} to {msgs[0].subject!r}"
-        stream = check_batch_streams([server._owner(m.subject) for m in msgs], what)
-        ack = store_batch(stream, msgs, expected_last_subject_seq, trio.current_time(), what)
-        server._notify()
-        if server.faults._spend_lost_ack(msgs[-1].subject):
-            raise TransportTimeout(f"{what}: ack lost (simulated)")
-        return ack
-
-    async def get_last_msgs(
-        self, stream: str, subjects: Sequence[str], *, up_to_seq: int | None = None
-    ) -> list[StoredMsg]:
-        check_last_msgs_subjects(subjects)
-        await self._call()
-        what = f"last messages of {len(subjects)} subject(s) in {stream}"
-        return last_msgs(self._server._stream(stream), subjects, up_to_seq, what)
-
-    async def get_batch(
-        self, stream: str, from_seq: int, max_msgs: int, *, subject: str | None = None
-    ) -> list[StoredMsg]:
-        check_get_batch(from_seq, max_msgs)
-        await self._call()
-        return batch_from(self._server._stream(stream), from_seq, max_msgs, subject)
-
-    async def get_msg(self, stream: str, seq: int) -> StoredMsg:
-        await self._call()
-        msg = self._server._stream(stream).msgs.get(seq)
-        if msg is None:
-            raise NotFound(f"no message {seq} in stream {stream!r}")
-        return msg.stored()
-
-    async def get_last_msg(self, stream: str, subject: str) -> StoredMsg | None:
-        await self._call()
-        s = self._server._stream(stream)
-        seqs = s.subject_seqs(subject)
-        return s.msgs[seqs[-1]].stored() if seqs else None
-
-    async def read_subject(
-        self, stream: str, subject: str, from_seq: int, limit: int
-    ) -> list[StoredMsg]:
-        if limit < 1:
-            raise ValueError(f"limit must be at least 1, got {limit}")
-        await self._call()
-        s = self._server._stream(stream)
-        seqs = s.subject_seqs(subject)
-        start = bisect.bisect_left(seqs, from_seq)
-        page = [s.msgs[seq].stored() for seq in seqs[start : start + limit]]
-        # One get per message, and one more that finds the end when the page is short.
-        self._round_trips += len(page) - (1 if len(page) == limit else 0)
-        return page
-
-    async def purge_subject(self, stream: str, subject: str) -> None:
-        await self._call()
-        s = self._server._stream(stream)
-        for seq in s.subject_seqs(subject):
-            s.remove(seq)
 
     # --- key-value -------------------------------------------------------------------------
 
