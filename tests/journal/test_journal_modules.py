@@ -19,7 +19,7 @@ PACKAGE = Path(dagnats_trio.__file__).parent
 #: The parts that write journal records: the journal, and the two that settle through it.
 JOURNAL_WRITERS = ("journal", "worker", "bridge")
 #: Lines a journal module may have (the replay rules too: split into ``_replay_*`` modules).
-MAX_JOURNAL_MODULE_LINES = 450
+MAX_JOURNAL_MODULE_LINES = 400
 
 
 def _fenced_publishers() -> list[str]:
