@@ -5,7 +5,7 @@ the Python SDK (see docs/bridge.md).
 ``create_app(service, inputs, transport, bridge=bridge)``.
 """
 
-from ._bridge import MAX_UNTIL_MS, Bridge
+from ._bridge import Bridge
 from ._errors import BridgeError
 from ._http import BRIDGE_OPERATIONS, Endpoint, bridge_endpoints
 from ._lease import Lease
@@ -18,6 +18,7 @@ from ._leases import (
     POLL_MIN_FETCH_S,
 )
 from ._records import APPENDABLE, JOURNAL_READ_MAX_RECORDS
+from ._settle_routes import MAX_UNTIL_MS
 from ._views import (
     Appended,
     BridgeJournalEntry,

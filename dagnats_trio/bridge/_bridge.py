@@ -6,7 +6,7 @@ delivery may still do is the same code the Python worker runs: :func:`open_journ
 :meth:`Journal.append` and :meth:`Journal.settle` write fenced, the :class:`DeliveryState` flags say
 whether to ack. The bridge only adds the lease table (:mod:`._leases`), its bounds and the
 translation of outcomes into answers a client in any language can act on (:mod:`._lease`); this
-module holds the route operations.
+module holds the route operations, but for the ones that settle a lease (:mod:`._settle_routes`).
 """
 
 from __future__ import annotations
@@ -22,22 +22,18 @@ from ..journal import (
     DEFAULT_RESTART_LIMIT,
     CommittedIteration,
     Journal,
-    SettleRequest,
     TaskIdentity,
     call_key,
     check_restart_limit,
     load_commit_state,
     open_journal,
-    settle_delivery,
 )
 from ..protocol import (
-    CommitAction,
     DecodeError,
     JsonPolicyError,
     JsonValue,
     RunStatus,
     ToolIntentRecord,
-    Wait,
     decode_json,
     decode_run_header,
 )
@@ -49,8 +45,8 @@ from ..protocol.layout import (
     journal_subject,
     run_key,
 )
-from ..transport import NotProvisioned, Transport, TransportError
-from ..worker import DEFAULT_ACK_WAIT_S, MAX_WAIT_MS
+from ..transport import Transport
+from ..worker import DEFAULT_ACK_WAIT_S
 from ._errors import BridgeError, bad_request, cancelled, fenced
 from ._lease import (
     Lease,
@@ -58,7 +54,6 @@ from ._lease import (
     check_active,
     check_claim_stored,
     expired,
-    finish,
     journal_call,
 )
 from ._leases import (
@@ -75,6 +70,7 @@ from ._records import (
     read_iteration,
     refuse_misplaced,
 )
+from ._settle_routes import SettleRoutes
 from ._views import (
     Appended,
     CheckpointSaved,
@@ -84,18 +80,15 @@ from ._views import (
     LeaseView,
     PlacedInputs,
     PlacedInputView,
-    Settled,
 )
 
 #: How long a client may go without a request before its lease expires (``ack_wait_ms``). The
 #: bridge itself keeps the delivery's much shorter AckWait extended meanwhile.
 DEFAULT_CLIENT_ACK_WAIT_S: Final = 30.0
-#: Latest ``until_ms`` accepted (the last millisecond of the year 9999).
-MAX_UNTIL_MS: Final = 253_402_300_799_999
 
 
 @final
-class Bridge:
+class Bridge(SettleRoutes):
     """Leases tasks to HTTP clients. Mount it with ``create_app(..., bridge=bridge)`` and start
     its background part with ``await nursery.start(bridge.run)`` (it extends the AckWait of
     every lease whose client keeps heart-beating and listens for run cancellations).
@@ -353,89 +346,3 @@ class Bridge:
                     for p in placed
                 )
             )
-
-    async def complete(self, token: str, output: JsonValue) -> Settled:
-        return await self._settle(token, CommitAction.COMPLETE, output=output)
-
-    async def fail(self, token: str, error: str, retriable: bool) -> Settled:
-        return await self._settle(token, CommitAction.FAIL, error=error, retriable=retriable)
-
-    async def continue_(
-        self,
-        token: str,
-        output: JsonValue,
-        *,
-        delay_ms: int | None = None,
-        until_ms: int | None = None,
-        until_input: bool = False,
-    ) -> Settled:
-        for name, value in (("delay_ms", delay_ms), ("until_ms", until_ms)):
-            if value is not None and value < 0:
-                raise bad_request(f"{name} must be >= 0, got {value}", "invalid_wait")
-        if delay_ms is not None and delay_ms > MAX_WAIT_MS:
-            raise bad_request(f"delay_ms may be at most {MAX_WAIT_MS}", "invalid_wait")
-        if until_ms is not None and until_ms > MAX_UNTIL_MS:
-            raise bad_request(f"until_ms may be at most {MAX_UNTIL_MS}", "invalid_wait")
-        wait = Wait(delay_ms=delay_ms, until_ms=until_ms, until_input=until_input)
-        return await self._settle(
-            token, CommitAction.CONTINUE, output=output, wait=None if wait.is_empty() else wait
-        )
-
-    async def pause(self, token: str, duration_ms: int) -> Settled:
-        if not 0 <= duration_ms <= MAX_WAIT_MS:
-            raise bad_request(f"duration_ms must be from 0 to {MAX_WAIT_MS}", "invalid_wait")
-        return await self._settle(token, CommitAction.PAUSE, pause_ms=duration_ms)
-
-    async def _settle(
-        self,
-        token: str,
-        action: CommitAction,
-        *,
-        output: JsonValue = None,
-        wait: Wait | None = None,
-        error: str | None = None,
-        retriable: bool = True,
-        pause_ms: int | None = None,
-    ) -> Settled:
-        """Commit then publish once claimed (the SDK's ``settle``), else publish the lifecycle
-        event with the dispatch identity; then ack."""
-        compact_json(output, "output")
-        async with self._leases.use(token) as lease:
-            check_active(lease)
-            check_claim_stored(lease)
-            t = lease.task
-            if await self._run_cancelled(t.run_id):
-                raise await self._cancel(lease)
-            if (
-                wait is not None
-                and wait.until_input
-                and self._inputs is not None
-                and await self._inputs.has_queued(t.run_id, t.step_id)
-            ):
-                raise BridgeError(
-                    409,
-                    "inputs_queued",
-                    f"inputs are queued for step {t.step_id!r}: place them and run a turn "
-                    "(nothing was settled)",
-                )
-            journal = lease.journal
-            request = SettleRequest(action, output, wait, error, retriable, pause_ms)
-            try:
-                seq = await journal_call(
-                    lease,
-                    lambda: settle_delivery(self._transport, lease.holder, journal, request),
-                )
-            except TransportError as exc:
-                if journal is None:
-                    raise
-                # The commit may have stored: the handle is closed either way, so the task
-                # is left for redelivery, whose claim republishes a stored commit.
-                code = "not_provisioned" if isinstance(exc, NotProvisioned) else "unavailable"
-                lease.finished = (
-                    503,
-                    code,
-                    f"NATS failed while settling ({exc}); the task is left for redelivery",
-                )
-                raise BridgeError(*lease.finished) from None
-            await finish(lease, 410, "settled", "this task is already settled")
-            return Settled(action.value, seq)
