@@ -64,9 +64,11 @@ MAX_CONNECTION_CALLS_PER_ROUND_TRIP: Final = 29
 #: deadline through the scope's property, and a reply slot's wait was a coroutine of its own;
 #: 56 since; 52 since the reader task runs read_events itself.
 MAX_CONNECTION_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 54
-#: The Trio shell around the core: connection, request mux, outbox, reply slots, reader.
+#: The Trio shell around the core: connection (its calls, its lifecycle), request mux, outbox,
+#: reply slots, reader.
 CONNECTION_MODULES: Final = (
     "nats/_connection.py",
+    "nats/_lifecycle.py",
     "nats/_mux.py",
     "nats/_outbox.py",
     "nats/_waiters.py",
