@@ -313,15 +313,6 @@ class Bridge(SettleRoutes):
             )
             return CheckpointSaved("kv")
 
-    def _check_claim_stored(self, lease: Lease) -> None:
-        if lease.journal is None and lease.journal_wanted:
-            raise BridgeError(
-                503,
-                "journal_unavailable",
-                "the journal was asked for but its claim never stored; retry journal/read, or "
-                "stop and let the task be redelivered (it cannot be settled outside the journal)",
-            )
-
     async def place_inputs(self, token: str, mode: str) -> PlacedInputs:
         """``tc.place_inputs(mode)``: claim queued inputs and record ``input.placed``."""
         try:
