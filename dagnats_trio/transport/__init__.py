@@ -9,32 +9,18 @@ from typing import TYPE_CHECKING
 
 from .._defaults import CLIENT_ENV, CLIENTS, DEFAULT_CLIENT, Client
 from .._lazy import lazy_exports
-from ._interface import (
-    DEFAULT_REQUEST_TIMEOUT_S,
-    MAX_BATCH_PUBLISH_MSGS,
-    MAX_GET_BATCH_MSGS,
-    MAX_LAST_MSGS_SUBJECTS,
-    BatchAck,
-    BatchMsg,
-    BucketSpec,
+from ._errors import (
     Closed,
-    ConsumerConfig,
-    CoreMsg,
-    Delivery,
-    Headers,
     KeyExists,
-    KvEntry,
     NotFound,
     NotProvisioned,
     RevisionMismatch,
-    StoredMsg,
-    StreamSpec,
     TemporarilyUnavailable,
-    Transport,
     TransportError,
     TransportTimeout,
     WrongLastSequence,
 )
+from ._interface import Delivery, Transport
 from ._open import open_nats_transport, parse_client
 from ._provision import BUCKETS, STREAMS, provision
 from ._retry import (
@@ -48,6 +34,21 @@ from ._sim import SimTransport, open_sim_transport
 from ._sim_delivery import SimDelivery
 from ._sim_faults import SimFaults
 from ._sim_server import SimServer
+from ._values import (
+    DEFAULT_REQUEST_TIMEOUT_S,
+    MAX_BATCH_PUBLISH_MSGS,
+    MAX_GET_BATCH_MSGS,
+    MAX_LAST_MSGS_SUBJECTS,
+    BatchAck,
+    BatchMsg,
+    BucketSpec,
+    ConsumerConfig,
+    CoreMsg,
+    Headers,
+    KvEntry,
+    StoredMsg,
+    StreamSpec,
+)
 
 if TYPE_CHECKING:
     from ._nats import NatsTransport

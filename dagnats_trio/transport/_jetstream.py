@@ -19,21 +19,23 @@ from typing import Any
 import trio
 
 from ..protocol import loads_json
-from ._interface import (
-    BucketSpec,
-    ConsumerConfig,
-    Headers,
+from ._errors import (
     KeyExists,
-    KvEntry,
     NotFound,
     NotProvisioned,
     RevisionMismatch,
-    StoredMsg,
-    StreamSpec,
     TemporarilyUnavailable,
     TransportError,
     TransportTimeout,
     WrongLastSequence,
+)
+from ._values import (
+    BucketSpec,
+    ConsumerConfig,
+    Headers,
+    KvEntry,
+    StoredMsg,
+    StreamSpec,
     check_msg_ttl,
 )
 

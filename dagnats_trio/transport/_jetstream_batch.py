@@ -27,23 +27,7 @@ from typing import Any, final
 import attrs
 import trio
 
-from ._interface import (
-    BATCH_COMMIT_HEADER,
-    BATCH_ID_HEADER,
-    BATCH_SEQUENCE_HEADER,
-    MAX_LAST_MSGS_SUBJECTS,
-    BatchAck,
-    BatchMsg,
-    KvEntry,
-    NotProvisioned,
-    StoredMsg,
-    TemporarilyUnavailable,
-    TransportError,
-    WrongLastSequence,
-    check_batch,
-    check_get_batch,
-    check_last_msgs_subjects,
-)
+from ._errors import NotProvisioned, TemporarilyUnavailable, TransportError, WrongLastSequence
 from ._jetstream import (
     EXPECTED_LAST_SUBJECT_SEQ,
     MSG_ID,
@@ -55,6 +39,19 @@ from ._jetstream import (
     json_error,
     kv_prefix,
     kv_stream,
+)
+from ._values import (
+    BATCH_COMMIT_HEADER,
+    BATCH_ID_HEADER,
+    BATCH_SEQUENCE_HEADER,
+    MAX_LAST_MSGS_SUBJECTS,
+    BatchAck,
+    BatchMsg,
+    KvEntry,
+    StoredMsg,
+    check_batch,
+    check_get_batch,
+    check_last_msgs_subjects,
 )
 
 #: Random bytes in a batch id (hex-encoded; the server takes ids up to 64 characters).

@@ -29,16 +29,8 @@ from nats.aio.msg import Msg
 from nats.js import api as js_api
 from nats.js.client import JetStreamContext
 
-from ._interface import (
-    DEFAULT_REQUEST_TIMEOUT_S,
-    Closed,
-    CoreMsg,
-    Delivery,
-    Headers,
-    KvEntry,
-    TemporarilyUnavailable,
-    TransportError,
-)
+from ._errors import Closed, TemporarilyUnavailable, TransportError
+from ._interface import Delivery
 from ._jetstream import (
     JetStreamOverRequests,
     check_name,
@@ -54,6 +46,7 @@ from ._nats_batch import gather, send_batch
 from ._nats_hop import hand_over, headers_of, run_detached, run_shielded
 from ._nats_pull import NatsDelivery, PullInbox, PullRequest, status_error
 from ._nats_subscriptions import CountedSubscriptions
+from ._values import DEFAULT_REQUEST_TIMEOUT_S, CoreMsg, Headers, KvEntry
 
 T = TypeVar("T")
 

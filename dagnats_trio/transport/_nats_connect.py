@@ -21,14 +21,10 @@ from nats.aio.client import Client as NatsClient
 
 from dagnats_trio._env import DEFAULT_ENV, backoff_delay_s
 
-from ._interface import (
-    DEFAULT_REQUEST_TIMEOUT_S,
-    TemporarilyUnavailable,
-    TransportError,
-    TransportTimeout,
-)
+from ._errors import TemporarilyUnavailable, TransportError, TransportTimeout
 from ._nats import NatsTransport
 from ._nats_hop import run_shielded
+from ._values import DEFAULT_REQUEST_TIMEOUT_S
 
 _log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import trio
 import trio_asyncio
 from nats.aio.msg import Msg
 
-from ._interface import Closed, TemporarilyUnavailable, TransportError, TransportTimeout
+from ._errors import Closed, TemporarilyUnavailable, TransportError, TransportTimeout
 from ._jetstream import NoResponders, api_error
 
 _log = logging.getLogger(__name__)

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, final
 import trio
 from nats.aio.msg import Msg
 
-from ._interface import Headers, TransportError
+from ._errors import TransportError
 from ._jetstream import api_error, ns
 from ._nats_hop import headers_of
+from ._values import Headers
 
 if TYPE_CHECKING:
     from ._nats import NatsTransport

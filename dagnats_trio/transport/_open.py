@@ -12,7 +12,8 @@ from contextlib import asynccontextmanager
 from typing import Final
 
 from .._defaults import CLIENTS, DEFAULT_CLIENT, Client
-from ._interface import DEFAULT_REQUEST_TIMEOUT_S, Transport
+from ._interface import Transport
+from ._values import DEFAULT_REQUEST_TIMEOUT_S
 
 #: Bound on the first connection to a server.
 CONNECT_TIMEOUT_S: Final = 5.0

@@ -37,7 +37,8 @@ from dagnats_trio.protocol.layout import (
     WORKER_POLLS_MAX_AGE_S,
 )
 
-from ._interface import BucketSpec, StreamSpec, Transport
+from ._interface import Transport
+from ._values import BucketSpec, StreamSpec
 
 STREAMS: tuple[StreamSpec, ...] = (
     StreamSpec(

@@ -13,7 +13,7 @@ import trio
 
 from dagnats_trio._env import Backoff
 
-from ._interface import TemporarilyUnavailable, TransportTimeout
+from ._errors import TemporarilyUnavailable, TransportTimeout
 
 #: How long a transient failure (no leader, timeout) is retried before giving up.
 TRANSIENT_RETRY_DEADLINE_S: Final = 10.0

@@ -30,28 +30,24 @@ from typing import TYPE_CHECKING, final
 
 import trio
 
-from ._interface import (
-    DEFAULT_REQUEST_TIMEOUT_S,
-    MAX_LAST_MSGS_SUBJECTS,
-    BucketSpec,
-    Closed,
-    ConsumerConfig,
-    CoreMsg,
-    Delivery,
-    Headers,
-    KeyExists,
-    KvEntry,
-    RevisionMismatch,
-    StreamSpec,
-    TemporarilyUnavailable,
-    TransportTimeout,
-)
+from ._errors import Closed, KeyExists, RevisionMismatch, TemporarilyUnavailable, TransportTimeout
+from ._interface import Delivery
 from ._sim_delivery import SimDelivery
 from ._sim_faults import SimFaults
 from ._sim_server import SimServer
 from ._sim_state import CoreSub, ReplySlot, Watcher
 from ._sim_streams import SimStreams
 from ._sim_subjects import check_publish_subject
+from ._values import (
+    DEFAULT_REQUEST_TIMEOUT_S,
+    MAX_LAST_MSGS_SUBJECTS,
+    BucketSpec,
+    ConsumerConfig,
+    CoreMsg,
+    Headers,
+    KvEntry,
+    StreamSpec,
+)
 
 if TYPE_CHECKING:
     from ._interface import Transport

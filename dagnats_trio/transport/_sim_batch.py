@@ -15,17 +15,10 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from ._interface import (
-    MAX_LAST_MSGS_SUBJECTS,
-    BatchAck,
-    BatchMsg,
-    NotProvisioned,
-    StoredMsg,
-    TransportError,
-    WrongLastSequence,
-)
+from ._errors import NotProvisioned, TransportError, WrongLastSequence
 from ._sim_state import SimStream
 from ._sim_subjects import subject_matches
+from ._values import MAX_LAST_MSGS_SUBJECTS, BatchAck, BatchMsg, StoredMsg
 
 #: Header under which a publish's message id is stored, as nats-server does.
 MSG_ID_HEADER = "Nats-Msg-Id"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, final
 
 import attrs
 
-from ._interface import Headers
+from ._values import Headers
 
 if TYPE_CHECKING:
     from ._sim import SimTransport

@@ -12,14 +12,7 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
-from ._interface import (
-    BucketSpec,
-    ConsumerConfig,
-    CoreMsg,
-    NotProvisioned,
-    StreamSpec,
-    TransportError,
-)
+from ._errors import NotProvisioned, TransportError
 from ._sim_faults import SimFaults
 from ._sim_state import (
     CoreSub,
@@ -31,6 +24,7 @@ from ._sim_state import (
     SimStream,
 )
 from ._sim_subjects import subject_matches, subjects_overlap
+from ._values import BucketSpec, ConsumerConfig, CoreMsg, StreamSpec
 
 if TYPE_CHECKING:
     from ._sim import SimTransport

@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from ._interface import (
+from ._errors import TransportError
+from ._sim_subjects import is_pattern, subject_matches
+from ._values import (
     BucketSpec,
     ConsumerConfig,
     CoreMsg,
     KvEntry,
     StoredMsg,
     StreamSpec,
-    TransportError,
     check_msg_ttl,
 )
-from ._sim_subjects import is_pattern, subject_matches
 
 if TYPE_CHECKING:
     from ._sim import SimTransport

@@ -15,22 +15,20 @@ from collections.abc import Sequence
 
 import trio
 
-from ._interface import (
-    BatchAck,
-    BatchMsg,
-    Headers,
-    NotFound,
-    StoredMsg,
-    TransportTimeout,
-    WrongLastSequence,
-    check_batch,
-    check_get_batch,
-    check_last_msgs_subjects,
-)
+from ._errors import NotFound, TransportTimeout, WrongLastSequence
 from ._sim_batch import MSG_ID_HEADER, batch_from, check_batch_streams, last_msgs, store_batch
 from ._sim_faults import SimFaults
 from ._sim_server import SimServer
 from ._sim_subjects import check_publish_subject
+from ._values import (
+    BatchAck,
+    BatchMsg,
+    Headers,
+    StoredMsg,
+    check_batch,
+    check_get_batch,
+    check_last_msgs_subjects,
+)
 
 
 class SimStreams(ABC):

@@ -16,16 +16,8 @@ from typing import final
 import trio
 
 from ..nats import Connection, NatsError, ProtocolError, Pub
-from ._interface import (
-    DEFAULT_REQUEST_TIMEOUT_S,
-    Closed,
-    CoreMsg,
-    Delivery,
-    Headers,
-    KvEntry,
-    TemporarilyUnavailable,
-    TransportError,
-)
+from ._errors import Closed, TemporarilyUnavailable, TransportError
+from ._interface import Delivery
 from ._jetstream import (
     JetStreamOverRequests,
     api_error,
@@ -38,6 +30,7 @@ from ._jetstream import (
 from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
 from ._trio_nats_batch import gather
 from ._trio_nats_msgs import CoreMessages, KvEntries, Pull, map_error, wire_headers
+from ._values import DEFAULT_REQUEST_TIMEOUT_S, CoreMsg, Headers, KvEntry
 
 #: Bound on cleanup (deleting a watch consumer, closing) run shielded.
 CLOSE_TIMEOUT_S = 5.0

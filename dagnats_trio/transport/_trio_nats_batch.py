@@ -13,7 +13,7 @@ from __future__ import annotations
 import trio
 
 from ..nats import Connection, Msg
-from ._interface import Closed, TransportError, TransportTimeout
+from ._errors import Closed, TransportError, TransportTimeout
 from ._jetstream_batch import DirectReply
 from ._trio_nats_msgs import headers_dict
 

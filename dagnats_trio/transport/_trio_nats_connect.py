@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from ..nats import open_connection
-from ._interface import DEFAULT_REQUEST_TIMEOUT_S
 from ._trio_nats import TrioNatsTransport
+from ._values import DEFAULT_REQUEST_TIMEOUT_S
 
 #: Deadline of the first connection to a server.
 CONNECT_TIMEOUT_S = 5.0

@@ -21,16 +21,10 @@ from ..nats import (
     Subscription,
 )
 from ..nats import Headers as WireHeaders
-from ._interface import (
-    Closed,
-    CoreMsg,
-    Delivery,
-    Headers,
-    KvEntry,
-    TransportError,
-    TransportTimeout,
-)
+from ._errors import Closed, TransportError, TransportTimeout
+from ._interface import Delivery
 from ._jetstream import NoResponders, is_delete_marker, kv_prefix, ns
+from ._values import CoreMsg, Headers, KvEntry
 
 if TYPE_CHECKING:
     from ._trio_nats import TrioNatsTransport
