@@ -28,7 +28,7 @@ import attrs
 import trio
 
 from ._errors import NotProvisioned, TemporarilyUnavailable, TransportError, WrongLastSequence
-from ._jetstream import (
+from ._jetstream_wire import (
     EXPECTED_LAST_SUBJECT_SEQ,
     MSG_ID,
     NoResponders,

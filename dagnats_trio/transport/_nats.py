@@ -31,8 +31,9 @@ from nats.js.client import JetStreamContext
 
 from ._errors import Closed, TemporarilyUnavailable, TransportError
 from ._interface import Delivery
-from ._jetstream import (
-    JetStreamOverRequests,
+from ._jetstream import JetStreamOverRequests
+from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
+from ._jetstream_wire import (
     check_name,
     is_delete_marker,
     json_error,
@@ -41,7 +42,6 @@ from ._jetstream import (
     ns,
     watch_filter,
 )
-from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
 from ._nats_batch import gather, send_batch
 from ._nats_hop import hand_over, headers_of, run_detached, run_shielded
 from ._nats_pull import NatsDelivery, PullInbox, PullRequest, status_error

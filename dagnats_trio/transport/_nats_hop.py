@@ -25,7 +25,7 @@ import trio_asyncio
 from nats.aio.msg import Msg
 
 from ._errors import Closed, TemporarilyUnavailable, TransportError, TransportTimeout
-from ._jetstream import NoResponders, api_error
+from ._jetstream_wire import NoResponders, api_error
 
 _log = logging.getLogger(__name__)
 

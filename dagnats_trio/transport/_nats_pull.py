@@ -17,7 +17,7 @@ import trio
 from nats.aio.msg import Msg
 
 from ._errors import TransportError
-from ._jetstream import api_error, ns
+from ._jetstream_wire import api_error, ns
 from ._nats_hop import headers_of
 from ._values import Headers
 

@@ -18,16 +18,9 @@ import trio
 from ..nats import Connection, NatsError, ProtocolError, Pub
 from ._errors import Closed, TemporarilyUnavailable, TransportError
 from ._interface import Delivery
-from ._jetstream import (
-    JetStreamOverRequests,
-    api_error,
-    check_name,
-    json_error,
-    kv_stream,
-    ns,
-    watch_filter,
-)
+from ._jetstream import JetStreamOverRequests
 from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
+from ._jetstream_wire import api_error, check_name, json_error, kv_stream, ns, watch_filter
 from ._trio_nats_batch import gather
 from ._trio_nats_msgs import CoreMessages, KvEntries, Pull, map_error, wire_headers
 from ._values import DEFAULT_REQUEST_TIMEOUT_S, CoreMsg, Headers, KvEntry

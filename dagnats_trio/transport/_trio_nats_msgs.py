@@ -23,7 +23,7 @@ from ..nats import (
 from ..nats import Headers as WireHeaders
 from ._errors import Closed, TransportError, TransportTimeout
 from ._interface import Delivery
-from ._jetstream import NoResponders, is_delete_marker, kv_prefix, ns
+from ._jetstream_wire import NoResponders, is_delete_marker, kv_prefix, ns
 from ._values import CoreMsg, Headers, KvEntry
 
 if TYPE_CHECKING:

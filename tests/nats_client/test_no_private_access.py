@@ -26,6 +26,7 @@ TRIO_TRANSPORT_PARTS = sorted((PACKAGE.parent / "transport").glob("_trio_nats_*.
 #: The JetStream operations both NATS transports share (the trio transport's base class).
 SHARED_JETSTREAM = PACKAGE.parent / "transport" / "_jetstream.py"
 SHARED_JETSTREAM_BATCHES = PACKAGE.parent / "transport" / "_jetstream_batch.py"
+SHARED_JETSTREAM_WIRE = PACKAGE.parent / "transport" / "_jetstream_wire.py"
 #: Packages whose private names are off limits (and everything else outside ours).
 WATCHED = ("trio", "asyncio", "nats", "trio_asyncio", "ssl", "socket")
 #: The whole package.
@@ -270,8 +271,15 @@ def test_the_nats_client_touches_no_private_name_of_another_package() -> None:
 def test_the_trio_nats_transport_touches_none_either() -> None:
     assert TRIO_TRANSPORT.is_file()
     assert SHARED_JETSTREAM.is_file()
+    assert SHARED_JETSTREAM_WIRE.is_file()
     assert len(TRIO_TRANSPORT_PARTS) >= 2, TRIO_TRANSPORT_PARTS
-    extra = [TRIO_TRANSPORT, *TRIO_TRANSPORT_PARTS, SHARED_JETSTREAM, SHARED_JETSTREAM_BATCHES]
+    extra = [
+        TRIO_TRANSPORT,
+        *TRIO_TRANSPORT_PARTS,
+        SHARED_JETSTREAM,
+        SHARED_JETSTREAM_BATCHES,
+        SHARED_JETSTREAM_WIRE,
+    ]
     assert violations(PACKAGE, *extra) == []
 
 

@@ -17,7 +17,11 @@ from hypothesis import strategies as st
 from dagnats_trio.nats import open_connection
 from dagnats_trio.protocol.layout import JOURNAL_STREAM, journal_subject
 from dagnats_trio.transport import TrioNatsTransport
-from dagnats_trio.transport._jetstream import EXPECTED_LAST_SUBJECT_SEQ, MSG_ID, plain_pub_ack_seq
+from dagnats_trio.transport._jetstream_wire import (
+    EXPECTED_LAST_SUBJECT_SEQ,
+    MSG_ID,
+    plain_pub_ack_seq,
+)
 
 EXAMPLES = settings(deadline=None, max_examples=200)
 _names = st.text(max_size=12)
