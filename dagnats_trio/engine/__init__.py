@@ -43,14 +43,12 @@ from .snapshot import (
 
 if TYPE_CHECKING:
     from ._run_index import drop_active, ensure_run_index, index_entry, index_run
-    from ._shell import (
+    from ._shell import TIMER_DUE_HEADER, TIMER_ID_HEADER, Engine
+    from ._shell_state import (
         ENGINE_ACK_WAIT_S,
         LEGACY_ENV_VAR,
         LOOP_ERROR_BACKOFF_MAX_S,
         LOOP_ERROR_BACKOFF_S,
-        TIMER_DUE_HEADER,
-        TIMER_ID_HEADER,
-        Engine,
         EngineStats,
         legacy_from_env,
     )
@@ -62,14 +60,12 @@ else:
         {
             "._store": ("create_snapshot", "write_first_snapshot"),
             "._run_index": ("drop_active", "ensure_run_index", "index_entry", "index_run"),
-            "._shell": (
+            "._shell": ("TIMER_DUE_HEADER", "TIMER_ID_HEADER", "Engine"),
+            "._shell_state": (
                 "ENGINE_ACK_WAIT_S",
                 "LEGACY_ENV_VAR",
                 "LOOP_ERROR_BACKOFF_MAX_S",
                 "LOOP_ERROR_BACKOFF_S",
-                "TIMER_DUE_HEADER",
-                "TIMER_ID_HEADER",
-                "Engine",
                 "EngineStats",
                 "legacy_from_env",
             ),

@@ -1,0 +1,194 @@
+"""What an engine holds: its options, its counters, the run snapshots it caches, and how it settles.
+
+:class:`EngineState` is the base of :class:`~dagnats_trio.engine._shell.Engine`; the engine's loops
+(history in, one compare-and-set, effects out, ack; timers) are in ``_shell``. Here are what they
+share: the options and counters, the snapshot cache in front of the runs bucket (the revision
+this process wrote, so the hot path reads nothing), the first snapshot derived from a start, and
+the acks and naks whose failure only means a redelivery.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, final
+
+import attrs
+import trio
+
+from .._env import DEFAULT_ENV, Backoff, RuntimeEnv
+from ..dag import WorkflowDef
+from ..protocol import WorkflowStarted, layout
+from ..transport import Delivery, Transport, TransportError
+from ._definitions import Definitions
+from ._run_end import end_run
+from ._store import create_snapshot, started_with
+from .hooks import InputsHooks, NoInputs
+from .snapshot import RunSnapshot, decode_snapshot, encode_snapshot
+
+log = logging.getLogger("dagnats_trio.engine")
+
+#: Environment variable holding the default of ``legacy_step_events``.
+LEGACY_ENV_VAR = "DAGNATS_LEGACY_STEP_EVENTS"
+#: AckWait of the shared history consumer: an event left by a crashed engine comes back after it.
+ENGINE_ACK_WAIT_S = 10.0
+#: AckWait of the timer consumer.
+TIMER_ACK_WAIT_S = 10.0
+#: Deliveries asked for per fetch.
+FETCH_BATCH = 64
+#: How long one fetch waits for a first message.
+FETCH_WAIT_S = 1.0
+#: Snapshots kept in memory (with the revision this engine wrote).
+SNAPSHOT_CACHE_RUNS_MAX = 2_048
+#: First pause of a fetch loop after a transport error, so a broken server is not spun on.
+LOOP_ERROR_BACKOFF_S = 0.5
+#: Cap of that pause, doubling (and jittered) while the errors go on: an outage of any length.
+LOOP_ERROR_BACKOFF_MAX_S = 5.0
+
+
+def legacy_from_env(environ: Any = None) -> bool:
+    """``DAGNATS_LEGACY_STEP_EVENTS``: false for 0/false/no/off, true otherwise (default true)."""
+    value = (environ if environ is not None else os.environ).get(LEGACY_ENV_VAR)
+    if value is None:
+        return True
+    return value.strip().lower() not in {"0", "false", "no", "off"}
+
+
+@final
+@attrs.define
+class EngineStats:
+    """Counters for tests and operators (this process only)."""
+
+    applied: int = 0
+    dropped: int = 0
+    replayed: int = 0
+    conflicts: int = 0
+    malformed: int = 0
+    missing_run: int = 0
+    timers_fired: int = 0
+    #: Runs whose first snapshot was derived from their ``workflow.started`` instead of read.
+    derived: int = 0
+
+
+class EngineState:
+    """The state of an :class:`~dagnats_trio.engine._shell.Engine` and the snapshot store it
+    reads and writes through its cache."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        env: RuntimeEnv = DEFAULT_ENV,
+        inputs: InputsHooks | None = None,
+        legacy_step_events: bool | None = None,
+        ack_wait_s: float = ENGINE_ACK_WAIT_S,
+        timer_ack_wait_s: float = TIMER_ACK_WAIT_S,
+        fetch_batch: int = FETCH_BATCH,
+        fetch_wait_s: float = FETCH_WAIT_S,
+    ) -> None:
+        self.transport = transport
+        self.env = env
+        self.inputs: InputsHooks = inputs if inputs is not None else NoInputs()
+        self.legacy_step_events = (
+            legacy_from_env() if legacy_step_events is None else legacy_step_events
+        )
+        self.ack_wait_s = ack_wait_s
+        self.timer_ack_wait_s = timer_ack_wait_s
+        self.fetch_batch = fetch_batch
+        self.fetch_wait_s = fetch_wait_s
+        self._legacy_warned = False
+        self.stats = EngineStats()
+        self._stats_changed = trio.Event()
+        self._cache: OrderedDict[str, tuple[RunSnapshot, int]] = OrderedDict()
+        self._definitions = Definitions(transport)
+
+    async def wait_stats(self, predicate: Callable[[EngineStats], bool]) -> None:
+        """Return once ``predicate(self.stats)`` holds (the caller bounds the wait)."""
+        while not predicate(self.stats):
+            await self._stats_changed.wait()
+
+    def _counted(self) -> None:
+        self._stats_changed.set()
+        self._stats_changed = trio.Event()
+
+    async def _derive_first(self, event: WorkflowStarted) -> tuple[RunSnapshot, int, bool] | None:
+        """The run's first snapshot derived from the event that names it (``started_with``:
+        why a compare-and-set on it is safe), unless this engine holds the run already; counted
+        as a cached copy, so a drop decided on it is confirmed against the store. The definition
+        is the one kept at the event's revision, else read once (None if it moved on)."""
+        if event.run_id in self._cache or event.definition_revision is None:
+            return None
+        definition = self._definitions.kept(event.workflow, event.definition_revision)
+        if definition is None and event.snapshot_revision is not None:
+            current = await self._definitions.current(event.workflow)
+            if current is not None and current[1] == event.definition_revision:
+                definition = current[0]
+        derived = started_with(event, definition)
+        if derived is None:
+            return None
+        self.stats.derived += 1
+        return derived[0], derived[1], True
+
+    async def _load(self, run_id: str) -> tuple[RunSnapshot, int, bool] | None:
+        cached = self._cache.get(run_id)
+        if cached is not None:
+            self._cache.move_to_end(run_id)
+            return cached[0], cached[1], True
+        entry = await self.transport.kv_get(layout.RUNS_BUCKET, layout.run_key(run_id))
+        if entry is None or entry.value is None:
+            return None
+        return decode_snapshot(entry.value), entry.revision, False
+
+    async def _save(self, new: RunSnapshot, old: RunSnapshot | None, rev: int) -> int:
+        if old is None:
+            return await create_snapshot(self.transport, new)
+        data = encode_snapshot(new)
+        saved = await self.transport.kv_update(
+            layout.RUNS_BUCKET, layout.run_key(new.run_id), data, rev
+        )
+        if new.status.finished and not old.status.finished:
+            await end_run(self.transport, new.run_id)  # after the save (see _run_end)
+        return saved
+
+    def _remember(self, snap: RunSnapshot, rev: int) -> None:
+        if snap.status.finished:
+            self._cache.pop(snap.run_id, None)
+            return
+        self._cache[snap.run_id] = (snap, rev)
+        self._cache.move_to_end(snap.run_id)
+        while len(self._cache) > SNAPSHOT_CACHE_RUNS_MAX:
+            self._cache.popitem(last=False)
+
+    async def _load_definition(self, name: str) -> WorkflowDef | None:
+        current = await self._definitions.current(name)
+        return current[0] if current is not None else None
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _loop_backoff(self) -> Backoff:
+        return Backoff(LOOP_ERROR_BACKOFF_S, LOOP_ERROR_BACKOFF_MAX_S, self.env.random)
+
+    @staticmethod
+    def _ack(d: Delivery) -> None:
+        """Ack without waiting for the server (``ack_nowait``: queued, not even a scheduler
+        pass); a failure here only means the server will redeliver.
+
+        Each ack is queued only after every effect of the event is stored, so a lost ack is a
+        redelivery, which the outbox replays idempotently (tasks and events carry msg ids; the
+        acceptance rule drops the rest), and a dropped or replayed event is dropped or replayed
+        again. Waiting would only add a round trip before the next fetch.
+        """
+        try:
+            d.ack_nowait()
+        except TransportError as exc:
+            log.debug("settling a delivery failed: %s", exc)
+
+    @staticmethod
+    async def _settle(fn: Any, *args: Any) -> None:
+        """Nak/term: a failure here only means the server will redeliver."""
+        try:
+            await fn(*args)
+        except TransportError as exc:
+            log.debug("settling a delivery failed: %s", exc)
