@@ -8,7 +8,8 @@ goes. Each function's own time (not its callees') is charged to the component it
 belongs to (:data:`COMPONENTS`); a shared helper (a C function such as ``isinstance`` or a
 socket send, attrs' ``evolve``) is charged to the component of the code that called it. The
 profiler slows Python calls more than C calls, so the shares are an estimate; the ms column is
-the share times the CPU per run measured unprofiled.
+the share times the CPU per run measured unprofiled. Last, ``PROFILE_STEP_RUNS`` runs under a
+Trio instrument (``bench.steps``) count the scheduler's passes and each task's steps per run.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expe
 
 from ._stack import Stack, open_stack
 from .agent import HEADLINE
+from .steps import StepCounter, print_steps
 
 PROFILE_WORKFLOW: Final = "bench-agent-profile"
 PROFILE_WARMUP_RUNS: Final = 10
@@ -33,6 +35,11 @@ PROFILE_PLAIN_RUNS: Final = 200
 PROFILE_RUNS: Final = 200
 PROFILE_PLAIN_RUNS_QUICK: Final = 40
 PROFILE_RUNS_QUICK: Final = 40
+#: Runs counted by a Trio instrument (task steps per task, scheduler passes) after the
+#: profiled ones; counts, so a few runs suffice.
+PROFILE_STEP_RUNS: Final = 50
+#: Tasks printed, the busiest first.
+PROFILE_TOP_TASKS: Final = 15
 #: Entries printed by own time and by cumulative time.
 PROFILE_TOP_ENTRIES: Final = 25
 
@@ -111,7 +118,9 @@ async def _runs(stack: Stack, n: int) -> None:
             raise RuntimeError(f"wrong answer {snap.outputs()!r} (status {snap.status.value})")
 
 
-async def _measure(plain_runs: int, profiled_runs: int) -> tuple[float, pstats.Stats, float]:
+async def _measure(
+    plain_runs: int, profiled_runs: int, counter: StepCounter
+) -> tuple[float, pstats.Stats, float]:
     agent = ScriptedAgent(paired=HEADLINE.paired)
     async with open_stack(
         sync_always=True,
@@ -132,6 +141,11 @@ async def _measure(plain_runs: int, profiled_runs: int) -> tuple[float, pstats.S
         finally:
             profiler.disable()
         profiled_cpu_ms = (time.process_time() - cpu1) * 1000 / profiled_runs
+        trio.lowlevel.add_instrument(counter)
+        try:
+            await _runs(stack, PROFILE_STEP_RUNS)
+        finally:
+            trio.lowlevel.remove_instrument(counter)
         return cpu_ms, pstats.Stats(profiler), profiled_cpu_ms
 
 
@@ -153,7 +167,8 @@ def run(*, quick: bool = False) -> dict[str, float]:
     print(f"== profile: scripted agent, single node, sync_interval always; {plain} runs "
           f"unprofiled, then {profiled} under cProfile")  # fmt: skip
     measure: Callable[..., Any] = _measure
-    cpu_ms, stats, profiled_cpu_ms = trio.run(measure, plain, profiled)
+    counter = StepCounter()
+    cpu_ms, stats, profiled_cpu_ms = trio.run(measure, plain, profiled, counter)
     print(f"  CPU per run: {cpu_ms:.2f} ms unprofiled ({profiled_cpu_ms:.2f} ms under cProfile)")
     # Function calls per run, Python and C: a count, not a time, so the machine's load does not
     # move it; it follows the work done where CPU time on a loaded machine is noisy.
@@ -170,6 +185,7 @@ def run(*, quick: bool = False) -> dict[str, float]:
         share = seconds / total
         print(f"    {share * 100:5.1f} %  {share * cpu_ms:5.2f} ms  {name}")
         figures[f"profile_ms_{name.split(' ')[0]}"] = round(share * cpu_ms, 2)
+    figures.update(print_steps(counter, PROFILE_STEP_RUNS, top=PROFILE_TOP_TASKS))
     stats.strip_dirs()
     _print_top(stats, "tottime", "own time")
     _print_top(stats, "cumulative", "cumulative time")

@@ -10,9 +10,11 @@ import types
 from typing import Any
 
 import pytest
+import trio
 
 from bench.__main__ import main
 from bench.profile import OTHER, component_of, own_time_by_component
+from bench.steps import StepCounter, print_steps
 
 CODEC = component_of("/venv/dagnats_trio/protocol/_codec.py")
 TRIO = component_of("/venv/site-packages/trio/_core/_run.py")
@@ -53,3 +55,30 @@ def test_helpers_are_charged_to_their_callers() -> None:
 
 def test_profile_takes_no_sections() -> None:
     assert main(["--profile", "agent"]) == 2
+
+
+def test_steps_are_counted_per_task_and_passes_per_wait() -> None:
+    """``bench.steps``: each resumption of a task is a step, charged to its name; every pass of
+    Trio's run loop (one wait for I/O each) is counted once."""
+    checkpoints = 3
+    counter = StepCounter()
+
+    async def worker() -> None:
+        for _ in range(checkpoints):
+            await trio.lowlevel.checkpoint()
+
+    async def main() -> None:
+        trio.lowlevel.add_instrument(counter)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(worker)
+        finally:
+            trio.lowlevel.remove_instrument(counter)
+
+    trio.run(main)
+    # The worker's first step and one after each checkpoint.
+    assert counter.steps[f"{__name__}.{worker.__qualname__}"] == checkpoints + 1
+    assert counter.passes >= checkpoints + 1
+    figures = print_steps(counter, runs=1, top=5)
+    assert figures["profile_task_steps_per_run"] == sum(counter.steps.values())
+    assert figures["profile_passes_per_run"] == counter.passes
