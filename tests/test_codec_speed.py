@@ -33,6 +33,7 @@ from dagnats_trio.protocol import (
     converter,
     decode_record,
     decode_task,
+    dumps_json,
     encode_record,
     encode_task,
     from_obj,
@@ -229,3 +230,118 @@ def test_decoding_a_task_message_costs_its_hooks_no_builtin_calls() -> None:
         raw[field] = wrong
         with pytest.raises(DecodeError, match=field):
             decode_task(json.dumps(raw).encode())
+
+
+# --- json's C encoder and scanner called directly (issue 12 goal 3) ---------------------------
+
+#: ``dumps_json`` before it called the C encoder itself: ``JSONEncoder.encode`` with the same
+#: options, which the fast path must agree with, answer for answer and error for error.
+_JSON_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+class _Str(str):
+    pass
+
+
+class _Int(enum.IntEnum):
+    ONE = 1
+
+
+#: Scalars as JSON and Python hold them, and the odd ones the encoder still takes (or refuses
+#: the same way): not finite, beyond 64 bits, lone surrogates, subclasses.
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=2**63, max_value=2**70),
+    st.floats(),
+    st.text(max_size=6),
+    st.sampled_from(["\ud800", "é\x00\"\\/\u2028", _Str("s"), _Int.ONE, -0.0, 1e400]),
+)
+#: Object keys: strings, and what the encoder turns into one (numbers, booleans, null).
+_keys = st.one_of(st.text(max_size=4), st.integers(-3, 3), st.floats(), st.booleans(), st.none())
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(_keys, inner, max_size=4),
+        st.dictionaries(st.text(max_size=3), inner, max_size=3).map(collections.OrderedDict),
+    ),
+    max_leaves=20,
+)
+
+
+def _outcome(fn: Any, *args: Any) -> tuple[Any, ...]:
+    try:
+        return ("ok", fn(*args))
+    except (ValueError, TypeError, RecursionError) as exc:
+        return ("error", type(exc), str(exc))
+
+
+@settings(deadline=None, max_examples=300)
+@given(value=_values)
+def test_dumps_json_writes_what_the_json_encoder_writes(value: Any) -> None:
+    assert _outcome(dumps_json, value) == _outcome(_JSON_ENCODER.encode, value)
+
+
+def test_dumps_json_still_refuses_a_circular_value_as_the_encoder_does() -> None:
+    loop: list[Any] = [1]
+    loop.append({"again": loop})
+    got = _outcome(dumps_json, loop)
+    assert got == _outcome(_JSON_ENCODER.encode, loop)
+    assert got == ("error", ValueError, "Circular reference detected")
+    assert dumps_json([1, {"a": "b"}]) == '[1,{"a":"b"}]'  # and the next value is fine
+
+
+#: What may follow (or replace the end of) an object's text: whitespace, which is allowed, and
+#: anything else, which is an error (json's own message, position included).
+_tails = st.sampled_from(["", " ", "\n\t\r ", " x", "}", "1", "{}", " \n]", "\x00"])
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    value=st.dictionaries(st.text(max_size=3), _values, max_size=4),
+    cut=st.integers(0, 1000),
+    cut_it=st.booleans(),
+    tail=_tails,
+    spaced=st.booleans(),
+)
+def test_loads_json_reads_what_json_loads_reads(
+    value: dict[str, Any], cut: int, cut_it: bool, tail: str, spaced: bool
+) -> None:
+    text = json.dumps(value, separators=(", ", ": ") if spaced else (",", ":"))
+    if cut_it:
+        text = text[: cut % (len(text) + 1)]
+    data = (text + tail).encode("utf-8", "surrogatepass")
+    assert _outcome(loads_json, data) == _outcome(json.loads, data)
+
+
+#: Calls of json's Python layer (``JSONEncoder.encode`` and ``iterencode``, ``JSONDecoder.decode``
+#: and ``raw_decode``) per journal record encoded and decoded: 4 while the codec went through
+#: them (an encode built a new C encoder each time, behind two Python calls); none since it calls
+#: the C encoder, built once, and the C scanner itself.
+MAX_JSON_PYTHON_CALLS_PER_RECORD: Final = 0
+
+
+def test_a_record_encoded_and_decoded_costs_no_call_of_jsons_python_layer() -> None:
+    record = CommitRecord(
+        2, 1, "claim-1", "n1", CommitAction.CONTINUE, state=[{"role": "user", "content": "hi"}]
+    )
+    assert decode_record(encode_record(record)) == record  # warm
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        decoded = decode_record(encode_record(record))
+    finally:
+        profiler.disable()
+    assert decoded == record
+    profiler.create_stats()
+    stats: dict[tuple[str, int, str], Any] = profiler.stats  # type: ignore[attr-defined]
+    calls = {
+        f"{key[0].rsplit('/', 1)[-1]}:{key[2]}": figures[1]
+        for key, figures in stats.items()
+        if key[0].replace("\\", "/").endswith(("/json/encoder.py", "/json/decoder.py"))
+    }
+    print(f"calls of json's Python layer per record encoded and decoded: {calls}")
+    assert sum(calls.values()) <= MAX_JSON_PYTHON_CALLS_PER_RECORD

@@ -9,6 +9,7 @@ per record for nothing.
 from __future__ import annotations
 
 import cProfile
+import json
 from collections import Counter
 from collections.abc import Callable
 from types import CodeType
@@ -19,6 +20,7 @@ import trio
 from bench._stack import open_stack
 from bench.agent import HEADLINE
 from dagnats_trio._seams import crash_point
+from dagnats_trio.protocol import dumps_json
 from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expected_answer
 
 WORKFLOW: Final = "trio-calls-agent"
@@ -106,3 +108,29 @@ async def test_an_agent_run_without_a_seam_hook_reaches_no_crash_point() -> None
     per_run, by = _calls_per_run(stats, crash_point)
     print(f"crash points reached per agent run without a hook: {per_run:.1f} ({by})")
     assert per_run <= MAX_CRASH_POINTS_PER_RUN
+
+
+#: Calls of json's Python layer (``JSONEncoder.encode``, ``JSONDecoder.decode``) made by the
+#: codec per scripted agent run: 59 measured while each encode went through ``encode`` (39: the
+#: records, events, tasks and snapshot parts) and each decode through ``decode`` (20); none since
+#: the codec calls json's C encoder (built once) and C scanner itself.
+MAX_CODEC_JSON_PYTHON_CALLS_PER_RUN: Final = 0
+
+
+async def test_an_agent_runs_codec_calls_no_python_layer_of_json() -> None:
+    stats = await _profiled_runs()
+    per_run = 0.0
+    for fn in (json.JSONEncoder.encode, json.JSONDecoder.decode):
+        entry = stats.get(_key(fn))
+        if entry is not None:
+            per_run += sum(
+                figures[1]
+                for caller, figures in entry[4].items()
+                if caller[0].replace("\\", "/").endswith("dagnats_trio/protocol/_codec.py")
+            )
+    per_run /= RUNS
+    encodes, _ = _calls_per_run(stats, dumps_json)
+    print(f"json Python-layer calls by the codec per agent run: {per_run:.1f} "
+          f"({encodes:.1f} dumps_json per run)")  # fmt: skip
+    assert encodes > 0  # the count saw the codec at work
+    assert per_run <= MAX_CODEC_JSON_PYTHON_CALLS_PER_RUN

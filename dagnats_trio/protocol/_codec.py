@@ -6,7 +6,8 @@ import json
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, TypeVar, final
+from json.encoder import encode_basestring
+from typing import Any, Final, TypeVar, final
 
 import attrs
 import cattrs
@@ -138,9 +139,36 @@ converter = _make_converter()
 #: (with ``allow_nan=False`` its every event failed and it was stuck; docs/upgrading.md).
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
+#: The C function ``_ENCODER.encode`` builds on every call (``JSONEncoder.iterencode`` makes a
+#: new one each time, behind two Python calls and two ``isinstance``), built once with the same
+#: options, so an encode is one C call and a join. Without the circular-reference markers (a
+#: dict shared between calls would keep the ids of a failed call): anything it refuses, a
+#: circular value included, is encoded again by ``_ENCODER``, whose answer or error stands.
+#: None where the interpreter has no C encoder.
+_MAKE_C_ENCODER: Final[Any] = json.encoder.c_make_encoder  # type: ignore[attr-defined]
+_C_ENCODE: Final[Callable[[Any, int], Any] | None] = (
+    None
+    if _MAKE_C_ENCODER is None
+    else _MAKE_C_ENCODER(
+        None,  # markers: no circular check (see above)
+        _ENCODER.default,
+        encode_basestring,  # what _ENCODER uses with ensure_ascii=False
+        None,  # indent
+        _ENCODER.key_separator,
+        _ENCODER.item_separator,
+        _ENCODER.sort_keys,
+        _ENCODER.skipkeys,
+        _ENCODER.allow_nan,
+    )
+)
+
 
 #: ``json.loads``' own decoder (the module's default one), called without its wrapper.
 _DECODER = json.JSONDecoder()
+#: Its scanner (C where the interpreter has it), called without ``decode`` and ``raw_decode``.
+_SCAN_ONCE: Final[Callable[[str, int], tuple[Any, int]]] = _DECODER.scan_once  # type: ignore[attr-defined]
+#: What ``decode`` skips after the value (``json.decoder.WHITESPACE.match``).
+_SKIP_WHITESPACE: Final[Callable[[str, int], Any]] = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
 
 
 def loads_json(data: bytes) -> Any:
@@ -149,7 +177,18 @@ def loads_json(data: bytes) -> Any:
     JetStream answer and record. Bytes that may be in another encoding go to ``json.loads``."""
     # ``{`` then a non-zero byte is UTF-8 by json's own sniffing (a BOM or UTF-16/32 differ).
     if data[:1] == b"{" and data[1:2] not in (b"", b"\x00"):
-        return _DECODER.decode(data.decode("utf-8", "surrogatepass"))
+        # ``JSONDecoder.decode`` as written, its two Python calls saved: the text starts with
+        # ``{``, so no leading whitespace to skip; trailing whitespace only is allowed.
+        text = data.decode("utf-8", "surrogatepass")
+        try:
+            value, end = _SCAN_ONCE(text, 0)
+        except StopIteration as err:
+            raise json.JSONDecodeError("Expecting value", text, err.value) from None
+        if end != len(text):
+            end = _SKIP_WHITESPACE(text, end).end()
+            if end != len(text):
+                raise json.JSONDecodeError("Extra data", text, end)
+        return value
     return json.loads(data)
 
 
@@ -176,6 +215,11 @@ def to_json(value: Any, cls: Any = None) -> bytes:
 def dumps_json(raw: Any) -> str:
     """The compact JSON text of an unstructured value (what :func:`to_json` encodes), for a
     caller that puts stored JSON texts together itself."""
+    if _C_ENCODE is not None:
+        try:
+            return "".join(_C_ENCODE(raw, 0))
+        except Exception:  # encoded again below: its answer or error stands
+            pass
     try:
         return _ENCODER.encode(raw)
     except TypeError:
