@@ -7,12 +7,13 @@ also whole nodes SIGKILLed and restarted, paused past an election timeout, and c
 partition). After every run the answer, ``journal check`` and the unsafe tool's start count
 are checked.
 
-On the simulation (the default) the seed fixes the schedule and Trio's scheduling order, so one
-seed gives one trace hash. ``--real`` and ``--cluster`` run the same shape of schedule on real
+On the simulation (the default) the seed fixes the schedule and the ids, and the soak runs as one
+Hypothesis example, which makes Trio's scheduling order follow (``run_sim_soak``), so one seed gives
+one trace hash. ``--real`` and ``--cluster`` run the same shape of schedule on real
 nats-servers.
 """
 
-from dagnats_trio.testing import Fault, FaultKind, Target, deterministic_scheduling
+from dagnats_trio.testing import Fault, FaultKind, Target
 
 from ._backends import (
     RealBackend,
@@ -20,6 +21,7 @@ from ._backends import (
     open_real_backend,
     real_backend,
     real_config,
+    run_sim_soak,
     sim_backend,
     sim_soak,
 )
@@ -63,12 +65,12 @@ __all__ = [
     "Target",
     "TcpProxy",
     "WallWatchdog",
-    "deterministic_scheduling",
     "draw_schedule",
     "open_proxied_cluster",
     "open_real_backend",
     "real_backend",
     "real_config",
+    "run_sim_soak",
     "sim_backend",
     "sim_soak",
     "soak",

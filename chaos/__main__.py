@@ -1,7 +1,8 @@
 """``python -m chaos [--seed N] [--runs N] [--real] [--cluster] [--duration S]`` (``just chaos``).
 
 Prints the seed first, a summary at the end and ``trace=<sha256>``; exits 1 on any violation,
-naming the failing run and the seed. On the simulation the same seed gives the same trace.
+naming the failing run and the seed. On the simulation the same seed gives the same trace (the
+soak runs as one Hypothesis example: without Hypothesis it says so in one line and exits 3).
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ import sys
 import time
 
 import trio
-import trio.testing
 
 from dagnats_trio._env import DEFAULT_ENV
-from dagnats_trio.testing import deterministic_scheduling
+from dagnats_trio.testing import SchedulingUnavailable
 
-from ._backends import open_real_backend, real_config, sim_soak
+from ._backends import open_real_backend, real_config, run_sim_soak
 from ._soak import SETTLE_MAX_S, SoakConfig, SoakResult, soak
 from ._watchdog import WallWatchdog
 
@@ -47,6 +47,7 @@ SEED_MAX = 2**32
 EXIT_OK = 0
 EXIT_VIOLATION = 1
 EXIT_OVERTIME = 2
+EXIT_UNAVAILABLE = 3
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -107,9 +108,9 @@ def _summary(result: SoakResult, wall_s: float, reproduce: str) -> int:
 
 
 def _run_sim(config: SoakConfig, watchdog: WallWatchdog) -> SoakResult:
-    """The deterministic soak: autojump clock and seeded scheduler."""
-    with watchdog, deterministic_scheduling(config.seed):
-        return trio.run(sim_soak, config, clock=trio.testing.MockClock(autojump_threshold=0))
+    """The deterministic soak: autojump clock and deterministic scheduler."""
+    with watchdog:
+        return run_sim_soak(config)
 
 
 async def _real(config: SoakConfig, cluster: bool, total_s: float) -> SoakResult:
@@ -159,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
             result = trio.run(functools.partial(_real, config, ns.cluster, duration + grace))
         else:
             result = _run_sim(config, watchdog)
+    except SchedulingUnavailable as exc:
+        print(f"python -m chaos: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     except BaseException as exc:
         overtime = isinstance(exc, trio.TooSlowError) or (
             watchdog.fired and isinstance(exc, KeyboardInterrupt | BaseExceptionGroup)

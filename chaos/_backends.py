@@ -11,7 +11,7 @@ import trio
 
 from dagnats_trio._env import deterministic_env
 from dagnats_trio.server import CLUSTER_SIZE, open_nats_server
-from dagnats_trio.testing import FaultKind
+from dagnats_trio.testing import FaultKind, run_deterministic
 from dagnats_trio.transport import SimFaults, SimServer, Transport, open_nats_transport
 
 from ._faults import FaultyTransport, ProxyFaults, ProxyInjector, SimInjector
@@ -60,9 +60,16 @@ def sim_backend() -> SimBackend:
 
 
 async def sim_soak(config: SoakConfig) -> SoakResult:
-    """The deterministic soak on the simulation. Run it under ``MockClock(autojump_threshold=0)``
-    inside ``deterministic_scheduling(config.seed)``: then one seed gives one trace."""
+    """The soak on the simulation, with the ids and times of ``deterministic_env``. Deterministic
+    when run by :func:`run_sim_soak`."""
     return await soak(config, sim_backend(), deterministic_env(config.seed))
+
+
+def run_sim_soak(config: SoakConfig) -> SoakResult:
+    """:func:`sim_soak` in its own ``trio.run`` on the autojump clock with Trio's scheduler
+    deterministic (:func:`~dagnats_trio.testing.run_deterministic`): one seed gives one trace.
+    Raises ``SchedulingUnavailable`` without Hypothesis."""
+    return run_deterministic(sim_soak, config)
 
 
 @attrs.define

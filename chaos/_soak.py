@@ -3,8 +3,9 @@ the schedule of :mod:`._schedule`, each run checked when it ends and once more a
 
 It is one ``async`` function, :func:`soak`, over a :class:`Backend` (the simulation, or real
 nats-servers); it never calls ``trio.run``. Determinism is the caller's part: on the simulation,
-run it under ``MockClock(autojump_threshold=0)`` inside :func:`deterministic_scheduling` with an
-env from ``deterministic_env(seed)``, and one seed gives one trace.
+``run_sim_soak`` runs it with an env from ``deterministic_env(seed)`` through
+``dagnats_trio.testing.run_deterministic`` (the autojump clock, Trio's scheduler made
+deterministic by Hypothesis), and one seed gives one trace.
 
 After every run: the answer equals ``expected_answer()``, ``journal check`` passes with the
 engine's iteration count, and the unsafe tool started at most once. After the last run, once every

@@ -29,6 +29,7 @@ from ._agent import (
 from ._crash import crash_test, crash_test_async
 from ._crash_plan import CRASH_SEAMS, CrashPlan, CrashReport, CrashRun, draw_crash_schedule
 from ._harness import retrying, wait_finished
+from ._scheduling import SchedulingUnavailable, run_deterministic
 from ._seam_faults import (
     NODE_KINDS,
     ArmFn,
@@ -37,7 +38,6 @@ from ._seam_faults import (
     FaultKind,
     SeamFaults,
     Target,
-    deterministic_scheduling,
 )
 from ._trace import Trace
 
@@ -61,6 +61,7 @@ __all__ = [
     "GoldenFormatError",
     "GoldenHeader",
     "GoldenReport",
+    "SchedulingUnavailable",
     "ScriptedAgent",
     "SeamFaults",
     "Target",
@@ -69,12 +70,12 @@ __all__ = [
     "agent_workflow",
     "crash_test",
     "crash_test_async",
-    "deterministic_scheduling",
     "draw_crash_schedule",
     "expected_answer",
     "load_golden",
     "parse_golden",
     "replay_golden",
     "retrying",
+    "run_deterministic",
     "wait_finished",
 ]

@@ -12,10 +12,11 @@ when it ends and once more after every stalled holder woke:
   named in ``unsafe_tools`` (starts are observed where the journal starts the function, outside
   the records, keyed by step, iteration and call position).
 
-The seed fixes the schedule, the ids and Trio's scheduling order: the same seed gives the same
-trace hash. The fault hook, the trace and the seeded scheduler are the chaos soak's own
-(:class:`SeamFaults`, :class:`Trace`, :func:`deterministic_scheduling`). The schedule and the
-report are :mod:`._crash_plan`; the harness calls that retry through faults, :mod:`._harness`.
+The seed fixes the schedule and the ids, and the run is one Hypothesis example, which makes
+Trio's scheduling order follow (:mod:`._scheduling`): the same seed gives the same trace hash.
+The fault hook, the trace and the deterministic scheduling are the chaos soak's own
+(:class:`SeamFaults`, :class:`Trace`, :func:`run_deterministic`). The schedule and the report
+are :mod:`._crash_plan`; the harness calls that retry through faults, :mod:`._harness`.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ from ._crash_plan import (
     draw_crash_schedule,
 )
 from ._harness import retrying, wait_finished
-from ._seam_faults import FaultKind, SeamFaults, deterministic_scheduling
+from ._scheduling import run_deterministic
+from ._seam_faults import FaultKind, SeamFaults
 from ._trace import Trace
 
 #: Opens one more connection to the server the crash test runs on.
@@ -334,21 +336,18 @@ def crash_test(
     ``inputs`` are the run inputs (run ``k`` uses ``inputs[k % len(inputs)]``); ``iterations``
     is how many iterations of a step the faults are spread over; ``unsafe_tools`` names tools
     that must never start twice whatever a call declares (calls declared ``Replay.UNSAFE`` are
-    always counted). Runs its own ``trio.run`` on
-    the autojump clock with the seeded scheduler, so call it from a plain (not async) test. The
-    same seed gives the same ``trace_hash``.
+    always counted). Runs its own ``trio.run`` on the autojump clock under
+    :func:`run_deterministic` (which needs Hypothesis installed), so call it
+    from a plain (not async) test. The same seed gives the same ``trace_hash``.
     """
-    with deterministic_scheduling(seed):
-        return trio.run(
-            functools.partial(
-                crash_test_async,
-                handlers,
-                workflow,
-                seed=seed,
-                inputs=inputs,
-                runs=runs,
-                iterations=iterations,
-                unsafe_tools=tuple(unsafe_tools),
-            ),
-            clock=trio.testing.MockClock(autojump_threshold=0),
-        )
+    main = functools.partial(
+        crash_test_async,
+        handlers,
+        workflow,
+        seed=seed,
+        inputs=inputs,
+        runs=runs,
+        iterations=iterations,
+        unsafe_tools=tuple(unsafe_tools),
+    )
+    return run_deterministic(main)

@@ -5,17 +5,15 @@ a holder (or an engine) of that run reaches that seam there, it fires. :class:`S
 seam hook that fires them: a kill raises (the holder dies there), a stall sleeps a number of the
 stalled party's AckWaits (a successor takes over, the zombie wakes and must be fenced); the
 transport kinds are handed to an ``arm`` callback (the chaos soak's injector). Every firing is a
-trace line, so a seeded schedule on the autojump clock gives one trace hash.
-
-:func:`deterministic_scheduling` makes Trio's scheduler a function of the seed.
+trace line, so a seeded schedule on the autojump clock, run under
+:func:`~dagnats_trio.testing.run_deterministic`, gives one trace hash.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any, final
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import final
 
 import attrs
 import trio
@@ -157,20 +155,3 @@ class SeamFaults:
     async def wait_no_stalls(self) -> None:
         while self.stalls:
             await self._stalls_changed.wait()
-
-
-@contextmanager
-def deterministic_scheduling(seed: int) -> Iterator[None]:
-    """Make Trio's scheduler a function of ``seed`` while the block runs, the way Trio's own
-    Hypothesis plugin does: sort each batch of runnable tasks by spawn order, then shuffle it
-    with the module's ``_r`` seeded from ``seed``. Restores both afterwards."""
-    run_mod: Any = trio._core._run
-    flag = run_mod._ALLOW_DETERMINISTIC_SCHEDULING
-    state = run_mod._r.getstate()
-    run_mod._ALLOW_DETERMINISTIC_SCHEDULING = True
-    run_mod._r.seed(seed)
-    try:
-        yield
-    finally:
-        run_mod._ALLOW_DETERMINISTIC_SCHEDULING = flag
-        run_mod._r.setstate(state)

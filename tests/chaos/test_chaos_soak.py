@@ -1,9 +1,9 @@
 """The chaos soak in the normal suite: small, on the simulation (deterministic) and once on a
 real nats-server of the test's own.
 
-The simulated soaks run through ``trio.run`` with an autojumping ``MockClock`` and the seeded
-scheduler, exactly as ``python -m chaos`` runs them, so each starts from Trio time 0 and the
-trace hash can be compared between soaks.
+The simulated soaks run through ``run_sim_soak`` (their own ``trio.run`` on an autojumping
+``MockClock``, as one Hypothesis example that fixes Trio's scheduling), exactly as
+``python -m chaos`` runs them, so the trace hash can be compared between soaks.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import trio
-from trio.testing import MockClock
 
 from chaos import (
     BASE_KINDS,
@@ -26,16 +25,16 @@ from chaos import (
     FaultKind,
     RunPlan,
     SoakConfig,
-    SoakResult,
     Target,
     WallWatchdog,
-    deterministic_scheduling,
     draw_schedule,
     real_backend,
-    sim_soak,
+    run_sim_soak,
     soak,
     soak_seed,
 )
+from chaos.__main__ import EXIT_UNAVAILABLE
+from chaos.__main__ import main as chaos_main
 from dagnats_trio._env import DEFAULT_ENV
 from dagnats_trio._seams import Seam
 from dagnats_trio.journal import Replay
@@ -55,13 +54,8 @@ SUITE_SOAK_WALL_S = 300.0
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_sim(config: SoakConfig) -> SoakResult:
-    with deterministic_scheduling(config.seed):
-        return trio.run(sim_soak, config, clock=MockClock(autojump_threshold=0))
-
-
 def test_sim_soak_is_clean_injects_every_kind_and_is_reproducible() -> None:
-    first = {seed: run_sim(SoakConfig(seed=seed, runs=RUNS)) for seed in SEEDS}
+    first = {seed: run_sim_soak(SoakConfig(seed=seed, runs=RUNS)) for seed in SEEDS}
     for seed, result in first.items():
         assert result.ok, "\n".join(result.violations)
         assert len(result.outcomes) == RUNS
@@ -70,7 +64,7 @@ def test_sim_soak_is_clean_injects_every_kind_and_is_reproducible() -> None:
         for kind in BASE_KINDS:
             assert result.injected[kind.value] > 0, (seed, kind, result.injected)
         assert len(result.trace_hash) == 64
-    again = run_sim(SoakConfig(seed=SEEDS[0], runs=RUNS))
+    again = run_sim_soak(SoakConfig(seed=SEEDS[0], runs=RUNS))
     assert again.trace_hash == first[SEEDS[0]].trace_hash
     assert again.trace == first[SEEDS[0]].trace
     assert first[SEEDS[0]].trace_hash != first[SEEDS[1]].trace_hash
@@ -86,7 +80,7 @@ STALL_INSIDE_UNSAFE_TOOL = Fault(FaultKind.STALL, Seam.INSIDE_TOOL, 1, stall_ack
 
 
 def test_stall_inside_the_unsafe_tool_starts_it_once() -> None:
-    result = run_sim(SoakConfig(seed=1, schedule=_pinned(STALL_INSIDE_UNSAFE_TOOL)))
+    result = run_sim_soak(SoakConfig(seed=1, schedule=_pinned(STALL_INSIDE_UNSAFE_TOOL)))
     assert result.ok, "\n".join(result.violations)
     assert result.fired["stall"] == 1
     (outcome,) = result.outcomes
@@ -103,7 +97,7 @@ def test_soak_catches_an_unsafe_tool_declared_safe() -> None:
         Turn(answer="deployed; ops notified"),
     )
     config = SoakConfig(seed=1, script=script, schedule=_pinned(STALL_INSIDE_UNSAFE_TOOL))
-    result = run_sim(config)
+    result = run_sim_soak(config)
     assert not result.ok
     assert any("send_message started 2 times" in v for v in result.violations), result.violations
     assert any("seed 1" in v and "run 0" in v for v in result.violations)
@@ -179,7 +173,7 @@ def test_suite_soak_of_2000_runs_on_the_commit_seed(
     started = time.perf_counter()
     with WallWatchdog(SUITE_SOAK_WALL_S) as watchdog:
         try:
-            result = run_sim(SoakConfig(seed=chosen.seed, runs=SUITE_SOAK_RUNS))
+            result = run_sim_soak(SoakConfig(seed=chosen.seed, runs=SUITE_SOAK_RUNS))
         except BaseException:
             if watchdog.fired:
                 pytest.fail(
@@ -202,6 +196,22 @@ def test_suite_soak_of_2000_runs_on_the_commit_seed(
     assert all(dict(o.tool_starts)["send_message"] <= 1 for o in result.outcomes), summary
     for kind in BASE_KINDS:
         assert result.injected[kind.value] > 0, (kind, summary)
+
+
+def test_the_sim_soak_without_deterministic_scheduling_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HYPOTHESIS_NO_PLUGINS", "1")  # Trio's plugin off: no determinism
+    loggers = [logging.getLogger(name) for name in ("dagnats_trio", "chaos")]
+    levels = [logger.level for logger in loggers]
+    try:
+        assert chaos_main(["--seed", "1", "--runs", "1"]) == EXIT_UNAVAILABLE
+    finally:  # main sets them, as a CLI does; the rest of the session keeps its own
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+    out, err = capsys.readouterr()
+    assert out.startswith("seed=1\n") and "trace=" not in out
+    assert err.count("\n") == 1 and "unset HYPOTHESIS_NO_PLUGINS" in err, err
 
 
 def test_soak_seed_comes_from_the_variable_the_commit_or_the_fallback(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""No module of dagnats_trio touches an underscore name of another package (nats, asyncio,
-trio, trio-asyncio, ...) (issue 10 item 5).
+"""No module of dagnats_trio, nor of the repository's other Python (tests, chaos, bench, tools,
+examples), touches an underscore name of another package (nats, asyncio, trio, trio-asyncio, ...)
+(issue 10 item 5).
 
 An ``x._name`` is allowed only when ``_name`` is defined inside our own code (a method, an
 attribute assigned on ``self``, a slot): for dagnats_trio/nats anywhere in that package, for the
@@ -9,9 +10,9 @@ under an underscore name. The internals the nats-py transport once used (``nc._t
 ``loop._io_task``, ``handle._scope``, ``channel._state``, ...) may be reached on ``self`` only,
 even where a class of ours has an attribute of that name.
 
-The one exception is the chaos soak's deterministic scheduling switch (Trio's
-``_ALLOW_DETERMINISTIC_SCHEDULING``, as Trio's own Hypothesis plugin sets it): inside
-:data:`EXCEPTION`'s one helper, and nowhere else.
+There is no exception: deterministic scheduling (the chaos soak's, ``crash_test``'s) comes from
+Trio's Hypothesis plugin through Hypothesis's public API (``dagnats_trio.testing._scheduling``),
+not from Trio's ``_ALLOW_DETERMINISTIC_SCHEDULING`` and ``_r``.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ SHARED_JETSTREAM_WIRE = PACKAGE.parent / "transport" / "_jetstream_wire.py"
 WATCHED = ("trio", "asyncio", "nats", "trio_asyncio", "ssl", "socket")
 #: The whole package.
 ROOT = PACKAGE.parent
+REPO = ROOT.parent
+#: The repository's other Python: each directory is scanned as a package of its own.
+OTHER_PYTHON = tuple(REPO / name for name in ("tests", "chaos", "bench", "tools", "examples"))
 #: Underscore names that are documented public API (``os._exit``: the exit of a forked child).
 DOCUMENTED = frozenset({("os", "_exit")})
-#: ``(module, function)``: the one helper allowed to reach into Trio (the soak's seeded scheduler).
-EXCEPTION = ("testing/_seam_faults.py", "deterministic_scheduling")
 #: Private names of nats-py, asyncio, trio-asyncio and Trio objects the nats-py transport used
 #: to reach (issue 10): on anything but ``self`` they are someone else's.
 FOREIGN_INTERNALS = frozenset(
@@ -128,17 +130,6 @@ def _imported_modules(
     return out
 
 
-def _excepted(path: pathlib.Path, root: pathlib.Path, tree: ast.Module) -> set[int]:
-    """Line numbers inside the one excepted helper."""
-    module, function = EXCEPTION
-    if path.relative_to(root).as_posix() != module:
-        return set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and node.name == function:
-            return set(range(node.lineno, (node.end_lineno or node.lineno) + 1))
-    return set()
-
-
 def _reflective(call: ast.Call, own: set[str]) -> list[str]:
     """``getattr(x, "_name")`` and friends on another object, and nats-py's undocumented
     ``subscribe(future=...)`` (a subscription resolved through a duck-typed future)."""
@@ -169,7 +160,6 @@ def package_violations(root: pathlib.Path) -> list[str]:
     for path in sorted(root.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         own = own_private_names([path, *_imported_modules(path, tree, root)])
-        excepted = _excepted(path, root, tree)
         where = path.relative_to(root).as_posix()
         imported: set[str] = set()
         for node in ast.walk(tree):
@@ -191,11 +181,9 @@ def package_violations(root: pathlib.Path) -> list[str]:
                         found.append(f"{where}:{node.lineno}: imports {alias.name}")
                     imported.add(alias.asname or alias.name)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and node.lineno not in excepted:
+            if isinstance(node, ast.Call):
                 found.extend(f"{where}:{node.lineno}: {line}" for line in _reflective(node, own))
             if not isinstance(node, ast.Attribute) or not _is_private(node.attr):
-                continue
-            if node.lineno in excepted:
                 continue
             if isinstance(node.value, ast.Name) and (node.value.id, node.attr) in DOCUMENTED:
                 continue
@@ -218,17 +206,38 @@ def test_no_module_of_dagnats_trio_touches_a_private_name_of_another_package() -
     assert found == []
 
 
-def test_the_one_exception_is_the_deterministic_scheduling_helper(tmp_path: pathlib.Path) -> None:
-    module, function = EXCEPTION
-    source = (ROOT / module).read_text(encoding="utf-8")
-    assert f"def {function}(" in source and "_ALLOW_DETERMINISTIC_SCHEDULING" in source
-    # The same code outside that helper is caught.
-    copy = tmp_path / "testing" / "_seam_faults.py"
-    copy.parent.mkdir()
-    copy.write_text(source.replace(f"def {function}(", "def elsewhere("), encoding="utf-8")
+def test_nor_does_the_rest_of_the_repository() -> None:
+    scanned = 0
+    found: list[str] = []
+    for directory in OTHER_PYTHON:
+        assert directory.is_dir(), directory
+        scanned += len(list(directory.rglob("*.py")))
+        found += [f"{directory.name}/{line}" for line in package_violations(directory)]
+    print(f"{scanned} modules scanned, {len(found)} violations")
+    assert found == []
+
+
+def test_the_package_scanner_sees_trio_scheduler_internals_in_a_test_file(
+    tmp_path: pathlib.Path,
+) -> None:
+    """What the soak once did to seed Trio's scheduler, in a module or in a test, is caught."""
+    (tmp_path / "transport").mkdir()
+    (tmp_path / "transport" / "test_x.py").write_text(
+        "import trio\n"
+        "from trio._core import _run\n"
+        "def test_seeded() -> None:\n"
+        "    trio._core._run._r.seed(7)\n"
+        "    trio._core._run._ALLOW_DETERMINISTIC_SCHEDULING = True\n"
+        "    run_mod = _run\n"
+        "    run_mod._r.seed(7)\n",
+        encoding="utf-8",
+    )
     found = package_violations(tmp_path)
-    assert any("trio..." in line for line in found), found
-    assert any("_ALLOW_DETERMINISTIC_SCHEDULING" in line for line in found), found
+    assert any(":2: from trio._core import" in line for line in found), found
+    assert any(":4: trio..._r" in line for line in found), found
+    assert any(":5: trio..._ALLOW_DETERMINISTIC_SCHEDULING" in line for line in found), found
+    assert any(":7: ._r of another package's object" in line for line in found), found
+    assert all(line.startswith("transport/test_x.py:") for line in found), found
 
 
 def test_the_package_scanner_sees_foreign_internals_even_under_our_names(
