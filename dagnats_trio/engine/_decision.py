@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
-
 from ..dag import StepType, WorkflowDef, ready_steps, run_output, step_input
 from ..protocol import (
     CancelRequested,
@@ -29,6 +27,7 @@ from ._advance_terms import (
     child_run_id,
     timer_id,
 )
+from ._replace import replace
 from .effects import AnnounceCancel, ArmTimer, Effect, PublishEvent, PublishTask, SettleInputs
 from .snapshot import OUTBOX_KEEP_EVENTS, OutboxEntry, Park, RunSnapshot, StepState, StepStatus
 
@@ -58,8 +57,8 @@ class _Working:
             entry = OutboxEntry(self.ctx.seq, tuple(self.effects))
             changes["outbox"] = (*self.snap.outbox, entry)[-OUTBOX_KEEP_EVENTS:]
             changes["last_seq"] = self.ctx.seq
-        # One copy of the snapshot per advance (``evolve`` reads every field).
-        return Outcome(attrs.evolve(self.snap, **changes), tuple(self.effects))
+        # One copy of the snapshot per advance.
+        return Outcome(replace(self.snap, **changes), tuple(self.effects))
 
     @property
     def definition(self) -> WorkflowDef:
@@ -67,7 +66,7 @@ class _Working:
         return self.snap.definition
 
     def set(self, step_id: str, **changes: Any) -> StepState:
-        st = attrs.evolve(self.steps[step_id], **changes)
+        st = replace(self.steps[step_id], **changes)
         self.steps[step_id] = st
         return st
 
@@ -84,7 +83,7 @@ class _Working:
     # --- start and dispatch ----------------------------------------------------------------
 
     def start(self) -> None:
-        self.snap = attrs.evolve(self.snap, started=True)
+        self.snap = replace(self.snap, started=True)
         if self.snap.definition is None:
             self.fail_run(None, f"workflow {self.snap.workflow!r} is not registered")
             return
@@ -183,7 +182,7 @@ class _Working:
         self.fail_run(sid, f"step {sid!r} failed: {error}")
 
     def fail_run(self, sid: str | None, error: str) -> None:
-        self.snap = attrs.evolve(
+        self.snap = replace(
             self.snap,
             status=RunStatus.FAILED,
             error=error,
@@ -196,7 +195,7 @@ class _Working:
     # --- run ends ----------------------------------------------------------------------------
 
     def cancel(self, reason: str) -> None:
-        self.snap = attrs.evolve(
+        self.snap = replace(
             self.snap, status=RunStatus.CANCELLED, error=reason, finished_at_ms=self.now
         )
         self.stop_unfinished_steps()
@@ -221,7 +220,7 @@ class _Working:
 
     def complete_run(self) -> None:
         output = run_output(self.definition, {s: st.output for s, st in self.steps.items()})
-        self.snap = attrs.evolve(
+        self.snap = replace(
             self.snap, status=RunStatus.COMPLETED, output=output, finished_at_ms=self.now
         )
         self.notify_parent(RunStatus.COMPLETED, output, None)
