@@ -32,8 +32,8 @@ right after the claim waits on no read of its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final, final
+from collections.abc import Coroutine, Sequence
+from typing import Any, Final, final
 
 import trio
 
@@ -61,6 +61,7 @@ from dagnats_trio.transport import (
     WrongLastSequence,
 )
 
+from ._append_lock import AppendLock
 from ._errors import Fenced
 from ._holder import DeliveryState
 from ._known import KnownCommits
@@ -132,7 +133,7 @@ class FencedWriter:
         self._holder = holder
         self._claim_id = claim_id
         self._last_seq = last_seq
-        self._lock = trio.Lock()
+        self._lock = AppendLock()
         self._held: list[JournalRecord] = []
         #: Told of each commit stored (the server's ack gives its sequence), so the client's next
         #: claim of this step can go without a tail read (``_open``, the predicted claim).
@@ -161,11 +162,14 @@ class FencedWriter:
         self._holder.check_writable()
         self._held.append(record)
 
-    async def append(self, record: JournalRecord) -> int:
+    def append(self, record: JournalRecord) -> Coroutine[Any, Any, int]:
         """Append ``record`` after the last sequence seen (after the records held, stored
         together); raises :class:`Fenced` on a lost tail (and the holder is fenced),
-        :class:`HolderKilled` once the holder is dead. Returns ``record``'s sequence."""
-        return await self.append_batch([record])
+        :class:`HolderKilled` once the holder is dead. Returns ``record``'s sequence.
+
+        Await what this returns, at once: it is :meth:`append_batch`'s coroutine, with no frame
+        of its own in between (one frame fewer passed through when the ack wakes the caller)."""
+        return self.append_batch((record,))
 
     async def append_batch(self, records: Sequence[JournalRecord]) -> int:
         """Append ``records`` stored together (after the records held, in the same group
@@ -175,39 +179,50 @@ class FencedWriter:
         :data:`MAX_BATCH_PUBLISH_MSGS` are stored first, in a group of their own (they may be
         written at any time before). ValueError, writing nothing, for an empty list or one over
         the limit. Returns the last record's sequence (a group's records share it)."""
-        if not 1 <= len(records) <= MAX_BATCH_PUBLISH_MSGS:
+        n = len(records)
+        if not 1 <= n <= MAX_BATCH_PUBLISH_MSGS:
             raise ValueError(
                 f"an atomic batch of journal records holds 1 to {MAX_BATCH_PUBLISH_MSGS} records "
-                f"(the server's limit), got {len(records)}"
+                f"(the server's limit), got {n}"
             )
         self._holder.check_writable()
-        await self._acquire_lock()
+        await self._lock.acquire()
         try:
-            if self._held and len(self._held) + len(records) > MAX_BATCH_PUBLISH_MSGS:
-                held, self._held = self._held, []
-                await self._write_locked(held)
-            batch, self._held = [*self._held, *records], []
-            seq = await self._write_locked(batch)
-            if self._known is not None and isinstance(batch[-1], CommitRecord):
-                self._known.stored(self._subject, seq, batch[-1])
+            held = self._held
+            if not held:
+                seq = await self._write_locked(records, n)
+            else:
+                self._held = []
+                if len(held) + n > MAX_BATCH_PUBLISH_MSGS:
+                    await self._write_locked(held, len(held))
+                    held = []
+                seq = await self._write_locked([*held, *records], len(held) + n)
+            last = records[-1]
+            if self._known is not None and isinstance(last, CommitRecord):
+                self._known.stored(self._subject, seq, last)
             return seq
         finally:
             self._lock.release()
 
     async def flush(self) -> int:
         """Store the records held, if any (one group); returns the last sequence seen."""
-        await self._acquire_lock()
+        await self._lock.acquire()
         records, self._held = self._held, []
         try:
             if records:
-                await self._write_locked(records)
+                await self._write_locked(records, len(records))
             return self._last_seq
         finally:
             self._lock.release()
 
-    async def _write_locked(self, records: list[JournalRecord]) -> int:
-        if len(records) == 1:
-            return await self._publish(encode_record(records[0]), record_headers(records[0]))
+    def _write_locked(self, records: Sequence[JournalRecord], n: int) -> Coroutine[Any, Any, int]:
+        """The coroutine that stores the ``n`` ``records`` (awaited at once): a single record's
+        is the publish's own, with no frame of this method in between."""
+        if n == 1:
+            return self._publish(encode_record(records[0]), record_headers(records[0]))
+        return self._write_group(list(records))
+
+    async def _write_group(self, records: list[JournalRecord]) -> int:
         data = encode_group(records)
         if len(data) > MAX_GROUP_MESSAGE_BYTES:
             return await self._publish_batch(records)
@@ -311,20 +326,6 @@ class FencedWriter:
         """The server just said ``seq`` is this writer's and the tail: remember it and when."""
         self._last_seq = seq
         self._tail_proven_at = trio.current_time()
-
-    async def _acquire_lock(self) -> None:
-        """``await self._lock.acquire()`` without its scheduler pass when the lock is free.
-
-        ``trio.Lock.acquire`` raises if cancelled, then yields to the scheduler even when the
-        lock was free. The cancellation check is kept (a cancelled writer still writes nothing),
-        and the yield is left out: the append that follows waits on the server anyway. Taking
-        the lock only when no task is queued for it keeps ``trio.Lock``'s first-come order.
-        """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            self._lock.acquire_nowait()
-        except trio.WouldBlock:
-            await self._lock.acquire()
 
     async def _after_lost_tail(self, data: bytes, tail: StoredMsg | None = None) -> int:
         """A lost publish ack whose record stored is not fencing: the tail is our own record."""

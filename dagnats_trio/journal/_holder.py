@@ -73,7 +73,7 @@ class DeliveryState:
         """Raise unless this holder may still write: a dead or fenced holder writes nothing."""
         if self.killed:
             raise HolderKilled("this holder was killed at a crash seam")
-        if self.fenced:
+        if self.settlement is Settlement.NO_ACK:  # ``fenced``, without a property call per write
             raise Fenced(f"{self.fenced_because}; this holder writes nothing more")
 
     async def seam(self, seam: Seam) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 import trio
@@ -94,7 +94,7 @@ class JetStreamOverRequests(ABC):
 
     # --- streams -------------------------------------------------------------------------------
 
-    async def publish(
+    def publish(
         self,
         subject: str,
         data: bytes,
@@ -102,7 +102,10 @@ class JetStreamOverRequests(ABC):
         headers: Headers | None = None,
         msg_id: str | None = None,
         expected_last_subject_seq: int | None = None,
-    ) -> int:
+    ) -> Coroutine[Any, Any, int]:
+        """The publish's coroutine (awaited at once by the caller, as any ``publish``), with no
+        frame of this method in between: one frame fewer passed through when the ack wakes
+        the caller, on every journal append and every event."""
         hdrs = dict(headers) if headers else None
         if msg_id is not None:
             hdrs = hdrs or {}
@@ -110,7 +113,7 @@ class JetStreamOverRequests(ABC):
         if expected_last_subject_seq is not None:
             hdrs = hdrs or {}
             hdrs[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
-        return await self._publish(subject, data, hdrs)
+        return self._publish(subject, data, hdrs)
 
     async def _publish(self, subject: str, data: bytes, hdrs: dict[str, str] | None) -> int:
         try:

@@ -1,5 +1,5 @@
 """Retrying a transient failure (no leader, timeout) within a deadline: the runtime's one
-deadline-bound retry, on the shared :class:`~dagnats_trio._env.Backoff` and measured on
+deadline-bound retry, on the shared backoff (``_env.backoff_delay_s``) and measured on
 ``trio.current_time()`` (so a test under the autojump clock retries deterministically and
 instantly). The journal's reads, its fenced append and ``publish_lifecycle`` use it."""
 
@@ -11,7 +11,7 @@ from typing import Final, TypeVar, final
 import attrs
 import trio
 
-from dagnats_trio._env import Backoff
+from dagnats_trio._env import backoff_delay_s
 
 from ._errors import TemporarilyUnavailable, TransportTimeout
 
@@ -24,30 +24,34 @@ TRANSIENT_BACKOFF_MAX_S: Final = 1.0
 T = TypeVar("T")
 
 
-def _full_pause() -> float:
-    """The jitter draw that keeps the whole pause: these retries are one holder's, not a crowd
-    returning to a server, and a simulation's trace must not depend on a hidden random source."""
-    return 1.0
+#: The jitter draw that keeps the whole pause: these retries are one holder's, not a crowd
+#: returning to a server, and a simulation's trace must not depend on a hidden random source.
+_FULL_PAUSE: Final = 1.0
+
+
+def _deadline() -> float:
+    return trio.current_time() + TRANSIENT_RETRY_DEADLINE_S
 
 
 @final
 @attrs.define
 class TransientRetry:
     """The pauses of one transient retry loop: doubling from ``TRANSIENT_BACKOFF_START_S`` to
-    ``TRANSIENT_BACKOFF_MAX_S``, until ``TRANSIENT_RETRY_DEADLINE_S`` after it was made."""
+    ``TRANSIENT_BACKOFF_MAX_S`` (the shared :func:`~dagnats_trio._env.backoff_delay_s`, without
+    jitter), until ``TRANSIENT_RETRY_DEADLINE_S`` after it was made. Made before every fenced
+    append, so making one costs only its deadline: the failures are counted here, with no
+    :class:`~dagnats_trio._env.Backoff` object built for a loop that, as a rule, never fails."""
 
-    _backoff: Backoff = attrs.field(
-        init=False,
-        factory=lambda: Backoff(TRANSIENT_BACKOFF_START_S, TRANSIENT_BACKOFF_MAX_S, _full_pause),
-    )
-    _until: float = attrs.field(
-        init=False, factory=lambda: trio.current_time() + TRANSIENT_RETRY_DEADLINE_S
-    )
+    _failures: int = attrs.field(init=False, default=0)
+    _until: float = attrs.field(init=False, factory=_deadline)
 
     async def pause(self) -> bool:
         """Sleep the next pause and return True, or return False (without sleeping) when that
         pause would end past the deadline: the caller gives up and raises."""
-        delay = self._backoff.next_s()
+        delay = backoff_delay_s(
+            self._failures, TRANSIENT_BACKOFF_START_S, TRANSIENT_BACKOFF_MAX_S, _FULL_PAUSE
+        )
+        self._failures += 1
         if trio.current_time() + delay > self._until:
             return False
         await trio.sleep(delay)
