@@ -30,6 +30,15 @@ class ToolCall:
     #: The model's id of this call, when it gives one: recorded, and matched on replay.
     call_id: str | None = None
 
+    def with_key(self, key: str) -> ToolCall:
+        """This call with ``key`` filled: one construction (``attrs.evolve`` would read the
+        class's fields on every tool call); the field check below keeps it whole."""
+        return ToolCall(self.name, self.input, key, self.call_id)
+
+
+if tuple(f.name for f in attrs.fields(ToolCall)) != ("name", "input", "key", "call_id"):
+    raise RuntimeError("ToolCall.with_key copies the fields by name; update it with them")
+
 
 @final
 @attrs.frozen

@@ -8,10 +8,9 @@ tool functions is ``_tool_run``; reads are ``_reads``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import final
+from collections.abc import Coroutine, Sequence
+from typing import Any, final
 
-import attrs
 import trio
 
 from dagnats_trio._seams import Seam
@@ -162,13 +161,15 @@ class Journal(HandleState):
             if decision.action is ToolAction.RUN and not paired:
                 await self._writer.append(intent)
                 await self._holder.seam(Seam.AFTER_TOOL_INTENT)
-            result = await self._tools.run(pos, attrs.evolve(call, key=intent.key), fn, replay)
+            result = await self._tools.run(pos, call.with_key(intent.key), fn, replay)
             return await self._then(pos, result, then_continue, write=True)
 
-    async def _then(
+    def _then(
         self, pos: int, result: ToolResult, then_continue: ThenContinue | None, *, write: bool
-    ) -> ToolResult:
-        return await self._pairs.then(
+    ) -> Coroutine[Any, Any, ToolResult]:
+        """:meth:`Pairing.then`'s coroutine (awaited at once), with no frame of this method in
+        between: one frame fewer passed through when the result's append wakes the call."""
+        return self._pairs.then(
             pos,
             result,
             then_continue,

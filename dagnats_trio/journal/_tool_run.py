@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextvars
 from typing import final
 
-import attrs
 import trio
 
 from dagnats_trio._seams import Seam, ToolStart, tool_start_observer
@@ -133,7 +132,7 @@ class ToolRunner:
             pos = first + k
             result: ToolResult | None = None
             with scopes[k]:
-                result = await self.run(pos, attrs.evolve(call, key=keys[k]), fn, replay)
+                result = await self.run(pos, call.with_key(keys[k]), fn, replay)
             if result is None:  # cancelled because another member failed
                 cause = failed[0]
                 result = ToolResult(
