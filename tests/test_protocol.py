@@ -7,6 +7,7 @@ covered without touching this file (a type the derivation does not know fails lo
 from __future__ import annotations
 
 import contextlib
+import cProfile
 import enum
 import json
 import types
@@ -14,7 +15,9 @@ from collections.abc import Callable
 from typing import Any, Union, get_args, get_origin
 
 import attrs
+import cattrs
 import pytest
+from cattrs.strategies import configure_tagged_union
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,16 +26,22 @@ from dagnats_trio.protocol import (
     DecodeError,
     DispatchId,
     JournalRecord,
+    ModelRecord,
     ParentRef,
+    RecordGroup,
+    Replay,
     RunEvent,
     RunHeader,
     TaskMessage,
+    ToolIntentRecord,
     Wait,
     decode_event,
     decode_record,
+    decode_records,
     decode_run_header,
     decode_task,
     encode_event,
+    encode_group,
     encode_record,
     encode_task,
     from_json,
@@ -324,3 +333,85 @@ def test_a_record_group_expands_to_its_records_and_a_bad_one_is_unreadable_whole
     ):
         with pytest.raises(DecodeError):
             decode_records(bad.encode())
+
+
+# --- the codec's own union and enum hooks (issue 12 goal 3) ----------------------------------
+
+
+#: What one stored journal message holds (``protocol.records.StoredRecords``).
+STORED = JournalRecord | RecordGroup
+
+
+def _reference_converter() -> cattrs.Converter:
+    """A converter as cattrs builds it (its own tagged-union and enum hooks), the reference the
+    codec's hooks must agree with on every valid value."""
+    ref = cattrs.Converter()
+    for union in (RunEvent, JournalRecord, STORED):
+        configure_tagged_union(union, ref, tag_generator=tag, tag_name="type")
+    return ref
+
+
+REFERENCE = _reference_converter()
+#: (union, class) for every member of the tagged unions on the wire.
+UNION_MEMBERS = [
+    *((RunEvent, cls) for cls in EVENT_CLASSES),
+    *((JournalRecord, cls) for cls in RECORD_CLASSES),
+    (STORED, RecordGroup),
+]
+
+
+@pytest.mark.parametrize(("union", "cls"), UNION_MEMBERS, ids=lambda x: getattr(x, "TYPE", ""))
+@FEW_EXAMPLES
+@given(data=st.data())
+def test_the_wire_bytes_are_cattrs_own(union: Any, cls: type[Any], data: st.DataObject) -> None:
+    value = data.draw(instances(cls))
+    encoded = to_json(value, union)
+    expected = json.dumps(
+        REFERENCE.unstructure(value, unstructure_as=union),
+        separators=(",", ":"),
+        ensure_ascii=False,
+    ).encode()
+    assert encoded == expected
+    assert from_json(encoded, union) == REFERENCE.structure(json.loads(encoded), union) == value
+
+
+def _intent() -> ToolIntentRecord:
+    return ToolIntentRecord(2, 1, "claim-1", 1, "search", {"q": "x"}, Replay.SAFE, "r.s.2.1")
+
+
+@pytest.mark.parametrize("bad", ["nope", None, 5, ["tool.intent"]])
+def test_an_unknown_tag_or_enum_value_is_still_refused(bad: Any) -> None:
+    with pytest.raises(DecodeError, match="not a valid journal record"):
+        decode_record(json.dumps({"type": bad, "iteration": 1, "attempt": 1}).encode())
+    intent = json.loads(encode_record(_intent()))
+    with pytest.raises(DecodeError, match="replay"):
+        decode_record(json.dumps({**intent, "replay": bad}).encode())
+
+
+#: Calls of cattrs' union-member wrappers and enum lambdas (``cattrs/strategies/_unions.py``,
+#: ``cattrs/enums.py``) per record group encoded and decoded (a model record and a tool intent,
+#: whose ``replay`` is an enum): 8 while the codec used cattrs' own hooks; none since the
+#: member's hook is called directly and an enum is read and found by its value in C and a dict.
+MAX_UNION_AND_ENUM_WRAPPER_CALLS_PER_GROUP = 0
+
+
+def test_a_record_group_costs_no_union_member_wrapper_nor_enum_lambda() -> None:
+    records: list[JournalRecord] = [ModelRecord(2, 1, "claim-1", 0, {"tool": "search"}), _intent()]
+    data = encode_group(records)
+    assert decode_records(data) == tuple(records)  # warm
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        decoded = decode_records(encode_group(records))
+    finally:
+        profiler.disable()
+    assert decoded == tuple(records)
+    profiler.create_stats()
+    stats: dict[tuple[str, int, str], Any] = profiler.stats  # type: ignore[attr-defined]
+    calls = {
+        f"{key[0].rsplit('/', 1)[-1]}:{key[2]}": figures[1]
+        for key, figures in stats.items()
+        if key[0].replace("\\", "/").endswith(("cattrs/strategies/_unions.py", "cattrs/enums.py"))
+    }
+    print(f"cattrs union-member wrapper and enum lambda calls per group: {calls}")
+    assert sum(calls.values()) <= MAX_UNION_AND_ENUM_WRAPPER_CALLS_PER_GROUP

@@ -98,8 +98,10 @@ async def test_an_agent_run_takes_its_worker_places_without_a_call_per_place() -
     stats = await _profiled_runs()
     acquires, by_acquire = _calls_per_run(stats, trio.Semaphore.acquire_nowait)
     releases, by_release = _calls_per_run(stats, trio.Semaphore.release)
-    print(f"Semaphore calls per agent run: acquire_nowait {acquires:.1f} ({by_acquire}), "
-          f"release {releases:.1f} ({by_release})")
+    print(
+        f"Semaphore calls per agent run: acquire_nowait {acquires:.1f} ({by_acquire}), "
+        f"release {releases:.1f} ({by_release})"
+    )
     assert acquires + releases <= MAX_SEMAPHORE_CALLS_PER_RUN
 
 
@@ -134,3 +136,27 @@ async def test_an_agent_runs_codec_calls_no_python_layer_of_json() -> None:
           f"({encodes:.1f} dumps_json per run)")  # fmt: skip
     assert encodes > 0  # the count saw the codec at work
     assert per_run <= MAX_CODEC_JSON_PYTHON_CALLS_PER_RUN
+
+
+#: Calls of cattrs' tagged-union wrappers and enum lambdas (``cattrs/strategies/_unions.py``,
+#: ``cattrs/enums.py``) per scripted agent run: 123 measured while the codec used cattrs' own
+#: hooks (35 records, events and effects encoded through two wrappers each, 10 decoded through
+#: two, 33 enums through a lambda each); none since the codec's own hooks call the member's
+#: hook directly and read or find an enum by its value in C and a dict.
+MAX_CATTRS_WRAPPER_CALLS_PER_RUN: Final = 0
+
+
+async def test_an_agent_runs_codec_calls_no_cattrs_union_or_enum_wrapper() -> None:
+    stats = await _profiled_runs()
+    calls: Counter[str] = Counter()
+    for (filename, _line, name), figures in stats.items():
+        if filename.replace("\\", "/").endswith(
+            ("cattrs/strategies/_unions.py", "cattrs/enums.py")
+        ):
+            calls[name] += figures[1]
+    shown = ", ".join(f"{name}: {n / RUNS:.1f}" for name, n in calls.most_common())
+    print(f"cattrs union and enum wrapper calls per agent run: {sum(calls.values()) / RUNS:.1f} "
+          f"({shown})")  # fmt: skip
+    encodes, _ = _calls_per_run(stats, dumps_json)
+    assert encodes > 0  # the count saw the codec at work
+    assert sum(calls.values()) / RUNS <= MAX_CATTRS_WRAPPER_CALLS_PER_RUN
