@@ -26,6 +26,7 @@ from dagnats_trio.server import open_nats_server
 from dagnats_trio.transport import (
     StreamSpec,
     Transport,
+    TrioNatsTransport,
     open_nats_transport,
     provision,
     retry_transient,
@@ -80,6 +81,11 @@ class CountingWrites:
     def __init__(self, inner: Transport) -> None:
         self._inner = inner
         self.writes = 0
+
+    @property
+    def inner(self) -> Transport:
+        """The transport whose calls are counted."""
+        return self._inner
 
     def __getattr__(self, name: str) -> Any:
         inner = getattr(self._inner, name)
@@ -137,6 +143,11 @@ class Stack:
     def writes(self) -> Counts:
         """Durable writes of each side so far (see :class:`CountingWrites`)."""
         return Counts(*(_writes_of(tp) for tp in (self.engine_tp, self.worker_tp, self.client_tp)))
+
+    def socket_writes(self) -> int:
+        """System calls that wrote to the three sides' sockets so far (the native client counts
+        them; a client that does not counts none)."""
+        return sum(_socket_writes_of(tp) for tp in (self.engine_tp, self.worker_tp, self.client_tp))
 
     async def _watch(self, *, task_status: trio.TaskStatus[None]) -> None:
         async with self.client_tp.kv_watch(RUNS_BUCKET, _RUN_KEY_PREFIX) as changes:
@@ -207,6 +218,11 @@ async def open_stack(
 
 def _writes_of(tp: Transport) -> int:
     return tp.writes if isinstance(tp, CountingWrites) else 0
+
+
+def _socket_writes_of(tp: Transport) -> int:
+    inner = tp.inner if isinstance(tp, CountingWrites) else tp
+    return inner.connection.stats().writes if isinstance(inner, TrioNatsTransport) else 0
 
 
 def percentile(values: list[float], q: float) -> float:

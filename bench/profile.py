@@ -141,11 +141,13 @@ async def _measure(
         finally:
             profiler.disable()
         profiled_cpu_ms = (time.process_time() - cpu1) * 1000 / profiled_runs
+        writes = stack.socket_writes()
         trio.lowlevel.add_instrument(counter)
         try:
             await _runs(stack, PROFILE_STEP_RUNS)
         finally:
             trio.lowlevel.remove_instrument(counter)
+        counter.socket_writes = stack.socket_writes() - writes
         return cpu_ms, pstats.Stats(profiler), profiled_cpu_ms
 
 

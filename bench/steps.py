@@ -21,6 +21,9 @@ class StepCounter(trio.abc.Instrument):
     def __init__(self) -> None:
         self.steps: Counter[str] = Counter()
         self.passes = 0
+        #: Socket writes of the same runs (system calls: each costs more CPU than a step), set
+        #: by whoever can count them.
+        self.socket_writes = 0
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self.steps[task.name] += 1
@@ -39,11 +42,13 @@ def print_steps(counter: StepCounter, runs: int, *, top: int) -> dict[str, float
     """Prints steps and passes per run, the busiest tasks first; returns the headline figures."""
     total = sum(counter.steps.values())
     print(f"  scheduler passes per run: {counter.passes / runs:.1f}; "
-          f"task steps per run: {total / runs:.1f}")  # fmt: skip
+          f"task steps per run: {total / runs:.1f}; "
+          f"socket writes per run: {counter.socket_writes / runs:.1f}")  # fmt: skip
     print(f"  task steps per run by task (top {top}):")
     for name, steps in counter.steps.most_common(top):
         print(f"    {steps / runs:6.1f}  {short_task_name(name)}")
     return {
         "profile_passes_per_run": round(counter.passes / runs, 1),
         "profile_task_steps_per_run": round(total / runs, 1),
+        "profile_socket_writes_per_run": round(counter.socket_writes / runs, 1),
     }

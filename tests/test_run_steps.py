@@ -60,9 +60,7 @@ async def test_an_agent_run_costs_the_runtime_few_scheduler_steps() -> None:
         finally:
             trio.lowlevel.remove_instrument(counter)
     assert all(snap.outputs().get("agent") == expected_answer() for snap in answers)
-    counted = {
-        name: n for name, n in counter.by_name.items() if not name.startswith(NOT_COUNTED)
-    }
+    counted = {name: n for name, n in counter.by_name.items() if not name.startswith(NOT_COUNTED)}
     per_run = sum(counted.values()) / RUNS
     shown = ", ".join(f"{name.rsplit('.', 2)[-2:]}: {n / RUNS:.1f}" for name, n in counted.items())
     print(f"scheduler steps per agent run: {per_run:.1f} ({shown})")

@@ -133,16 +133,22 @@ class Connection(ConnectionLifecycle):
         *,
         reply: str | None = None,
         headers: Headers | dict[str, str] | None = None,
+        soon: bool = False,
     ) -> bool:
         """Queue a message now, without a checkpoint, if the outbox has room; False (nothing
         queued) when it has none: then ``await publish``. For a caller whose next await is a
         checkpoint anyway (it waits for the answer, or sends a request right after), so a
         message costs no extra pass of the scheduler. Raises what :meth:`publish` raises for a
-        message the server would refuse, and :class:`ConnectionClosedError` once closed."""
+        message the server would refuse, and :class:`ConnectionClosedError` once closed.
+
+        ``soon``, for a message nobody waits on (an ack): while the connections are busy (the
+        end of the scheduler pass is watched for their frames), it waits for the end of this
+        pass and shares its system call with what the connection queues after it (the pull
+        request of the next fetch, the frames of other runs); at once otherwise."""
         data = self._encode_pub(subject, payload, reply, headers)
         if not self._outbox.has_room(len(data)):
             return False
-        self._queue(data)
+        self._queue(data, soon=soon)
         return True
 
     async def request(

@@ -123,8 +123,8 @@ class ConnectionLifecycle:
         block = Headers.of(headers) if isinstance(headers, dict) else headers
         return self._wire.send_pub(subject, bytes(payload), reply, block)
 
-    def _queue(self, data: bytes) -> None:
-        self._outbox.write(data, busy=self._mux.pending >= COALESCE_MIN_REQUESTS)
+    def _queue(self, data: bytes, *, soon: bool = False) -> None:
+        self._outbox.write(data, busy=self._mux.pending >= COALESCE_MIN_REQUESTS, soon=soon)
 
     def _queue_ping(self, waiter: PongWaiter) -> None:
         self._pings.sent(waiter)

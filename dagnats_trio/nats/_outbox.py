@@ -10,8 +10,11 @@ where one Trio instrument's ``before_io_wait`` (called once per pass, just befor
 for I/O) writes each socket's frames with one ``os.write``: 50 runs at once queue about ten
 frames per pass on a connection, which then cost one system call and one read by the server
 instead of ten. The instrument is installed only while some connection is busy (it costs every
-pass a call), and a quiet connection never waits for it. Frames are appended whole and never
-cut, so a cancelled caller can never leave half a frame on the wire. The buffer outlives
+pass a call), and a quiet connection never waits for it. While it is installed, a frame nobody
+waits on (an ack, queued ``soon``) waits for the end of the pass too, and shares its write
+with what its connection queues after it in the pass (the engine's next pull request). Frames
+are appended whole and never cut, so a cancelled caller can never leave half a frame on the
+wire. The buffer outlives
 sockets: what is queued while disconnected goes to the next one. TLS streams (which frame
 their own records) always use the writer.
 """
@@ -31,7 +34,8 @@ from ._shell_errors import NatsTimeoutError
 
 #: Bytes left for the end of the pass at most: a pass that queues more writes them at once.
 COALESCE_MAX_BYTES: Final = 64 * 1024
-#: Passes in a row with nothing left for their end before the instrument removes itself.
+#: Passes in a row without a busy connection's frames left for their end before the instrument
+#: removes itself.
 PASS_END_IDLE_PASSES: Final = 256
 
 
@@ -50,8 +54,9 @@ class _PassEnd(trio.abc.Instrument):
     ``before_io_wait`` runs after Trio chose how long to wait for I/O, so nothing here wakes a
     task directly (it would sleep through that wait): a write the socket does not take whole
     wakes the writer through the run's token, which interrupts the wait. One per Trio run,
-    installed while frames are left to it and removed after :data:`PASS_END_IDLE_PASSES`
-    passes without any.
+    installed while frames of a busy connection are left to it and removed after
+    :data:`PASS_END_IDLE_PASSES` passes without any (the frames that only ride along, acks
+    queued ``soon``, do not keep it: watching every pass costs more than their writes save).
     """
 
     def __init__(self) -> None:
@@ -59,31 +64,32 @@ class _PassEnd(trio.abc.Instrument):
         self.installed = False
         self._idle_passes = 0
 
-    def add(self, outbox: Outbox) -> None:
-        """Write ``outbox`` at the end of this pass."""
+    def add(self, outbox: Outbox, *, busy: bool) -> None:
+        """Write ``outbox`` at the end of this pass (``busy``: for a busy connection's frames,
+        which keep this instrument installed)."""
         self.due.append(outbox)
+        if busy:
+            self._idle_passes = 0
         if not self.installed:
             trio.lowlevel.add_instrument(self)
             self.installed = True
 
     def before_io_wait(self, timeout: float) -> None:
         # Never raises: Trio would drop an instrument that did, and its outboxes would wait.
-        if not self.due:
-            self._idle_passes += 1
-            if self._idle_passes >= PASS_END_IDLE_PASSES:
-                self._idle_passes = 0
-                self.installed = False
-                with contextlib.suppress(KeyError):
-                    trio.lowlevel.remove_instrument(self)
-            return
-        self._idle_passes = 0
-        due, self.due = self.due, []
-        for outbox in due:
-            try:
-                outbox.write_now(from_pass_end=True)
-            except Exception:  # pragma: no cover - write_now catches what a socket raises
-                with contextlib.suppress(Exception):
-                    outbox.wake_writer_soon()
+        if self.due:
+            due, self.due = self.due, []
+            for outbox in due:
+                try:
+                    outbox.write_now(from_pass_end=True)
+                except Exception:  # pragma: no cover - write_now catches what a socket raises
+                    with contextlib.suppress(Exception):
+                        outbox.wake_writer_soon()
+        self._idle_passes += 1
+        if self._idle_passes >= PASS_END_IDLE_PASSES:
+            self._idle_passes = 0
+            self.installed = False
+            with contextlib.suppress(KeyError):
+                trio.lowlevel.remove_instrument(self)
 
 
 _PASS_END: trio.lowlevel.RunVar[_PassEnd] = trio.lowlevel.RunVar("dagnats_nats_pass_end")
@@ -148,21 +154,25 @@ class Outbox:
         """The socket is gone: queue everything until the next one."""
         self._fd = None
 
-    def write(self, data: bytes, *, busy: bool = False) -> None:
+    def write(self, data: bytes, *, busy: bool = False, soon: bool = False) -> None:
         """Queue ``data`` whole. On a plain socket with nothing queued and the writer idle it
         goes out now, or, when the connection is ``busy``, at the end of this scheduler pass
         with the other frames of the pass (at once past :data:`COALESCE_MAX_BYTES`); what the
-        socket does not take goes to the writer."""
+        socket does not take goes to the writer. A frame nobody waits on (an ack) may go
+        ``soon``: at the end of the pass too while the end of the pass is watched anyway (some
+        connection was busy lately), so it shares a write with the frames queued after it in
+        the pass; at once otherwise (watching the end of every pass for it would cost more
+        than the write it saves)."""
         self._out += data
         if self._fd is None or self._writing:
             self._ready.set()
         elif self._due:
             if len(self._out) >= COALESCE_MAX_BYTES:
                 self.write_now()
-        elif busy:
+        elif busy or (soon and self._pass_end is not None and self._pass_end.installed):
             self._due = True
             assert self._pass_end is not None
-            self._pass_end.add(self)
+            self._pass_end.add(self, busy=busy)
         elif len(self._out) == len(data):
             self.write_now()
         else:

@@ -283,12 +283,13 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
 
     def core_publish_soon(self, subject: str, data: bytes) -> None:
         """Queue a core publish and return at once, no scheduler pass (``ack_nowait``): it goes
-        out with the connection's next write. Dropped when the outgoing buffer is full (a
-        message whose loss is harmless; waiting for room is what :meth:`core_publish` does)."""
+        out at once, or on busy connections at the end of this scheduler pass with the frames
+        queued after it (``try_publish(soon=True)``). Dropped when the outgoing buffer is full
+        (a message whose loss is harmless; waiting for room is what :meth:`core_publish` does)."""
         what = f"publish {subject!r}"
         self._check_open(what)
         try:
-            self._conn.try_publish(subject, data)
+            self._conn.try_publish(subject, data, soon=True)
         except (NatsError, ProtocolError) as exc:
             raise map_error(exc, what) from None
 

@@ -8,6 +8,7 @@ a second connection of a real nats-server.
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from typing import Final
 
@@ -15,7 +16,8 @@ import pytest
 import trio
 
 from dagnats_trio.nats import Connection, ProtocolError, Pub, Subscription, open_connection
-from dagnats_trio.transport import BatchMsg, StreamSpec
+from dagnats_trio.transport import BatchMsg, ConsumerConfig, StreamSpec
+from dagnats_trio.transport._trio_nats import TrioNatsTransport
 from dagnats_trio.transport._trio_nats_connect import open_trio_nats_transport
 
 from ._echo import echo_client
@@ -35,6 +37,11 @@ BATCH_MSGS: Final = 4
 #: Bursts of requests cancelled in the pass that queued them.
 CANCEL_ROUNDS: Final = 8
 WAIT_S: Final = 30.0
+#: Jobs fetched and acked one by one; requests in flight together to make a connection busy.
+ACKED_JOBS: Final = 3
+BUSY_REQUESTS: Final = 4
+#: Between two looks at a consumer's ack floor.
+ACK_POLL_S: Final = 0.01
 
 
 async def _concurrent(client: Connection, subject: str, payloads: list[bytes]) -> list[bytes]:
@@ -195,3 +202,57 @@ async def test_an_atomic_batch_is_one_socket_write(nats_url: str) -> None:
     assert ack.count == BATCH_MSGS
     assert [m.data for m in stored] == [b"m%d" % i for i in range(BATCH_MSGS)]
     assert writes == 1
+
+
+async def _acked(t: TrioNatsTransport, stream: str, durable: str, floor: int) -> int:
+    """Until the consumer's ack floor reaches ``floor`` (the server applies acks on a queue of
+    its own, after it read them): the acks it still waits for then."""
+    while True:
+        info = json.loads(await t.request(f"$JS.API.CONSUMER.INFO.{stream}.{durable}", b""))
+        if info["ack_floor"]["consumer_seq"] >= floor:
+            return int(info["num_ack_pending"])
+        await trio.sleep(ACK_POLL_S)
+
+
+async def test_an_ack_rides_with_the_next_fetch_while_connections_are_busy(nats_url: str) -> None:
+    """``ack_nowait`` then a fetch (the engine's loop: settle an event, ask for the next): on a
+    quiet connection the ack goes out at once, alone, as before; once connections are busy (the
+    end of the scheduler pass is watched for their frames) the two are one socket write (were
+    two), and an ack that nothing follows leaves at the end of its pass. The server counts
+    every ack."""
+    run = uuid.uuid4().hex[:10]
+    stream, durable = f"NCA_{run}", f"d{run}"
+    async with open_trio_nats_transport(nats_url) as t:
+        await t.ensure_stream(StreamSpec(stream, (f"nca.{run}.>",), work_queue=True))
+        await t.ensure_consumer(ConsumerConfig(stream, durable, f"nca.{run}.>", ack_wait_s=60))
+        with trio.fail_after(WAIT_S):
+            for i in range(ACKED_JOBS):
+                await t.publish(f"nca.{run}.a", b"job-%d" % i)
+            (quiet,) = await t.fetch(stream, durable, 1, timeout_s=5.0)
+            before = t.connection.stats().writes
+            quiet.ack_nowait()
+            quiet_ack = t.connection.stats().writes - before  # at once: no pass waited for
+            # A busy moment: requests in flight together (their frames wait for the pass end).
+            async with trio.open_nursery() as nursery:
+                for i in range(BUSY_REQUESTS):
+                    nursery.start_soon(t.publish, f"nca.{run}.busy", b"%d" % i)
+            (first,) = await t.fetch(stream, durable, 1, timeout_s=5.0)
+            before = t.connection.stats().writes
+            first.ack_nowait()
+            (second,) = await t.fetch(stream, durable, 1, timeout_s=5.0)
+            with_fetch = t.connection.stats().writes - before
+            before = t.connection.stats().writes
+            second.ack_nowait()
+            left_for_pass_end = t.connection.stats().pending_bytes
+            await trio.lowlevel.checkpoint()  # one pass: its end writes the ack
+            alone = t.connection.stats().writes - before
+            left = t.connection.stats().pending_bytes
+            pending = await _acked(t, stream, durable, floor=ACKED_JOBS)
+            await t.request(f"$JS.API.STREAM.DELETE.{stream}", b"")
+    print(f"quiet ack: {quiet_ack} write(s); busy: ack + fetch {with_fetch}, ack alone {alone}")
+    assert [d.data for d in (quiet, first, second)] == [b"job-%d" % i for i in range(ACKED_JOBS)]
+    assert quiet_ack == 1
+    assert with_fetch == 1
+    assert left_for_pass_end > 0
+    assert (alone, left) == (1, 0)
+    assert pending == 0
