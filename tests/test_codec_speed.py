@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from dagnats_trio.protocol import (
     CommitAction,
     CommitRecord,
+    DecodedByBytes,
     DecodeError,
     DispatchId,
     JsonPolicyError,
@@ -256,7 +257,7 @@ _scalars = st.one_of(
     st.integers(min_value=2**63, max_value=2**70),
     st.floats(),
     st.text(max_size=6),
-    st.sampled_from(["\ud800", "é\x00\"\\/\u2028", _Str("s"), _Int.ONE, -0.0, 1e400]),
+    st.sampled_from(["\ud800", 'é\x00"\\/\u2028', _Str("s"), _Int.ONE, -0.0, 1e400]),
 )
 #: Object keys: strings, and what the encoder turns into one (numbers, booleans, null).
 _keys = st.one_of(st.text(max_size=4), st.integers(-3, 3), st.floats(), st.booleans(), st.none())
@@ -345,3 +346,31 @@ def test_a_record_encoded_and_decoded_costs_no_call_of_jsons_python_layer() -> N
     }
     print(f"calls of json's Python layer per record encoded and decoded: {calls}")
     assert sum(calls.values()) <= MAX_JSON_PYTHON_CALLS_PER_RECORD
+
+
+# --- decoded values kept by their bytes (issue 12 goal 3) -------------------------------------
+
+
+def test_a_value_is_decoded_once_per_bytes_and_the_keys_are_bounded() -> None:
+    kept: DecodedByBytes[DispatchId] = DecodedByBytes(DispatchId, "dispatch", max_entries=2)
+    one = b'{"iteration":1,"attempt":1,"nonce":"a"}'
+    first = kept.decode("x", one)
+    assert first == DispatchId(1, 1, "a")
+    assert kept.decode("x", bytes(one)) is first  # equal bytes: the kept value, shared
+    assert kept.decodes == 1
+    two = b'{"iteration":2,"attempt":1,"nonce":"a"}'
+    assert kept.decode("x", two) == DispatchId(2, 1, "a")  # other bytes: decoded again
+    assert kept.decodes == 2
+    with pytest.raises(DecodeError, match="not a valid dispatch"):
+        kept.decode("x", b'{"iteration":"2"}')
+    assert kept.decode("x", two) == DispatchId(2, 1, "a") and kept.decodes == 3  # still kept
+    kept.decode("y", one)
+    kept.decode("z", one)  # a third key: the oldest ("x") is dropped
+    assert kept.decodes == 5
+    kept.decode("x", two)
+    assert kept.decodes == 6
+    kept.forget("x")
+    kept.decode("x", two)
+    assert kept.decodes == 7
+    with pytest.raises(ValueError, match="max_entries"):
+        DecodedByBytes(DispatchId, "dispatch", max_entries=0)

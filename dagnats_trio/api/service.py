@@ -20,6 +20,7 @@ from ..dag import WorkflowDef
 from ..engine import RunSnapshot, decode_snapshot, ensure_run_index, write_first_snapshot
 from ..protocol import (
     CancelRequested,
+    DecodedByBytes,
     DecodeError,
     InvalidId,
     JsonPolicyError,
@@ -143,6 +144,11 @@ class Service:
         self._index_ready = False
         self._index_lock = trio.Lock()
         self._starts_in_flight = trio.CapacityLimiter(START_RUNS_IN_FLIGHT)
+        #: The definitions read, decoded once per stored bytes (every start reads its
+        #: definition; a frozen WorkflowDef is shared by the starts that read the same bytes).
+        self.definitions: DecodedByBytes[WorkflowDef] = DecodedByBytes(
+            WorkflowDef, "workflow definition"
+        )
 
     # --- workflows -----------------------------------------------------------------------------
 
@@ -162,8 +168,9 @@ class Service:
         check_id(field, name)
         entry = await self.transport.kv_get(layout.DEFS_BUCKET, name)
         if entry is None or entry.value is None:
+            self.definitions.forget(name)
             raise WorkflowNotFound(name)
-        return from_json(entry.value, WorkflowDef, "workflow definition"), entry.revision
+        return self.definitions.decode(name, entry.value), entry.revision
 
     async def list_workflows(self) -> list[WorkflowDef]:
         found = []

@@ -12,6 +12,7 @@ from ._codec import (
     register_union,
     to_json,
 )
+from ._kept import DECODED_KEPT_MAX_ENTRIES, DecodedByBytes
 from .common import DispatchId, ParentRef, Wait
 from .events import (
     CancelRequested,
@@ -87,6 +88,7 @@ from .tasks import (
 
 __all__ = [
     "BATCH_HEADER",
+    "DECODED_KEPT_MAX_ENTRIES",
     "ENCODED_REQUEST_ID_PREFIX",
     "GROUP_TYPE",
     "ID_MAX_CHARS",
@@ -101,6 +103,7 @@ __all__ = [
     "CommitAction",
     "CommitRecord",
     "DecodeError",
+    "DecodedByBytes",
     "DispatchId",
     "InputPlacedRecord",
     "InputSubmitted",

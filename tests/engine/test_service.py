@@ -15,6 +15,7 @@ from dagnats_trio.api import (
 from dagnats_trio.dag import WorkflowInvalid
 from dagnats_trio.engine import StepStatus
 from dagnats_trio.protocol import (
+    DecodeError,
     InvalidId,
     RunStatus,
     SignalSent,
@@ -155,3 +156,39 @@ async def test_wait_for_run_is_bounded(nats_transport: NatsTransport) -> None:
         await service.wait_for_run(run, 0)
     with pytest.raises(RunNotFound):
         await service.wait_for_run(uid("ghost"), 1)
+
+
+#: Decodes of a stored definition by starts of runs of it (issue 12 goal 3): one per start
+#: (and per read) while each read decoded the bytes it got; one per stored version since the
+#: service keeps the definition decoded with its bytes (``protocol.DecodedByBytes``).
+STARTS_OF_ONE_VERSION = 3
+
+
+async def test_starts_decode_each_stored_definition_once(nats_transport: NatsTransport) -> None:
+    service = Service(nats_transport)
+    name, task = uid("wf"), uid("t")
+    first = await service.register_workflow({"name": name, "steps": [{"id": "a", "task": task}]})
+    runs = [await service.start_run(name, {"n": n}) for n in range(STARTS_OF_ONE_VERSION)]
+    got = await service.get_workflow(name)
+    assert got == first and got is await service.get_workflow(name)  # frozen: shared
+    assert service.definitions.decodes == 1
+    for run in runs:
+        snap = await service.get_run(run)
+        assert snap.definition == first and snap.steps["a"].status is StepStatus.PENDING
+
+    # A new version is read as soon as it is stored: other bytes, decoded again.
+    steps = [{"id": "b", "task": task}]
+    second = await service.register_workflow({"name": name, "version": 2, "steps": steps})
+    run = await service.start_run(name)
+    assert service.definitions.decodes == 2
+    snap = await service.get_run(run)
+    assert snap.definition == second and list(snap.steps) == ["b"]
+    # Bytes that are no definition are still refused at every read, and nothing is kept.
+    await nats_transport.kv_put(layout.DEFS_BUCKET, name, b'{"name": 5}')
+    for _ in range(2):
+        with pytest.raises(DecodeError, match="not a valid workflow definition"):
+            await service.start_run(name)
+    assert service.definitions.decodes == 4
+    await nats_transport.kv_delete(layout.DEFS_BUCKET, name)
+    with pytest.raises(WorkflowNotFound):
+        await service.start_run(name)
