@@ -20,7 +20,7 @@ from dagnats_trio.journal import (
     TaskIdentity,
     check_restart_limit,
 )
-from dagnats_trio.protocol import DecodeError, TaskMessage, check_id, decode_task
+from dagnats_trio.protocol import DecodeError, check_id, decode_task
 from dagnats_trio.protocol.layout import (
     TASK_STREAM,
     cancel_subject,
@@ -199,7 +199,17 @@ class Worker:
                 nursery.start_soon(self._deliver, delivery, slots)
 
     async def _deliver(self, delivery: Delivery, slots: Slots) -> None:
-        """Handle one delivery and settle it; its place is given back however it ends."""
+        """Handle one delivery and settle it; its place is given back however it ends.
+
+        The handler runs in this frame (the delivery task's own), in the delivery's nursery
+        (helpers from ``tc.start_soon`` beside it), inside the scope that a run cancel or a
+        lost lease cancels; when the handler returns, its helpers are cancelled, and a
+        helper's exception is the delivery's error. That scope is the nursery's own: it holds
+        the handler and every helper, and it catches the cancellation it raises, so a scope of
+        its own around the nursery would only cost one more scope entered and closed per
+        delivery. No frame of a helper method sits between this task and the handler: every
+        time the handler wakes (each journal write, each tool), each frame above it is passed
+        through again."""
         try:
             try:
                 task = decode_task(delivery.data)
@@ -217,7 +227,25 @@ class Worker:
             live.add(holder)
             self._beating[holder] = delivery
             try:
-                tc, error = await self._run_handler(handler, task, delivery, holder)
+                error: Exception | None = None
+                tc: TaskContext | None = None
+                try:
+                    async with trio.open_nursery() as nursery:
+                        holder.scope = nursery.cancel_scope
+                        if holder.cancelled or holder.lease_lost_because:
+                            nursery.cancel_scope.cancel()
+                        tc = TaskContext(self._services, task, delivery, holder, nursery)
+                        try:
+                            await handler(tc)
+                        except Exception as exc:
+                            error = exc
+                        nursery.cancel_scope.cancel()
+                except ExceptionGroup as group:
+                    # A helper failed (the handler's own exception was caught above).
+                    error = group.exceptions[0] if len(group.exceptions) == 1 else group
+                finally:
+                    holder.scope = None
+                assert tc is not None  # the nursery body runs at least until the context exists
                 await self._finish(tc, holder, delivery, error)
             finally:
                 del self._beating[holder]
@@ -226,37 +254,6 @@ class Worker:
                     self._live.pop(task.run_id, None)
         finally:
             slots.give_back(1)
-
-    async def _run_handler(
-        self, handler: Handler, task: TaskMessage, delivery: Delivery, holder: DeliveryState
-    ) -> tuple[TaskContext, Exception | None]:
-        """Run the handler in the delivery's own nursery (helpers from ``tc.start_soon`` beside
-        it), inside the scope that a run cancel or a lost lease cancels; when the handler
-        returns, its helpers are cancelled. A helper's exception is the delivery's error.
-
-        That scope is the nursery's own: it holds the handler and every helper, and it catches
-        the cancellation it raises, so a scope of its own around the nursery would only cost
-        one more scope entered and closed per delivery."""
-        error: Exception | None = None
-        tc: TaskContext | None = None
-        try:
-            async with trio.open_nursery() as nursery:
-                holder.scope = nursery.cancel_scope
-                if holder.cancelled or holder.lease_lost_because:
-                    nursery.cancel_scope.cancel()
-                tc = TaskContext(self._services, task, delivery, holder, nursery)
-                try:
-                    await handler(tc)
-                except Exception as exc:
-                    error = exc
-                nursery.cancel_scope.cancel()
-        except ExceptionGroup as group:
-            # A helper failed (the handler's own exception was caught above).
-            error = group.exceptions[0] if len(group.exceptions) == 1 else group
-        finally:
-            holder.scope = None
-        assert tc is not None  # the nursery body runs at least until the context exists
-        return tc, error
 
     async def _finish(
         self, tc: TaskContext, holder: DeliveryState, delivery: Delivery, error: Exception | None
