@@ -193,10 +193,11 @@ class FencedWriter:
                 seq = await self._write_locked(records, n)
             else:
                 self._held = []
-                if len(held) + n > MAX_BATCH_PUBLISH_MSGS:
-                    await self._write_locked(held, len(held))
-                    held = []
-                seq = await self._write_locked([*held, *records], len(held) + n)
+                k = len(held)
+                if k + n > MAX_BATCH_PUBLISH_MSGS:
+                    await self._write_locked(held, k)
+                    held, k = [], 0
+                seq = await self._write_locked([*held, *records], k + n)
             last = records[-1]
             if self._known is not None and isinstance(last, CommitRecord):
                 self._known.stored(self._subject, seq, last)
