@@ -32,6 +32,7 @@ from dagnats_trio.protocol import (
     Replay,
     RunEvent,
     RunHeader,
+    RunStatus,
     TaskMessage,
     ToolIntentRecord,
     Wait,
@@ -45,6 +46,7 @@ from dagnats_trio.protocol import (
     encode_record,
     encode_task,
     from_json,
+    group_headers,
     record_headers,
     to_json,
 )
@@ -415,3 +417,35 @@ def test_a_record_group_costs_no_union_member_wrapper_nor_enum_lambda() -> None:
     }
     print(f"cattrs union-member wrapper and enum lambda calls per group: {calls}")
     assert sum(calls.values()) <= MAX_UNION_AND_ENUM_WRAPPER_CALLS_PER_GROUP
+
+
+#: Python calls made by ``RunStatus.finished`` (asked on every snapshot the engine saves) and
+#: ``group_headers`` (every paired journal write) per status read and per group: 1 and 3 (a
+#: property; a generator resumed per record) before; none and none since ``finished`` is an
+#: attribute of each member and the types are read by ``operator.attrgetter``.
+MAX_PYTHON_CALLS_PER_STATUS_AND_GROUP = 0
+
+
+def test_a_run_status_and_a_groups_headers_are_read_without_python_calls() -> None:
+    assert [s.finished for s in RunStatus] == [False, True, True, True]
+    records: list[JournalRecord] = [ModelRecord(2, 1, "claim-1", 0, None), _intent()]
+    assert group_headers(records) == {RECORD_TYPE_HEADER: "model+tool.intent"}
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        finished = [s.finished for s in RunStatus]
+        headers = group_headers(records)
+    finally:
+        profiler.disable()
+    assert finished == [False, True, True, True]
+    assert headers == {RECORD_TYPE_HEADER: "model+tool.intent"}
+    profiler.create_stats()
+    stats: dict[tuple[str, int, str], Any] = profiler.stats  # type: ignore[attr-defined]
+    calls = {
+        f"{key[0].rsplit('/', 1)[-1]}:{key[2]}": figures[1]
+        for key, figures in stats.items()
+        if key[0].replace("\\", "/").endswith(("protocol/runs.py", "protocol/records.py"))
+        and key[2] != "group_headers"
+    }
+    print(f"Python calls per status read and group headers: {calls}")
+    assert sum(calls.values()) <= MAX_PYTHON_CALLS_PER_STATUS_AND_GROUP

@@ -16,9 +16,11 @@ class RunStatus(enum.Enum):
     FAILED = "failed"
     CANCELLED = "cancelled"
 
-    @property
-    def finished(self) -> bool:
-        return self is not RunStatus.RUNNING
+    def __init__(self, value: str) -> None:
+        #: Whether a run in this status has ended (every status but running). An attribute set
+        #: once per member, not a property: the engine and the watchers ask it on every
+        #: snapshot they save or see, and a property is a Python call each time.
+        self.finished = value != "running"
 
 
 @final
