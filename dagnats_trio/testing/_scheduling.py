@@ -43,7 +43,8 @@ def run_deterministic(async_fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
     or shrinks it, prints nothing and (``database=None``) writes no ``.hypothesis`` directory.
 
     Raises :class:`SchedulingUnavailable` if Hypothesis is not installed or its plugins are
-    turned off; nothing runs then.
+    turned off; nothing runs then. Called inside a ``@given`` test it is a nested ``@given``:
+    that test must suppress ``HealthCheck.nested_given`` (Hypothesis says so if not).
     """
     if os.environ.get(NO_PLUGINS_ENV):
         raise SchedulingUnavailable(

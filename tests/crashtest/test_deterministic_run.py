@@ -7,8 +7,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import hypothesis
 import pytest
 import trio
+from hypothesis import strategies as st
 
 from dagnats_trio.testing import SchedulingUnavailable, run_deterministic
 
@@ -90,3 +92,29 @@ def test_without_the_plugin_or_hypothesis_it_says_so_and_runs_nothing(
     with pytest.raises(SchedulingUnavailable, match="pip install hypothesis"):
         run_deterministic(race, calls)
     assert calls == []
+
+
+def test_inside_a_hypothesis_test_that_allows_nesting_it_repeats_too() -> None:
+    calls: list[int] = []
+    orders: list[str] = []
+
+    @hypothesis.settings(
+        max_examples=3,
+        database=None,
+        suppress_health_check=[hypothesis.HealthCheck.nested_given],
+    )
+    @hypothesis.given(st.integers(0, 9))
+    def outer(_: int) -> None:
+        orders.append(run_deterministic(race, calls))
+
+    outer()
+    assert len(orders) >= 2 and len(set(orders)) == 1, orders
+    # Without the suppression Hypothesis refuses the nesting, and says how to allow it.
+
+    @hypothesis.settings(max_examples=1, database=None)
+    @hypothesis.given(st.integers(0, 9))
+    def strict(_: int) -> None:
+        run_deterministic(race, calls)
+
+    with pytest.raises(hypothesis.errors.FailedHealthCheck, match="nested_given"):
+        strict()
