@@ -133,7 +133,7 @@ OUTBOX_JSON_MEMO_MAX_ENTRIES = 4096
 #: only read (encoded).
 _OUTBOX_JSON: dict[int, list[Any]] = {}
 #: A definition's JSON text by its identity: a run's snapshots all hold the one definition
-#: object the run started with (``attrs.evolve`` keeps it), so it is spelled once per run.
+#: object the run started with (``_replace.replace`` keeps it), so it is spelled once per run.
 _DEFINITION_TEXT: dict[int, tuple[WorkflowDef, str]] = {}
 _unstructure_outbox_entry = make_dict_unstructure_fn(OutboxEntry, converter)
 #: A snapshot's own fields: ``definition`` and ``outbox`` are spliced in as memoised texts.
