@@ -22,7 +22,6 @@ class AppendLock:
 
     def __init__(self) -> None:
         self._held = False
-        self._waiting = 0
         self._lot = trio.lowlevel.ParkingLot()
 
     @property
@@ -36,22 +35,18 @@ class AppendLock:
         if not self._held:
             self._held = True
             return
-        self._waiting += 1
-        try:
-            await self._lot.park()
-        except BaseException:
-            # Cancelled while parked: never handed the lock (a handed-over task is rescheduled
-            # and cannot be cancelled out of its wait any more), so it just leaves the queue.
-            self._waiting -= 1
-            raise
-        # Handed over by release(): held for this task, ``_waiting`` already counted down.
+        # Cancelled while parked, the task leaves the lot at once (the lot's abort) and was
+        # never handed the lock. Handed over (``release`` unparked it), it holds the lock: a
+        # task rescheduled by the lot can no longer be cancelled out of its wait.
+        await self._lot.park()
 
     def release(self) -> None:
-        """Give the lock back: to the oldest waiter (it stays held), else free."""
+        """Give the lock back: to the oldest task still parked (it stays held), else free.
+        Who is parked is asked of the lot itself, never counted apart: a waiter cancelled
+        after parking has already left it, even before it runs again."""
         if not self._held:
             raise RuntimeError("release of an append lock that is not held")
-        if self._waiting:
-            self._waiting -= 1
+        if self._lot:
             self._lot.unpark()
-            return
-        self._held = False
+        else:
+            self._held = False

@@ -74,3 +74,29 @@ async def test_a_cancelled_waiter_leaves_the_queue_and_the_next_one_gets_the_loc
 def test_releasing_a_free_lock_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="not held"):
         AppendLock().release()
+
+
+async def test_a_waiter_cancelled_just_before_a_release_leaves_the_lock_free() -> None:
+    """The waiter is cancelled and the lock released in one go, before the waiter runs again:
+    the lock is free at once (nobody left to hand it to), not held by no one."""
+    lock = AppendLock()
+    await lock.acquire()
+    scope = trio.CancelScope()
+    cancelled: list[bool] = []
+
+    async def wait() -> None:
+        with scope:
+            await lock.acquire()
+        cancelled.append(scope.cancelled_caught)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        await trio.testing.wait_all_tasks_blocked()
+        scope.cancel()
+        lock.release()  # the waiter has not run since its cancellation
+        assert not lock.held
+    assert cancelled == [True]
+    with trio.fail_after(5):
+        await lock.acquire()  # free: taken at once, not parked forever
+    lock.release()
+    assert not lock.held
