@@ -30,11 +30,13 @@ from dagnats_trio.protocol import (
     JsonPolicyError,
     ModelRecord,
     TaskMessage,
+    canonical_json_text,
     check_json,
     converter,
     decode_record,
     decode_task,
     dumps_json,
+    encode_json,
     encode_record,
     encode_task,
     from_obj,
@@ -374,3 +376,65 @@ def test_a_value_is_decoded_once_per_bytes_and_the_keys_are_bounded() -> None:
     assert kept.decodes == 7
     with pytest.raises(ValueError, match="max_entries"):
         DecodedByBytes(DispatchId, "dispatch", max_entries=0)
+
+
+# --- the policy's encodings through json's C encoder (issue 12 goal 3) ------------------------
+
+
+def _policy_outcome(fn: Any, value: Any) -> tuple[Any, ...]:
+    try:
+        return ("ok", fn(value))
+    except (ValueError, TypeError, RecursionError) as exc:
+        return ("error", type(exc), str(exc))
+
+
+def _canonical_before(value: Any) -> str:
+    """``journal.canonical_json`` before it called the C encoder itself."""
+    check_json(value)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def _encode_json_before(value: Any) -> bytes:
+    check_json(value)
+    encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return encoder.encode(value).encode("utf-8")
+
+
+@settings(deadline=None, max_examples=300)
+@given(value=_values)
+def test_the_policys_encodings_are_the_json_encoders(value: Any) -> None:
+    assert _policy_outcome(canonical_json_text, value) == _policy_outcome(_canonical_before, value)
+    assert _policy_outcome(encode_json, value) == _policy_outcome(_encode_json_before, value)
+
+
+#: Calls of json's Python layer (``dumps``, ``JSONEncoder.__init__``, ``encode``,
+#: ``iterencode``) per tool input spelled canonically and per value encoded by the policy: 6
+#: while ``canonical_json`` called ``json.dumps`` with options (a new encoder per call) and
+#: ``encode_json`` went through ``JSONEncoder.encode``; none since both call the C encoder.
+MAX_JSON_PYTHON_CALLS_PER_POLICY_ENCODE: Final = 0
+
+
+def test_the_policys_encodings_cost_no_call_of_jsons_python_layer() -> None:
+    value = {"to": "ops", "text": "deploying", "n": [1, 2.5, None, True]}
+    expected = '{"n":[1,2.5,null,true],"text":"deploying","to":"ops"}'
+    assert canonical_json_text(value) == expected
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        text = canonical_json_text(value)
+        data = encode_json(value)
+    finally:
+        profiler.disable()
+    assert text == expected
+    assert json.loads(data) == value
+    profiler.create_stats()
+    stats: dict[tuple[str, int, str], Any] = profiler.stats  # type: ignore[attr-defined]
+    calls = {
+        f"{key[0].rsplit('/', 1)[-1]}:{key[2]}": figures[1]
+        for key, figures in stats.items()
+        if key[0].replace("\\", "/").endswith(("/json/__init__.py", "/json/encoder.py"))
+    }
+    print(f"calls of json's Python layer per canonical spelling and policy encode: {calls}")
+    assert sum(calls.values()) <= MAX_JSON_PYTHON_CALLS_PER_POLICY_ENCODE

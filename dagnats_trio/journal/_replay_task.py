@@ -6,8 +6,8 @@ Pure (no I/O, no clock, no randomness); the terms are those of :mod:`._replay`.
 
 from __future__ import annotations
 
-import json
-from typing import TypeAlias, final
+from collections.abc import Callable
+from typing import Final, TypeAlias, final
 
 import attrs
 
@@ -16,7 +16,7 @@ from dagnats_trio.protocol import (
     JournalRecord,
     JsonValue,
     TaskMessage,
-    check_json,
+    canonical_json_text,
 )
 
 Entry: TypeAlias = tuple[int, JournalRecord]
@@ -33,14 +33,10 @@ UNREADABLE_REASON = "journal_unreadable"
 NOT_JSON_ERROR_PREFIX = "tool output is not JSON: "
 
 
-def canonical_json(value: JsonValue) -> str:
-    """One spelling per JSON value, so recorded and current inputs compare as JSON, not Python
-    (where ``True == 1``). Raises ValueError (:class:`JsonPolicyError`) for values that are not
-    JSON by the one policy."""
-    check_json(value)
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+#: One spelling per JSON value, so recorded and current inputs compare as JSON, not Python
+#: (where ``True == 1``). Raises ValueError (:class:`JsonPolicyError`) for values that are not
+#: JSON by the one policy. The policy's own function, not a wrapper: it runs per tool call.
+canonical_json: Final[Callable[[JsonValue], str]] = canonical_json_text
 
 
 def call_key(run_id: str, step_id: str, iteration: int, call: int) -> str:

@@ -45,7 +45,14 @@ from .ids import (
     request_id_from_token,
     request_id_token,
 )
-from .json_policy import MAX_JSON_DEPTH, JsonPolicyError, check_json, decode_json, encode_json
+from .json_policy import (
+    MAX_JSON_DEPTH,
+    JsonPolicyError,
+    canonical_json_text,
+    check_json,
+    decode_json,
+    encode_json,
+)
 from .params import is_ascii_digits, parse_decimal
 from .records import (
     BATCH_HEADER,
@@ -133,6 +140,7 @@ __all__ = [
     "ToolResultRecord",
     "Wait",
     "WorkflowStarted",
+    "canonical_json_text",
     "check_id",
     "check_json",
     "check_request_id",

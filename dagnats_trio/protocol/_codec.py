@@ -8,7 +8,6 @@ import operator
 import types
 import typing
 from collections.abc import Callable
-from json.encoder import encode_basestring
 from typing import Any, Final, TypeVar, final
 
 import attrs
@@ -16,6 +15,8 @@ import cattrs
 from cattrs.fns import identity
 from cattrs.gen import make_dict_structure_fn
 from cattrs.strategies import configure_tagged_union
+
+from .json_policy import c_encode_of
 
 T = TypeVar("T")
 
@@ -174,28 +175,9 @@ converter = _make_converter()
 #: (with ``allow_nan=False`` its every event failed and it was stuck; docs/upgrading.md).
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
-#: The C function ``_ENCODER.encode`` builds on every call (``JSONEncoder.iterencode`` makes a
-#: new one each time, behind two Python calls and two ``isinstance``), built once with the same
-#: options, so an encode is one C call and a join. Without the circular-reference markers (a
-#: dict shared between calls would keep the ids of a failed call): anything it refuses, a
-#: circular value included, is encoded again by ``_ENCODER``, whose answer or error stands.
-#: None where the interpreter has no C encoder.
-_MAKE_C_ENCODER: Final[Any] = json.encoder.c_make_encoder  # type: ignore[attr-defined]
-_C_ENCODE: Final[Callable[[Any, int], Any] | None] = (
-    None
-    if _MAKE_C_ENCODER is None
-    else _MAKE_C_ENCODER(
-        None,  # markers: no circular check (see above)
-        _ENCODER.default,
-        encode_basestring,  # what _ENCODER uses with ensure_ascii=False
-        None,  # indent
-        _ENCODER.key_separator,
-        _ENCODER.item_separator,
-        _ENCODER.sort_keys,
-        _ENCODER.skipkeys,
-        _ENCODER.allow_nan,
-    )
-)
+#: ``_ENCODER``'s C function, built once (see :func:`.json_policy.c_encode_of`): anything it
+#: refuses is encoded again by ``_ENCODER``, whose answer or error stands.
+_C_ENCODE: Final[Callable[[Any, int], Any] | None] = c_encode_of(_ENCODER)
 
 
 #: ``json.loads``' own decoder (the module's default one), called without its wrapper.

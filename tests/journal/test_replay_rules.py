@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +35,7 @@ from dagnats_trio.protocol import (
     ToolIntentRecord,
     ToolOutputRecord,
     ToolResultRecord,
+    canonical_json_text,
 )
 
 RUN, STEP = "r1", "agent"
@@ -466,3 +468,12 @@ def test_iteration_ended_by_an_earlier_attempt_is_adopted(action: CommitAction) 
     assert plan_claim(log2.entries, task(attempt=1, nonce="n1"), 5, full=True).kind is (
         PlanKind.STALE
     )
+
+
+def test_the_rules_spell_a_tool_input_with_the_policys_canonical_text() -> None:
+    """One spelling, one copy: the journal's canonical JSON is the policy's own function (no
+    wrapper frame per tool call), and refuses what the policy refuses."""
+    assert canonical_json is canonical_json_text
+    assert canonical_json({"b": [1, True], "a": "é"}) == '{"a":"é","b":[1,true]}'
+    with pytest.raises(ValueError, match="not a JSON number"):
+        canonical_json({"x": float("nan")})
