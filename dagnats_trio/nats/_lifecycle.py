@@ -159,24 +159,35 @@ class ConnectionLifecycle:
         self._pings.socket_lost(still_queued=self._outbox.pings_queued)
 
     async def _session(self, stream: trio.abc.Stream) -> None:
-        # The reader is read_events itself (a partial, no coroutine frame of ours around it:
-        # every frame between the reader task and Trio's wait is passed through on every read).
-        reader = functools.partial(read_events, protocol=self._wire, dispatch=self._dispatch)
+        # The reader task is read_events itself, which hands its error to _lost (no coroutine
+        # frame of ours around it: every frame between the reader task and Trio's wait is
+        # passed through on every read).
         async with trio.open_nursery() as nursery:
-            for part in (reader, self._outbox.run_writer, self._pinger):
-                nursery.start_soon(self._guard, part, stream, nursery.cancel_scope)
+            scope = nursery.cancel_scope
+            lost = functools.partial(self._lost, scope)
+            nursery.start_soon(read_events, stream, self._wire, self._dispatch, lost)
+            for part in (self._outbox.run_writer, self._pinger):
+                nursery.start_soon(self._guard, part, stream, lost)
+
+    def _lost(self, scope: trio.CancelScope, error: BaseException | None) -> None:
+        """A part of the session ended (``error``: the socket's, kept for the next dial's
+        report): the session ends."""
+        if error is not None:
+            self._dialer.last_error = error
+        scope.cancel()
 
     async def _guard(
         self,
         part: Callable[[trio.abc.Stream], Awaitable[object]],
         stream: trio.abc.Stream,
-        scope: trio.CancelScope,
+        lost: Callable[[BaseException | None], None],
     ) -> None:
         try:
             await part(stream)
         except SOCKET_ERRORS as exc:
-            self._dialer.last_error = exc
-        scope.cancel()
+            lost(exc)
+            return
+        lost(None)
 
     def _dispatch(self, event: object) -> None:
         if isinstance(event, Msg):

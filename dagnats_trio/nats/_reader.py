@@ -11,47 +11,55 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import NoReturn
 
 import trio
 
 from ._defaults import READ_CHUNK_BYTES
+from ._dialer import SOCKET_ERRORS
 from ._outbox import direct_fd
 from ._protocol import ClientProtocol
 from ._shell_errors import ConnectionLostError
 
 
 async def read_events(
-    stream: trio.abc.Stream, protocol: ClientProtocol, dispatch: Callable[[object], None]
-) -> NoReturn:
+    stream: trio.abc.Stream,
+    protocol: ClientProtocol,
+    dispatch: Callable[[object], None],
+    lost: Callable[[BaseException], None],
+) -> None:
     """Feed what ``stream`` sends to ``protocol`` and hand every event to ``dispatch``, until
-    the stream fails (:class:`ConnectionLostError` when the server closes it). Both loops live
-    in this one coroutine: every frame between the reader task and Trio's wait is passed
-    through again on every read."""
-    fd = direct_fd(stream)
-    if fd is None:
+    the stream fails (:class:`ConnectionLostError` when the server closes it); then hand the
+    error to ``lost`` (which ends the session) and return. The reader task runs this coroutine
+    itself, both loops and the error handling in it: every frame between the reader task and
+    Trio's wait is passed through again on every read (a wrapper that caught the errors was one
+    more, twice per request round trip)."""
+    try:
+        fd = direct_fd(stream)
+        if fd is None:
+            while True:
+                for event in protocol.events():
+                    dispatch(event)
+                data = await stream.receive_some(READ_CHUNK_BYTES)
+                if not data:
+                    raise ConnectionLostError("the server closed the connection")
+                protocol.receive_data(data)
+        full = False
         while True:
             for event in protocol.events():
                 dispatch(event)
-            data = await stream.receive_some(READ_CHUNK_BYTES)
+            if not full:
+                await trio.lowlevel.wait_readable(fd)
+            try:
+                data = os.read(fd, READ_CHUNK_BYTES)
+            except BlockingIOError:
+                full = False
+                continue
             if not data:
                 raise ConnectionLostError("the server closed the connection")
+            full = len(data) == READ_CHUNK_BYTES
             protocol.receive_data(data)
-    full = False
-    while True:
-        for event in protocol.events():
-            dispatch(event)
-        if not full:
-            await trio.lowlevel.wait_readable(fd)
-        try:
-            data = os.read(fd, READ_CHUNK_BYTES)
-        except BlockingIOError:
-            full = False
-            continue
-        if not data:
-            raise ConnectionLostError("the server closed the connection")
-        full = len(data) == READ_CHUNK_BYTES
-        protocol.receive_data(data)
-        if full:
-            # A busy socket must not starve the other tasks: a checkpoint per chunk.
-            await trio.lowlevel.checkpoint()
+            if full:
+                # A busy socket must not starve the other tasks: a checkpoint per chunk.
+                await trio.lowlevel.checkpoint()
+    except SOCKET_ERRORS as exc:
+        lost(exc)

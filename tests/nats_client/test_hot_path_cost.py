@@ -57,13 +57,15 @@ MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 63
 #: connection inline and the request mux kept its count of requests in flight as an attribute
 #: (both read once per frame), 32 since; 31 since a reply slot's wait has no coroutine frame of
 #: its own; 27 since the reader task runs read_events itself (no frames of ours around it, each
-#: passed through again on every read).
-MAX_CONNECTION_CALLS_PER_ROUND_TRIP: Final = 29
+#: passed through again on every read); 28 measured at 8c927c1, 26 since read_events handles the
+#: socket's errors itself (the guard coroutine around it was resumed on every read).
+MAX_CONNECTION_CALLS_PER_ROUND_TRIP: Final = 27
 #: The same with the built-in calls they make: 62 while the request mux made each token with
 #: ``format(next(...))``, counted the requests in flight with ``len`` and read its alarm's
 #: deadline through the scope's property, and a reply slot's wait was a coroutine of its own;
-#: 56 since; 52 since the reader task runs read_events itself.
-MAX_CONNECTION_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 54
+#: 56 since; 52 since the reader task runs read_events itself; 53 measured at 8c927c1, 51 since
+#: read_events handles the socket's errors itself.
+MAX_CONNECTION_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 52
 #: The Trio shell around the core: connection (its calls, its lifecycle), request mux, outbox,
 #: reply slots, reader.
 CONNECTION_MODULES: Final = (
