@@ -188,12 +188,15 @@ def _needs_walk(text: str) -> bool:
 def check_json(value: Any, *, where: str = "value") -> None:
     """Raise :class:`JsonPolicyError` unless ``value`` (as Python holds it: dict, list or tuple,
     str, int, float, bool, None; object keys strings) is JSON by the policy."""
-    _check_scalar(value, where, None)
     # Containers only: each with its depth and its path as (parent path, key) links, turned
-    # into text only when something is wrong.
-    stack: list[tuple[Any, int, Any]] = []
-    if isinstance(value, dict | list | tuple):
-        stack.append((value, 1, None))
+    # into text only when something is wrong. The exact built-in kinds are told apart by
+    # ``type(...) is``, without a call; ``isinstance`` only for anything else (a subclass).
+    kind = type(value)
+    if kind is not dict and kind is not list:
+        _check_scalar(value, where, None)
+        if not isinstance(value, dict | list | tuple):
+            return
+    stack: list[tuple[Any, int, Any]] = [(value, 1, None)]
     while stack:
         item, depth, path = stack.pop()
         if depth > MAX_JSON_DEPTH:
@@ -201,7 +204,8 @@ def check_json(value: Any, *, where: str = "value") -> None:
                 _where(where, path), f"nested deeper than {MAX_JSON_DEPTH} levels"
             )
         pairs: Any
-        if isinstance(item, dict):
+        kind = type(item)
+        if kind is dict or (kind is not list and isinstance(item, dict)):
             for key in item:
                 if type(key) is not str:
                     raise JsonPolicyError(
@@ -227,6 +231,9 @@ def check_json(value: Any, *, where: str = "value") -> None:
                 continue
             elif kind is int:
                 if JSON_INT_MIN <= child <= JSON_INT_MAX:
+                    continue
+            elif kind is float:
+                if child - child == 0.0:  # finite (inf - inf and nan - nan are nan)
                     continue
             elif isinstance(child, dict | list | tuple):
                 # A subclass of a container (an OrderedDict, a named tuple) is walked too.
