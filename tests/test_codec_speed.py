@@ -438,3 +438,48 @@ def test_the_policys_encodings_cost_no_call_of_jsons_python_layer() -> None:
     }
     print(f"calls of json's Python layer per canonical spelling and policy encode: {calls}")
     assert sum(calls.values()) <= MAX_JSON_PYTHON_CALLS_PER_POLICY_ENCODE
+
+
+#: Calls (Python functions and built-ins) per task message decoded: 28 while an optional
+#: integer field called the strict hook after the None test, and the bytes and the object were
+#: tested with ``isinstance``; 24 since None or the exact JSON type is the answer as it is and
+#: the exact ``bytes`` and ``dict`` are told apart by ``type(x) is``.
+MAX_CALLS_PER_TASK_DECODED: Final = 24
+
+
+def test_decoding_a_task_message_costs_few_calls() -> None:
+    task = TaskMessage(
+        run_id="r1",
+        step_id="agent",
+        task="scripted-agent",
+        workflow="w",
+        dispatch=DispatchId(iteration=3, attempt=1, nonce="n1"),
+        input={"task": "deploy"},
+        journal_seq=12,
+        loop_state_max_bytes=1_048_576,
+        is_loop=True,
+    )
+    data = encode_task(task)
+    assert decode_task(data) == task  # warm
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        decoded = decode_task(data)
+    finally:
+        profiler.disable()
+    assert decoded == task
+    profiler.create_stats()
+    stats: dict[tuple[str, int, str], Any] = profiler.stats  # type: ignore[attr-defined]
+    calls = sum(figures[1] for key, figures in stats.items() if "disable" not in key[2])
+    print(f"calls per task message decoded: {calls}")
+    assert calls <= MAX_CALLS_PER_TASK_DECODED
+    # The optional integers keep their strict rule for anything but None and an integer.
+    for field, wrong in (
+        ("journal_seq", True),
+        ("loop_state_max_bytes", "5"),
+        ("journal_seq", 1.0),
+    ):
+        raw = json.loads(data)
+        raw[field] = wrong
+        with pytest.raises(DecodeError, match=field):
+            decode_task(json.dumps(raw).encode())

@@ -140,10 +140,15 @@ def _optional_scalar(t: Any) -> Any:
 
 
 def _optional_scalar_structure(t: Any) -> Callable[[Any, Any], Any]:
-    strict = _SCALARS[_optional_scalar(t)]
+    inner = _optional_scalar(t)
+    strict = _SCALARS[inner]
 
-    def structure(value: Any, cls: Any) -> Any:
-        return None if value is None else strict(value, cls)
+    def structure(value: Any, cls: Any, _exact: Any = inner) -> Any:
+        # None, or the exact JSON type (what ``json`` decodes to), is the answer the strict
+        # hook would give (it returns such a value as it is): no call. The rest: the hook.
+        if value is None or type(value) is _exact:
+            return value
+        return strict(value, cls)
 
     return structure
 
@@ -284,7 +289,9 @@ def _plain(value: Any) -> Any:
 def from_json(data: bytes | str, cls: type[T] | Any, what: str | None = None) -> T:
     """Decode ``data`` as ``cls``; any problem becomes a readable :class:`DecodeError`."""
     try:
-        raw = loads_json(data) if isinstance(data, bytes) else json.loads(data)
+        raw = (
+            loads_json(data) if type(data) is bytes or isinstance(data, bytes) else json.loads(data)
+        )
     except (ValueError, UnicodeDecodeError) as exc:
         raise DecodeError(f"not valid JSON: {exc}") from None
     result: T = from_obj(raw, cls, what)
@@ -293,7 +300,7 @@ def from_json(data: bytes | str, cls: type[T] | Any, what: str | None = None) ->
 
 def from_obj(raw: Any, cls: type[T] | Any, what: str | None = None) -> T:
     """Structure an already-parsed JSON value as ``cls``; problems become :class:`DecodeError`."""
-    if not isinstance(raw, dict) and _is_object_shape(cls):
+    if type(raw) is not dict and not isinstance(raw, dict) and _is_object_shape(cls):
         got = type(raw).__name__
         raise DecodeError(f"not a valid {what or _name(cls)}: expected a JSON object, got {got}")
     try:
