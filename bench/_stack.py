@@ -8,6 +8,7 @@ own: the per-run figures are what the product spends, not what the benchmark spe
 from __future__ import annotations
 
 import inspect
+import json
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -21,7 +22,7 @@ from dagnats_trio.api.service import Service
 from dagnats_trio.engine import Engine, decode_snapshot
 from dagnats_trio.engine.snapshot import RunSnapshot
 from dagnats_trio.protocol import RunHeader, from_json
-from dagnats_trio.protocol.layout import RUNS_BUCKET
+from dagnats_trio.protocol.layout import HISTORY_STREAM, RUNS_BUCKET
 from dagnats_trio.server import open_nats_server
 from dagnats_trio.transport import (
     StreamSpec,
@@ -116,6 +117,22 @@ class Stack:
         self.service = Service(client_tp)
         self._done: dict[str, trio.Event] = {}
         self.finished: dict[str, RunSnapshot] = {}
+        #: Set by :func:`open_stack` once its engine runs.
+        self.engine: Engine | None = None
+
+    async def wait_settled(self) -> None:
+        """Return once the engine has applied every history event stored so far. A finished
+        run's last event is counted only after its run-end removals (``engine._run_end``: the
+        active marker's and the tasks' purges, off the client's path) are done, so a count of
+        stream writes that starts after this sees no trailing purge of an earlier run."""
+        assert self.engine is not None, "wait_settled needs the stack's engine running"
+        engine = self.engine
+        info = json.loads(
+            await self.client_tp.request(f"$JS.API.STREAM.INFO.{HISTORY_STREAM}", b"")
+        )
+        stored = int(info["state"]["messages"])
+        with trio.fail_after(RUN_TIMEOUT_S):
+            await engine.wait_stats(lambda s: s.applied + s.dropped >= stored)
 
     async def publish_floor_us(self) -> float:
         """The floor every ratio is taken against: the median of sequential raw JetStream
@@ -210,6 +227,7 @@ async def open_stack(
             ack_wait_s=BENCH_ACK_WAIT_S,
         )
         await nursery.start(engine.run)
+        stack.engine = engine
         await nursery.start(worker.run)
         await nursery.start(stack._watch)
         yield stack

@@ -121,6 +121,7 @@ async def burst_writes(runs: int = agent.BURST_RUNS) -> tuple[float, list[Stream
     async with open_stack(sync_always=True, handlers=handlers, workflows=workflows) as stack:
         for _ in range(agent.WARMUP_RUNS):
             await stack.run(agent.HEADLINE.workflow, {"task": "deploy"})
+        await stack.wait_settled()  # no warm-up run's purge inside the window
         t = stack.client_tp
         before = [await _stream_state(t, s) for s in RUN_STREAMS]
         rate = await agent._burst(stack, agent.HEADLINE.workflow, runs)
