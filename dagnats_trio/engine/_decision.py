@@ -43,6 +43,8 @@ class _Working:
         self.now = ctx.now_ms
         self.effects: list[Effect] = []
         self.dropped: str | None = None
+        #: Set by :meth:`arm`: the snapshot records that the run stored a timer (``_run_end``).
+        self.armed = False
 
     # --- bookkeeping -----------------------------------------------------------------------
 
@@ -53,6 +55,8 @@ class _Working:
         if self.dropped is not None:
             return Outcome(self.orig, dropped=self.dropped)
         changes: dict[str, Any] = {"steps": self.steps, "updated_at_ms": self.now}
+        if self.armed:
+            changes["timers_armed"] = True
         if self.ctx.seq is not None:
             entry = OutboxEntry(self.ctx.seq, tuple(self.effects))
             changes["outbox"] = (*self.snap.outbox, entry)[-OUTBOX_KEEP_EVENTS:]
@@ -72,6 +76,7 @@ class _Working:
 
     def arm(self, step_id: str, kind: str, dispatch: DispatchId, due_ms: int) -> None:
         run = self.snap.run_id
+        self.armed = True
         self.effects.append(
             ArmTimer(
                 timer_id(run, step_id, kind, dispatch),

@@ -1,19 +1,24 @@
-"""What a run's end removes: its active marker and its tasks, once its finished snapshot is saved.
+"""What a run's end removes: its active marker, its tasks and its timers, once its finished
+snapshot is saved.
 
 - The active marker (``engine._run_index``): ``?status=running`` stops reading the run.
-- Its tasks: the task stream is a limits stream (``transport.provision``), so an ack removes
-  nothing (a work queue's ack writes a tombstone the file store fsyncs, one per task); the run's
-  tasks, acked or not, stay until here and go in ONE purge of ``task.*.{run}``: one fsync for
-  all of them. None is needed again: the run is finished (a finished snapshot is never changed
-  back), so the engine drops every event a task of it could still lead to. A task published by
-  a stalled engine after this purge stays until the run's own purge; it is harmless in the same
-  way. On a store whose task stream is still a work queue the purge finds nothing and writes
-  nothing.
+- Its tasks and its timers: the task and timer streams are limits streams
+  (``transport.provision``), so an ack removes nothing (a work queue's ack writes a tombstone the
+  file store fsyncs, one per task or fired timer); the run's messages, acked or not, stay until
+  here and go in ONE purge per stream (``task.*.{run}``, ``sleep.{run}.*``): one fsync for all
+  of them. None is needed again: the run is finished (a finished snapshot is never changed
+  back), so the engine drops every event a task or a timer of it could still lead to; a timer
+  still pending (a wait, a step timeout) is removed before it comes due instead of firing into
+  a finished run. A message published by a stalled engine after this purge stays until the
+  run's own purge; it is harmless in the same way. A purge that finds nothing (a store whose
+  stream is still a work queue) writes nothing. The timers' purge is sent only for a run whose
+  snapshot says it armed one (``RunSnapshot.timers_armed``): most runs arm none, and a request
+  that removes nothing would still cost its round trip.
 
-The two are sent at once, after the save, so a client (which sees the run end when the snapshot
-is saved) waits for neither. A failure leaves a stale marker (the next listing that meets it
-checks the snapshot and removes it) or the tasks (they go with the run's purge): never wrong, so
-it is logged, not raised.
+They are sent at once, after the save, so a client (which sees the run end when the snapshot
+is saved) waits for none. A failure leaves a stale marker (the next listing that meets it
+checks the snapshot and removes it) or the messages (they go with the run's purge): never
+wrong, so it is logged, not raised.
 """
 
 from __future__ import annotations
@@ -29,21 +34,28 @@ from ._run_index import drop_active
 
 log = logging.getLogger("dagnats_trio.engine.run_end")
 
+_Removal = tuple[str, Callable[[Transport, str], Awaitable[None]]]
+
 
 async def drop_tasks(transport: Transport, run_id: str) -> None:
     """Remove every task message of the run (any task type), acked or not."""
     await transport.purge_subject(layout.TASK_STREAM, layout.run_tasks_filter(run_id))
 
 
-#: What a run's end removes, each by a call of (transport, run id), named for the log.
-_REMOVALS: tuple[tuple[str, Callable[[Transport, str], Awaitable[None]]], ...] = (
-    ("active marker", drop_active),
-    ("tasks", drop_tasks),
-)
+async def drop_timers(transport: Transport, run_id: str) -> None:
+    """Remove every timer of the run (any step, any kind), fired or pending."""
+    await transport.purge_subject(layout.TIMER_STREAM, layout.run_timers_filter(run_id))
 
 
-async def end_run(transport: Transport, run_id: str) -> None:
-    """Remove the finished run's active marker and tasks, at once; failures are logged."""
+#: What every run's end removes, each by a call of (transport, run id), named for the log.
+_REMOVALS: tuple[_Removal, ...] = (("active marker", drop_active), ("tasks", drop_tasks))
+#: The same for a run that armed a timer.
+_REMOVALS_WITH_TIMERS: tuple[_Removal, ...] = (*_REMOVALS, ("timers", drop_timers))
+
+
+async def end_run(transport: Transport, run_id: str, *, timers_armed: bool) -> None:
+    """Remove the finished run's active marker and tasks, and its timers if it armed any, at
+    once; failures are logged."""
 
     async def remove(what: str, drop: Callable[[Transport, str], Awaitable[None]]) -> None:
         try:
@@ -51,7 +63,8 @@ async def end_run(transport: Transport, run_id: str) -> None:
         except TransportError as exc:
             log.warning("run %s: %s not removed (%s)", run_id, what, exc)
 
+    removals = _REMOVALS_WITH_TIMERS if timers_armed else _REMOVALS
     await run_all(
-        [functools.partial(remove, what, drop) for what, drop in _REMOVALS],
-        in_flight_max=len(_REMOVALS),
+        [functools.partial(remove, what, drop) for what, drop in removals],
+        in_flight_max=len(removals),
     )

@@ -152,12 +152,13 @@ class EngineState:
         data = encode_snapshot(new)
         update = self.transport.kv_update(layout.RUNS_BUCKET, layout.run_key(new.run_id), data, rev)
         if new.status.finished and not old.status.finished:
-            return self._save_and_end(update, new.run_id)
+            return self._save_and_end(update, new)
         return update
 
-    async def _save_and_end(self, update: Coroutine[Any, Any, int], run_id: str) -> int:
+    async def _save_and_end(self, update: Coroutine[Any, Any, int], new: RunSnapshot) -> int:
         saved = await update
-        await end_run(self.transport, run_id)  # after the save (see _run_end)
+        # After the save (see _run_end).
+        await end_run(self.transport, new.run_id, timers_armed=new.timers_armed)
         return saved
 
     def _remember(self, snap: RunSnapshot, rev: int) -> None:

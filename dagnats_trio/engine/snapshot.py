@@ -94,7 +94,9 @@ class OutboxEntry:
 @attrs.frozen
 class RunSnapshot:
     """A run. ``started`` turns true when the engine applied ``workflow.started`` (the service
-    writes the snapshot first, so a run is readable the moment ``start_run`` returns)."""
+    writes the snapshot first, so a run is readable the moment ``start_run`` returns).
+    ``timers_armed`` turns true with the first timer the run arms and stays true: the run's end
+    then purges its timers (``engine._run_end``), a run that never armed one skips that request."""
 
     run_id: str
     status: RunStatus
@@ -110,6 +112,7 @@ class RunSnapshot:
     created_at_ms: int = 0
     updated_at_ms: int = 0
     finished_at_ms: int | None = None
+    timers_armed: bool = False
     steps: dict[str, StepState] = attrs.field(factory=dict)
     last_seq: int = 0
     outbox: tuple[OutboxEntry, ...] = ()

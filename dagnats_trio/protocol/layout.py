@@ -14,6 +14,10 @@ HISTORY_STREAM = "WORKFLOW_HISTORY"
 #: run ends (``engine._run_end``) or with the run (a purge). Stores made before keep theirs a
 #: work queue (``transport.provision``).
 TASK_STREAM = "TASK_QUEUES"
+#: Durable timers, read by the engines' one durable pull consumer (``TIMER_DURABLE``). A limits
+#: stream (not a work queue), as the task stream: a fired timer's ack removes nothing; a run's
+#: timers go when the run ends (``engine._run_end``) or with the run (a purge). Stores made
+#: before keep theirs a work queue (``transport.provision``).
 TIMER_STREAM = "SLEEP_TIMERS"
 JOURNAL_STREAM = "AGENT_JOURNAL"
 #: One message per run, written when it is created: the stream sequence is the start order.
@@ -66,6 +70,11 @@ def worker_durable(task_type: str) -> str:
 
 def timer_subject(run_id: str, step_id: str) -> str:
     return f"sleep.{run_id}.{step_id}"
+
+
+def run_timers_filter(run_id: str) -> str:
+    """Every timer subject of one run, whatever its step (what a run's end purges)."""
+    return f"sleep.{run_id}.*"
 
 
 def journal_subject(run_id: str, step_id: str) -> str:
@@ -143,6 +152,7 @@ __all__ = [
     "run_index_subject",
     "run_key",
     "run_tasks_filter",
+    "run_timers_filter",
     "signal_key",
     "task_filter",
     "task_subject",

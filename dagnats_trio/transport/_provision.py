@@ -13,6 +13,13 @@ and remembers its acks (its ack floor) across restarts, so nothing else changes 
 run's tasks are removed together when the run ends (one purge, one fsync: ``engine._run_end``)
 or with the run. A store provisioned before keeps its task stream a work queue, which works as
 before (docs/upgrading.md says how to move it).
+
+The timer stream is a limits stream too, for the same reason (a fired timer's ack was a
+tombstone): the engines' durable timer consumer naks a timer until it is due, acks it once its
+``timer.fired`` is stored, and its ack floor keeps a fired timer from being delivered again; a
+run's timers go in one purge when the run ends, a pending one included (docs/jetstream.md, "The
+timer stream"). A store provisioned before keeps its timer stream a work queue and runs as
+before.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ STREAMS: tuple[StreamSpec, ...] = (
         allow_atomic=True,
     ),
     StreamSpec(TASK_STREAM, ("task.*.*",)),
-    StreamSpec(TIMER_STREAM, ("sleep.*.*",), work_queue=True),
+    StreamSpec(TIMER_STREAM, ("sleep.*.*",)),
     StreamSpec(JOURNAL_STREAM, ("journal.*.*",), max_age_s=JOURNAL_MAX_AGE_S, allow_atomic=True),
     StreamSpec(RUN_INDEX_STREAM, (RUN_INDEX_FILTER,)),
     StreamSpec(RUN_ACTIVE_STREAM, (RUN_ACTIVE_FILTER,)),

@@ -278,11 +278,12 @@ async def test_a_running_run_is_refused_and_left_in_place_then_purged_once_cance
     cancelled = await wait_run(api, run_id, lambda s: s.status is RunStatus.CANCELLED)
     await wait_inputs_closed(api, run_id, "wait")
     # The engine handles a run's events in order, so the dispatch's task message and timeout
-    # timer were stored before the cancel was applied; the run's end removed its tasks (the
-    # task stream keeps them until then) and left the timer behind.
+    # timer were stored before the cancel was applied; the run's end removed its tasks and its
+    # pending timer (the task and timer streams keep them until then).
     left = await traces(api, cancelled, [task])
     assert layout.task_subject(task, run_id) not in left
-    assert layout.timer_subject(run_id, "wait") in left
+    assert layout.timer_subject(run_id, "wait") not in left
+    assert cancelled.timers_armed
     assert (await api.inputs.get(run_id, "wait", "early")).status is SubmissionStatus.UNANSWERED
 
     assert await api.service.purge_run(run_id) == (run_id,)

@@ -460,6 +460,37 @@ def test_delay_wait_parks_without_task_and_skips_loop_delay() -> None:
     assert t1.dispatch.iteration == 1 and h.s.steps["l"].wait is None
 
 
+def test_a_wait_timer_fired_again_is_dropped_even_while_the_step_waits_again() -> None:
+    """A fired timer whose ack was lost (or whose consumer was created again) fires again,
+    maybe past the history's duplicate window: the dispatch it names is no longer current."""
+    h = Harness(WAIT_LOOP)
+    (t0,) = tasks(h.start())
+    h.send(StepContinue(RUN, "l", t0.dispatch, wait=Wait(delay_ms=300)))
+    (w0,) = timers(h.effects, TIMER_WAIT)
+    (t1,) = tasks(fire(h, w0))
+    h.send(StepContinue(RUN, "l", t1.dispatch, wait=Wait(delay_ms=300)))
+    (w1,) = timers(h.effects, TIMER_WAIT)
+    parked = h.snap
+    assert fire(h, w0) == () and h.snap is parked
+    (t2,) = tasks(fire(h, w1))
+    assert t2.dispatch.iteration == 2
+    assert fire(h, w1) == () and tasks(fire(h, w0)) == []
+
+
+def test_the_snapshot_records_once_the_run_armed_a_timer() -> None:
+    """What the run's end reads to purge the run's timers (``engine._run_end``)."""
+    h = Harness(LINEAR)
+    tasks(h.start())
+    h.send(StepCompleted(RUN, "a", h.d("a"), output=1))
+    h.send(StepCompleted(RUN, "b", h.d("b"), output=2))
+    assert h.s.status is RunStatus.COMPLETED and not h.s.timers_armed
+    h = Harness(WAIT_LOOP)
+    (t0,) = tasks(h.start())
+    assert h.s.timers_armed  # the step's timeout
+    h.send(StepCompleted(RUN, "l", t0.dispatch, output=1))
+    assert h.s.status is RunStatus.COMPLETED and h.s.timers_armed
+
+
 def test_until_and_delay_first_wins() -> None:
     h = Harness(WAIT_LOOP)
     (t0,) = tasks(h.start())

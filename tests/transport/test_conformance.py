@@ -14,10 +14,13 @@ from dagnats_trio.protocol.layout import (
     HISTORY_STREAM,
     JOURNAL_STREAM,
     TASK_STREAM,
+    TIMER_STREAM,
     history_subject,
     journal_subject,
     run_tasks_filter,
+    run_timers_filter,
     task_subject,
+    timer_subject,
 )
 from dagnats_trio.transport import (
     BatchMsg,
@@ -462,6 +465,39 @@ async def test_the_task_stream_keeps_an_acked_task_until_its_runs_tasks_are_purg
         assert (await transport.get_msg(TASK_STREAM, kept)).data == b"other run"
         delivery = await fetch_one(transport, TASK_STREAM, durable)
         assert delivery.stream_seq == kept
+        await delivery.ack()
+
+
+async def test_the_timer_stream_keeps_a_fired_timer_until_its_runs_timers_are_purged(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    """An ack removes nothing from the timer stream (no tombstone to fsync) and the timer is not
+    delivered again; one purge of ``sleep.{run}.*`` removes the run's timers, fired or pending
+    (nakked until due), and the consumer goes on without redelivering the purged one."""
+    run, other = f"{uid}r1", f"{uid}r2"
+    durable = f"timers-{uid}"
+    await transport.ensure_consumer(
+        ConsumerConfig(TIMER_STREAM, durable, timer_subject(run, "*"), ACK_WAIT_S)
+    )
+    with trio.fail_after(TEST_BOUND_S):
+        fired = await ack_one(transport, TIMER_STREAM, durable, timer_subject(run, "a"))
+        assert (await transport.get_msg(TIMER_STREAM, fired)).data == b"task"
+        assert await transport.fetch(TIMER_STREAM, durable, 1, SHORT_WAIT_S) == []
+        pending = await transport.publish(timer_subject(run, "b"), b"not due")
+        not_due = await fetch_one(transport, TIMER_STREAM, durable)
+        assert not_due.stream_seq == pending
+        await not_due.nak(NAK_DELAY_S)
+        kept = await transport.publish(timer_subject(other, "a"), b"other run")
+        await transport.purge_subject(TIMER_STREAM, run_timers_filter(run))
+        for seq in (fired, pending):
+            with pytest.raises(NotFound):
+                await transport.get_msg(TIMER_STREAM, seq)
+        assert (await transport.get_msg(TIMER_STREAM, kept)).data == b"other run"
+        # Past the nak's delay the purged timer does not come back; a later one does.
+        assert await transport.fetch(TIMER_STREAM, durable, 1, NAK_DELAY_S + SHORT_WAIT_S) == []
+        later = await transport.publish(timer_subject(run, "c"), b"later")
+        delivery = await fetch_one(transport, TIMER_STREAM, durable)
+        assert delivery.stream_seq == later
         await delivery.ack()
 
 
