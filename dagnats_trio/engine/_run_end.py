@@ -10,10 +10,11 @@ snapshot is saved.
   back), so the engine drops every event a task or a timer of it could still lead to; a timer
   still pending (a wait, a step timeout) is removed before it comes due instead of firing into
   a finished run. A message published by a stalled engine after this purge stays until the
-  run's own purge; it is harmless in the same way. A purge that finds nothing (a store whose
-  stream is still a work queue) writes nothing. The timers' purge is sent only for a run whose
-  snapshot says it armed one (``RunSnapshot.timers_armed``): most runs arm none, and a request
-  that removes nothing would still cost its round trip.
+  run's own purge; it is harmless in the same way. On a store whose stream is still a work
+  queue the purge finds only what no ack removed (a task still queued, a pending timer), and a
+  purge that finds nothing writes nothing. The timers' purge is sent only for a run whose
+  snapshot says it armed one (``RunSnapshot.timers_armed``): for a run that armed none (the
+  bench's scripted agent) it would remove nothing and still cost a round trip.
 
 They are sent at once, after the save, so a client (which sees the run end when the snapshot
 is saved) waits for none. A failure leaves a stale marker (the next listing that meets it
