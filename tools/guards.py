@@ -258,7 +258,10 @@ GUARDS: tuple[Guard, ...] = (
                 "if ev.dispatch is None:",
             )
         ],
-        [f"{ADV}::test_timeout_fails_attempt_as_retriable_and_drops_its_late_events"],
+        [
+            f"{ADV}::test_timeout_fails_attempt_as_retriable_and_drops_its_late_events",
+            f"{ADV}::test_a_wait_timer_fired_again_is_dropped_even_while_the_step_waits_again",
+        ],
     ),
     _g(
         "Restart limit",
