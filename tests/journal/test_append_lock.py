@@ -4,9 +4,14 @@ caller takes nothing."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dagnats_trio.journal._append_lock import AppendLock
 
@@ -100,3 +105,96 @@ async def test_a_waiter_cancelled_just_before_a_release_leaves_the_lock_free() -
         await lock.acquire()  # free: taken at once, not parked forever
     lock.release()
     assert not lock.held
+
+
+# --- the same observable behaviour as trio.Lock, over interleavings and cancellations --------
+
+#: Tasks per generated schedule, at most (each arrives at its own whole second).
+MODEL_TASKS_MAX = 5
+#: Examples of the model comparison (each two short runs on the autojump clock).
+MODEL_EXAMPLES = 200
+#: Deadline (seconds, autojump clock) of one run: a lock left held parks a task for good and the
+#: run ends by this deadline instead of hanging.
+MODEL_RUN_DEADLINE_S = 1000.0
+
+
+class _Boom(BaseException):
+    """Raised inside the critical section (as a KeyboardInterrupt would be)."""
+
+
+_task_plans = st.tuples(
+    st.integers(0, 30),  # hold time (s); 0: no checkpoint while holding
+    st.none() | st.integers(0, 60),  # the task's scope cancelled at this time + 0.5 s
+    st.sampled_from(["none", "cancel_before_release", "cancel_after_release", "boom"]),
+    st.integers(0, MODEL_TASKS_MAX - 1),  # whose scope the release action cancels
+)
+
+
+def _run_schedule(make_lock: Any, plans: list[tuple[int, int | None, str, int]]) -> list[Any]:
+    """What a schedule shows: each task's acquire, release and end, with times."""
+    trace: list[Any] = []
+
+    async def main() -> None:
+        lock = make_lock()
+        scopes = [trio.CancelScope() for _ in plans]
+
+        async def task(i: int, hold: int, action: str, other: int) -> None:
+            await trio.sleep_until(float(i))
+            try:
+                with scopes[i]:
+                    await lock.acquire()
+                    trace.append((trio.current_time(), "acquired", i))
+                    try:
+                        if hold:
+                            await trio.sleep(hold)
+                        if action == "boom":
+                            raise _Boom
+                    finally:
+                        target = scopes[other % len(plans)]
+                        if action == "cancel_before_release":
+                            target.cancel()
+                        lock.release()
+                        if action == "cancel_after_release":
+                            target.cancel()
+                        trace.append((trio.current_time(), "released", i))
+            except _Boom:
+                trace.append((trio.current_time(), "boom", i))
+            trace.append((trio.current_time(), "ended", i, scopes[i].cancelled_caught))
+
+        async def canceller(i: int, at: int) -> None:
+            await trio.sleep_until(at + 0.5)
+            scopes[i].cancel()
+
+        with trio.fail_after(MODEL_RUN_DEADLINE_S):
+            async with trio.open_nursery() as nursery:
+                for i, (hold, cancel_at, action, other) in enumerate(plans):
+                    nursery.start_soon(task, i, hold, action, other)
+                    if cancel_at is not None:
+                        nursery.start_soon(canceller, i, cancel_at)
+        held = lock.locked() if isinstance(lock, trio.Lock) else lock.held
+        trace.append((trio.current_time(), "free", not held))
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    return sorted(trace, key=repr)
+
+
+@settings(max_examples=MODEL_EXAMPLES, deadline=None)
+@given(st.lists(_task_plans, min_size=1, max_size=MODEL_TASKS_MAX))
+def test_the_append_lock_behaves_as_trio_lock(
+    plans: list[tuple[int, int | None, str, int]],
+) -> None:
+    """Same acquires, releases, cancellations and ends, at the same times, as ``trio.Lock``,
+    whatever the arrivals, holds, cancellations (while parked, while holding, just before or
+    just after the release that hands the lock over) and exceptions inside the critical
+    section; the lock is free at the end and mutual exclusion holds."""
+    expected = _run_schedule(trio.Lock, plans)
+    got = _run_schedule(AppendLock, plans)
+    assert got == expected
+    assert [t[2] for t in got if t[1] == "free"] == [True]
+    spans: dict[int, list[float]] = {}
+    for t in got:
+        if t[1] in ("acquired", "released"):
+            spans.setdefault(t[2], []).append(t[0])
+    assert all(len(span) == 2 for span in spans.values())  # each acquire released once
+    for (_, end), (start, _) in pairwise(sorted(spans.values())):
+        assert end <= start  # one holder at a time
