@@ -256,3 +256,31 @@ async def test_an_ack_rides_with_the_next_fetch_while_connections_are_busy(nats_
     assert left_for_pass_end > 0
     assert (alone, left) == (1, 0)
     assert pending == 0
+
+
+async def test_an_ack_left_for_the_pass_end_reaches_the_server_when_the_connection_closes(
+    nats_url: str,
+) -> None:
+    """An ack queued ``soon`` (connections busy: it waits for the end of its pass) by a task
+    that then closes its connection at once, before any pass ends: the close writes it, the
+    server counts it (nothing is delivered again)."""
+    run = uuid.uuid4().hex[:10]
+    stream, durable = f"NCC_{run}", f"d{run}"
+    async with open_trio_nats_transport(nats_url) as admin:
+        await admin.ensure_stream(StreamSpec(stream, (f"ncc.{run}.>",), work_queue=True))
+        await admin.ensure_consumer(ConsumerConfig(stream, durable, f"ncc.{run}.>", ack_wait_s=60))
+        with trio.fail_after(WAIT_S):
+            await admin.publish(f"ncc.{run}.a", b"job")
+            async with open_trio_nats_transport(nats_url) as t:
+                async with trio.open_nursery() as nursery:
+                    for i in range(BUSY_REQUESTS):
+                        nursery.start_soon(t.publish, f"ncc.{run}.busy", b"%d" % i)
+                (delivery,) = await t.fetch(stream, durable, 1, timeout_s=5.0)
+                delivery.ack_nowait()
+                left_for_pass_end = t.connection.stats().pending_bytes
+            pending = await _acked(admin, stream, durable, floor=1)
+            await admin.request(f"$JS.API.STREAM.DELETE.{stream}", b"")
+    print(f"ack left for the pass end: {left_for_pass_end} bytes; after close, pending {pending}")
+    assert delivery.data == b"job"
+    assert left_for_pass_end > 0
+    assert pending == 0
