@@ -109,7 +109,7 @@ async def test_a_waiter_cancelled_just_before_a_release_leaves_the_lock_free() -
 
 # --- the same observable behaviour as trio.Lock, over interleavings and cancellations --------
 
-#: Tasks per generated schedule, at most (each arrives at its own whole second).
+#: Tasks per generated schedule, at most (each arrives in its own second: _arrival_time).
 MODEL_TASKS_MAX = 5
 #: Examples of the model comparison (each two short runs on the autojump clock).
 MODEL_EXAMPLES = 200
@@ -124,10 +124,26 @@ class _Boom(BaseException):
 
 _task_plans = st.tuples(
     st.integers(0, 30),  # hold time (s); 0: no checkpoint while holding
-    st.none() | st.integers(0, 60),  # the task's scope cancelled at this time + 0.5 s
+    st.none() | st.integers(0, 60),  # the task's scope cancelled then (see _cancel_time)
     st.sampled_from(["none", "cancel_before_release", "cancel_after_release", "boom"]),
     st.integers(0, MODEL_TASKS_MAX - 1),  # whose scope the release action cancels
 )
+
+
+def _arrival_time(i: int) -> float:
+    """When task ``i`` asks for the lock: in the order of the tasks, at a fraction of a second
+    of its own (see :func:`_cancel_time`)."""
+    return i + (i + 1) / 16
+
+
+def _cancel_time(i: int, at: int) -> float:
+    """When task ``i``'s scope is cancelled: ``at`` plus a fraction of its own, an exact binary
+    one that no arrival nor other cancellation has. Holds are whole seconds, so every event
+    falls on a whole second plus the fraction of the arrival or cancellation it follows from:
+    two things happen at once only when one leads to the other. A tie of independent ones would
+    leave their order to the scheduler, which runs the two locks' tasks in different passes
+    (``trio.Lock`` yields on a free acquire), so the runs could differ by the scheduler alone."""
+    return at + (i + 9) / 16
 
 
 def _run_schedule(make_lock: Any, plans: list[tuple[int, int | None, str, int]]) -> list[Any]:
@@ -139,7 +155,7 @@ def _run_schedule(make_lock: Any, plans: list[tuple[int, int | None, str, int]])
         scopes = [trio.CancelScope() for _ in plans]
 
         async def task(i: int, hold: int, action: str, other: int) -> None:
-            await trio.sleep_until(float(i))
+            await trio.sleep_until(_arrival_time(i))
             try:
                 with scopes[i]:
                     await lock.acquire()
@@ -162,7 +178,7 @@ def _run_schedule(make_lock: Any, plans: list[tuple[int, int | None, str, int]])
             trace.append((trio.current_time(), "ended", i, scopes[i].cancelled_caught))
 
         async def canceller(i: int, at: int) -> None:
-            await trio.sleep_until(at + 0.5)
+            await trio.sleep_until(_cancel_time(i, at))
             scopes[i].cancel()
 
         with trio.fail_after(MODEL_RUN_DEADLINE_S):
