@@ -235,10 +235,10 @@ def test_decoding_a_task_message_costs_its_hooks_no_builtin_calls() -> None:
             decode_task(json.dumps(raw).encode())
 
 
-# --- json's C encoder and scanner called directly (issue 12 goal 3) ---------------------------
+# --- dumps_json and loads_json answer as json does (issue 12 goal 3) --------------------------
 
-#: ``dumps_json`` before it called the C encoder itself: ``JSONEncoder.encode`` with the same
-#: options, which the fast path must agree with, answer for answer and error for error.
+#: ``JSONEncoder.encode`` with the options of ``dumps_json``, which ``dumps_json`` must agree with,
+#: answer for answer and error for error.
 _JSON_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
@@ -321,13 +321,14 @@ def test_loads_json_reads_what_json_loads_reads(
 
 
 #: Calls of json's Python layer (``JSONEncoder.encode`` and ``iterencode``, ``JSONDecoder.decode``
-#: and ``raw_decode``) per journal record encoded and decoded: 4 while the codec went through
-#: them (an encode built a new C encoder each time, behind two Python calls); none since it calls
-#: the C encoder, built once, and the C scanner itself.
-MAX_JSON_PYTHON_CALLS_PER_RECORD: Final = 0
+#: and ``raw_decode``) per journal record encoded and decoded: 4 while a decode went through
+#: ``decode``; 3 since the documented ``raw_decode`` reads a text with nothing after its value.
+#: (Calling json's C encoder and scanner directly would make it 0, but they are not json's
+#: documented API.)
+MAX_JSON_PYTHON_CALLS_PER_RECORD: Final = 3
 
 
-def test_a_record_encoded_and_decoded_costs_no_call_of_jsons_python_layer() -> None:
+def test_a_record_encoded_and_decoded_costs_few_calls_of_jsons_python_layer() -> None:
     record = CommitRecord(
         2, 1, "claim-1", "n1", CommitAction.CONTINUE, state=[{"role": "user", "content": "hi"}]
     )
@@ -378,7 +379,7 @@ def test_a_value_is_decoded_once_per_bytes_and_the_keys_are_bounded() -> None:
         DecodedByBytes(DispatchId, "dispatch", max_entries=0)
 
 
-# --- the policy's encodings through json's C encoder (issue 12 goal 3) ------------------------
+# --- the policy's encodings on encoders built once (issue 12 goal 3) ---------------------------
 
 
 def _policy_outcome(fn: Any, value: Any) -> tuple[Any, ...]:
@@ -389,7 +390,7 @@ def _policy_outcome(fn: Any, value: Any) -> tuple[Any, ...]:
 
 
 def _canonical_before(value: Any) -> str:
-    """``journal.canonical_json`` before it called the C encoder itself."""
+    """``journal.canonical_json`` before it used an encoder built once."""
     check_json(value)
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
@@ -411,12 +412,12 @@ def test_the_policys_encodings_are_the_json_encoders(value: Any) -> None:
 
 #: Calls of json's Python layer (``dumps``, ``JSONEncoder.__init__``, ``encode``,
 #: ``iterencode``) per tool input spelled canonically and per value encoded by the policy: 6
-#: while ``canonical_json`` called ``json.dumps`` with options (a new encoder per call) and
-#: ``encode_json`` went through ``JSONEncoder.encode``; none since both call the C encoder.
-MAX_JSON_PYTHON_CALLS_PER_POLICY_ENCODE: Final = 0
+#: while ``canonical_json`` called ``json.dumps`` with options (a new encoder per call); 4 since
+#: both call ``encode`` on an encoder built once (two calls each).
+MAX_JSON_PYTHON_CALLS_PER_POLICY_ENCODE: Final = 4
 
 
-def test_the_policys_encodings_cost_no_call_of_jsons_python_layer() -> None:
+def test_the_policys_encodings_cost_few_calls_of_jsons_python_layer() -> None:
     value = {"to": "ops", "text": "deploying", "n": [1, 2.5, None, True]}
     expected = '{"n":[1,2.5,null,true],"text":"deploying","to":"ops"}'
     assert canonical_json_text(value) == expected
@@ -443,8 +444,10 @@ def test_the_policys_encodings_cost_no_call_of_jsons_python_layer() -> None:
 #: Calls (Python functions and built-ins) per task message decoded: 28 while an optional
 #: integer field called the strict hook after the None test, and the bytes and the object were
 #: tested with ``isinstance``; 24 since None or the exact JSON type is the answer as it is and
-#: the exact ``bytes`` and ``dict`` are told apart by ``type(x) is``.
-MAX_CALLS_PER_TASK_DECODED: Final = 24
+#: the exact ``bytes`` and ``dict`` are told apart by ``type(x) is`` and json's C scanner was
+#: called directly; 25 with json's documented ``raw_decode`` in its place (the scanner is not
+#: json's public API).
+MAX_CALLS_PER_TASK_DECODED: Final = 25
 
 
 def test_decoding_a_task_message_costs_few_calls() -> None:

@@ -16,8 +16,6 @@ from cattrs.fns import identity
 from cattrs.gen import make_dict_structure_fn
 from cattrs.strategies import configure_tagged_union
 
-from .json_policy import c_encode_of
-
 T = TypeVar("T")
 
 #: A JSON value as Python holds it (dict, list, str, int, float, bool, None).
@@ -180,17 +178,8 @@ converter = _make_converter()
 #: (with ``allow_nan=False`` its every event failed and it was stuck; docs/upgrading.md).
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
-#: ``_ENCODER``'s C function, built once (see :func:`.json_policy.c_encode_of`): anything it
-#: refuses is encoded again by ``_ENCODER``, whose answer or error stands.
-_C_ENCODE: Final[Callable[[Any, int], Any] | None] = c_encode_of(_ENCODER)
-
-
 #: ``json.loads``' own decoder (the module's default one), called without its wrapper.
 _DECODER = json.JSONDecoder()
-#: Its scanner (C where the interpreter has it), called without ``decode`` and ``raw_decode``.
-_SCAN_ONCE: Final[Callable[[str, int], tuple[Any, int]]] = _DECODER.scan_once  # type: ignore[attr-defined]
-#: What ``decode`` skips after the value (``json.decoder.WHITESPACE.match``).
-_SKIP_WHITESPACE: Final[Callable[[str, int], Any]] = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
 
 
 def loads_json(data: bytes) -> Any:
@@ -199,17 +188,13 @@ def loads_json(data: bytes) -> Any:
     JetStream answer and record. Bytes that may be in another encoding go to ``json.loads``."""
     # ``{`` then a non-zero byte is UTF-8 by json's own sniffing (a BOM or UTF-16/32 differ).
     if data[:1] == b"{" and data[1:2] not in (b"", b"\x00"):
-        # ``JSONDecoder.decode`` as written, its two Python calls saved: the text starts with
-        # ``{``, so no leading whitespace to skip; trailing whitespace only is allowed.
+        # The text starts with ``{``: no leading whitespace for ``decode`` to skip, so the
+        # documented ``raw_decode`` reads it (its errors are ``decode``'s); anything after the
+        # value goes to ``decode``, which allows whitespace only and raises "Extra data" else.
         text = data.decode("utf-8", "surrogatepass")
-        try:
-            value, end = _SCAN_ONCE(text, 0)
-        except StopIteration as err:
-            raise json.JSONDecodeError("Expecting value", text, err.value) from None
+        value, end = _DECODER.raw_decode(text)
         if end != len(text):
-            end = _SKIP_WHITESPACE(text, end).end()
-            if end != len(text):
-                raise json.JSONDecodeError("Extra data", text, end)
+            return _DECODER.decode(text)
         return value
     return json.loads(data)
 
@@ -261,11 +246,6 @@ def to_json(value: Any, cls: Any = None) -> bytes:
 def dumps_json(raw: Any) -> str:
     """The compact JSON text of an unstructured value (what :func:`to_json` encodes), for a
     caller that puts stored JSON texts together itself."""
-    if _C_ENCODE is not None:
-        try:
-            return "".join(_C_ENCODE(raw, 0))
-        except Exception:  # encoded again below: its answer or error stands
-            pass
     try:
         return _ENCODER.encode(raw)
     except TypeError:

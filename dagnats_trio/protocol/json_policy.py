@@ -59,44 +59,6 @@ _CANONICAL = json.JSONEncoder(
 )
 
 
-def c_encode_of(encoder: json.JSONEncoder) -> Any:
-    """The C function ``encoder.encode`` builds on every call (``JSONEncoder.iterencode``
-    makes a new one each time, behind two Python calls and two ``isinstance``), built once with
-    ``encoder``'s options, so an encode is one C call and a join. Without the circular-reference
-    markers (a dict shared between calls would keep the ids of a failed call): its callers
-    encode again with ``encoder`` whatever it refuses, a circular value included. None where
-    the interpreter has no C encoder."""
-    make = json.encoder.c_make_encoder  # type: ignore[attr-defined]
-    if make is None:
-        return None
-    return make(
-        None,
-        encoder.default,
-        json.encoder.encode_basestring,  # what ensure_ascii=False uses
-        None,
-        encoder.key_separator,
-        encoder.item_separator,
-        encoder.sort_keys,
-        encoder.skipkeys,
-        encoder.allow_nan,
-    )
-
-
-_C_ENCODE: Final = c_encode_of(_ENCODER)
-_C_CANONICAL: Final = c_encode_of(_CANONICAL)
-
-
-def _encoded(c_encode: Any, encoder: json.JSONEncoder, value: Any) -> str:
-    """``encoder.encode(value)`` through its C function built once; anything that refuses is
-    encoded again by ``encoder``, whose answer or error stands."""
-    if c_encode is not None:
-        try:
-            return "".join(c_encode(value, 0))
-        except Exception:  # encoded again below: its answer or error stands
-            pass
-    return encoder.encode(value)
-
-
 @final
 class JsonPolicyError(ValueError):
     """A value that is not JSON by the policy. ``where`` names the place (``body.input[0]``),
@@ -285,7 +247,7 @@ def encode_json(value: Any, *, where: str = "value") -> bytes:
     """Compact UTF-8 JSON of ``value``, which must pass :func:`check_json` (one spelling of what
     is stored: no spaces, non-ASCII kept as is)."""
     check_json(value, where=where)
-    return _encoded(_C_ENCODE, _ENCODER, value).encode("utf-8")
+    return _ENCODER.encode(value).encode("utf-8")
 
 
 def canonical_json_text(value: Any, *, where: str = "value") -> str:
@@ -293,4 +255,4 @@ def canonical_json_text(value: Any, *, where: str = "value") -> str:
     compare as JSON, not as Python (where ``True == 1``); :class:`JsonPolicyError` unless
     ``value`` passes :func:`check_json`."""
     check_json(value, where=where)
-    return _encoded(_C_CANONICAL, _CANONICAL, value)
+    return _CANONICAL.encode(value)
