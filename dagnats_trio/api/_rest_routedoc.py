@@ -59,8 +59,9 @@ class RouteDoc:
 
 
 def path_param(name: str, description: str) -> Param:
-    """A required path parameter (every path parameter is)."""
-    return Param(name, "path", description, required=True)
+    """A required path parameter (every path parameter is), never empty: an empty one is a
+    path of no route (``/runs/``), so a client generated from the document never sends it."""
+    return Param(name, "path", description, {"type": "string", "minLength": 1}, required=True)
 
 
 RUN_ID = path_param("run_id", "The run id.")

@@ -102,3 +102,18 @@ def test_the_document_has_no_empty_schema() -> None:
     for schema in _schemas_in(doc["paths"]):
         assert schema
     assert len(ROUTES) == 28
+
+
+def test_every_path_parameter_is_a_non_empty_string() -> None:
+    # An empty one is a path of no route (``/runs/``): a client generated from the document
+    # must never be led to send it.
+    doc = openapi_document()
+    seen = 0
+    for ops in doc["paths"].values():
+        for op in ops.values():
+            for param in op.get("parameters", []):
+                if param["in"] == "path":
+                    seen += 1
+                    assert param["required"] is True, param
+                    assert param["schema"] == {"type": "string", "minLength": 1}, param
+    assert seen >= 10
