@@ -220,6 +220,24 @@ def test_any_json_object_decodes_or_is_a_decode_error(
             decode(json.dumps(candidate).encode())
 
 
+#: Levels of nesting past the interpreter's recursion limit (json's parser recurses per level):
+#: 200 KB of brackets, a message nats-server takes (its default max_payload is 1 MiB).
+TOO_DEEP_LEVELS = 100_000
+
+
+def too_deep_json() -> bytes:
+    """A JSON object whose ``type`` is a list nested :data:`TOO_DEEP_LEVELS` deep."""
+    return b'{"type":' + b"[" * TOO_DEEP_LEVELS + b"]" * TOO_DEEP_LEVELS + b"}"
+
+
+@pytest.mark.parametrize("decode", DECODERS.values(), ids=list(DECODERS))
+def test_json_nested_past_the_recursion_limit_is_a_decode_error(decode: Decoder) -> None:
+    """The reader's promise holds for nesting the parser cannot follow: a DecodeError (was
+    RecursionError, which crashed the engine's or the worker's fetch loop)."""
+    with pytest.raises(DecodeError, match="nested too deep"):
+        decode(too_deep_json())
+
+
 @pytest.mark.parametrize(("decode", "cls"), [(decode_event, c) for c in EVENT_CLASSES])
 def test_unknown_event_type(decode: Decoder, cls: type[Any]) -> None:
     for bad in ("no.such.type", "", tag(RECORD_CLASSES[0]), None, 3):

@@ -274,6 +274,10 @@ def from_json(data: bytes | str, cls: type[T] | Any, what: str | None = None) ->
         )
     except (ValueError, UnicodeDecodeError) as exc:
         raise DecodeError(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        # json's parser recurses per level: nesting past the interpreter's recursion limit is
+        # refused like any unreadable message, so one bad message cannot crash its reader.
+        raise DecodeError("JSON nested too deep to read") from None
     result: T = from_obj(raw, cls, what)
     return result
 

@@ -516,6 +516,32 @@ async def test_malformed_history_message_is_terminated(nats_transport: NatsTrans
     assert snap.status is RunStatus.COMPLETED
 
 
+#: Levels of nesting past the interpreter's recursion limit (json's parser recurses per level).
+TOO_DEEP_LEVELS = 100_000
+
+
+async def test_a_history_message_nested_too_deep_is_terminated(
+    nats_transport: NatsTransport,
+) -> None:
+    """A history message whose JSON nests past what the parser can follow is malformed like
+    any other: terminated, counted, and the engine goes on (a RecursionError escaped the
+    decoder and ended the engine; the message, redelivered, would end every restart)."""
+    service = Service(nats_transport)
+    task = uid("ok")
+    wf = uid("after-deep")
+    await register(service, wf, {"id": "a", "task": task})
+    engine = test_engine(nats_transport)
+    deep = b'{"type":' + b"[" * TOO_DEEP_LEVELS + b"]" * TOO_DEEP_LEVELS + b"}"
+    with trio.fail_after(RUN_TIMEOUT_S):
+        async with running(engine, FakeWorker(nats_transport, task, lambda t: complete_with(t, 1))):
+            await nats_transport.publish(layout.history_subject(uid("deep")), deep)
+            await engine.wait_stats(lambda st: st.malformed > 0)
+            run = await service.start_run(wf)
+            snap = await service.wait_for_run(run, RUN_TIMEOUT_S)
+    assert engine.stats.malformed == 1
+    assert snap.status is RunStatus.COMPLETED
+
+
 async def test_two_engines_fifty_runs(nats_transport: NatsTransport) -> None:
     service = Service(nats_transport)
     task = uid("many")
