@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from _outage import Ridden
 from _outage_run import OutageChild
+from hypothesis import HealthCheck, settings
 
 from dagnats_trio.server import NatsCluster, NatsServer, SyncNatsServer, open_nats_cluster
 from dagnats_trio.server import open_nats_server as _open_nats_server
@@ -25,6 +26,14 @@ from dagnats_trio.transport import (
 )
 from dagnats_trio.transport._trio_nats import TrioNatsTransport
 from dagnats_trio.transport._trio_nats_connect import open_trio_nats_transport
+
+#: Hypothesis's timing checks (a deadline per example, "input generation is slow") measure the
+#: machine's load as much as the code, and the suite must pass with its cores kept busy: off for
+#: every property test. Tests that set their own settings keep them.
+settings.register_profile(
+    "dagnats-suite", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("dagnats-suite")
 
 
 @pytest.fixture(scope="session")
