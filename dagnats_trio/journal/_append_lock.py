@@ -6,7 +6,9 @@ acquire (so waiters learn of an owner that exits holding it), about a dozen call
 taken and given back. The writer needs none of that: it releases in a ``finally`` right after
 its own publish, in the task that acquired. What it keeps: a cancelled writer takes nothing
 (the cancellation check), and waiters are served in the order they came (a release hands the
-lock to the oldest waiter; it is never free while one waits).
+lock to the oldest waiter; it is never free while one waits). Taking and giving back are
+protected from KeyboardInterrupt, as ``trio.Lock``'s are (Trio marks the code objects: no call
+is added), so a Ctrl-C cannot leave the lock held between a test and a set.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class AppendLock:
     def held(self) -> bool:
         return self._held
 
+    @trio.lowlevel.enable_ki_protection
     async def acquire(self) -> None:
         """Take the lock: at once when it is free (the cancellation check only, no scheduler
         pass: the append that follows waits on the server anyway), else when handed over."""
@@ -40,6 +43,7 @@ class AppendLock:
         # task rescheduled by the lot can no longer be cancelled out of its wait.
         await self._lot.park()
 
+    @trio.lowlevel.enable_ki_protection
     def release(self) -> None:
         """Give the lock back: to the oldest task still parked (it stays held), else free.
         Who is parked is asked of the lot itself, never counted apart: a waiter cancelled

@@ -118,6 +118,36 @@ MODEL_EXAMPLES = 200
 MODEL_RUN_DEADLINE_S = 1000.0
 
 
+async def test_taking_and_giving_back_are_protected_from_keyboard_interrupt() -> None:
+    # As trio.Lock's are: a Ctrl-C between the lock's test and its set would leave it held.
+    lock = AppendLock()
+    seen: list[tuple[str, bool]] = []
+    lot = lock._lot
+
+    class WatchedLot:
+        def __bool__(self) -> bool:
+            return bool(lot)
+
+        async def park(self) -> None:
+            seen.append(("park", trio.lowlevel.currently_ki_protected()))
+            await lot.park()
+
+        def unpark(self) -> Any:
+            seen.append(("unpark", trio.lowlevel.currently_ki_protected()))
+            return lot.unpark()
+
+    lock._lot = WatchedLot()  # type: ignore[assignment]
+    await lock.acquire()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lock.acquire)
+        await trio.testing.wait_all_tasks_blocked()
+        lock.release()  # hands it to the waiter
+    lock.release()
+    assert seen == [("park", True), ("unpark", True)]
+    assert not lock.held
+    assert not trio.lowlevel.currently_ki_protected()
+
+
 class _Boom(BaseException):
     """Raised inside the critical section (as a KeyboardInterrupt would be)."""
 
