@@ -33,6 +33,7 @@ SECTIONS: dict[str, str] = {
 #: Sections run only when named (minutes of their own): ``just bench scale``.
 ON_DEMAND: dict[str, str] = {
     "scale": "bench.scale",
+    "latency": "bench.latency",
 }
 
 #: Printed last of all, so scripts can read it with ``tail -1``.
