@@ -62,6 +62,11 @@ class Counts:
     def total(self) -> int:
         return self.engine + self.worker + self.client
 
+    def __add__(self, other: Counts) -> Counts:
+        return Counts(
+            self.engine + other.engine, self.worker + other.worker, self.client + other.client
+        )
+
     def __sub__(self, other: Counts) -> Counts:
         return Counts(
             self.engine - other.engine, self.worker - other.worker, self.client - other.client
