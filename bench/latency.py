@@ -56,6 +56,9 @@ TIMED_CALLS = frozenset(
         "fetch",
     }
 )
+#: Pairs of runs timed settled and back to back (see :func:`_back_to_back`).
+PAIRS = 150
+PAIRS_QUICK = 30
 #: The synthetic chains: fenced publishes of this size, this many per chain, median over them.
 CHAIN_BODY_BYTES = 300
 CHAIN_WRITES = 2000
@@ -213,6 +216,25 @@ async def lay_out(stack: Stack, steps: list[Step], workflow: str, runs: int) -> 
     return out
 
 
+async def _back_to_back(stack: Stack, workflow: str, pairs: int) -> tuple[float, float]:
+    """p50 ms of a run started once the engine settled (the run before it has done its run-end
+    purges) and of a run started as soon as the one before it finished (its purges in flight),
+    taken in turn: what the off-path writes of one run cost the next."""
+    settled: list[float] = []
+    back: list[float] = []
+    payload = {"task": "deploy"}
+    for _ in range(pairs):
+        for into, settle in ((settled, True), (back, False)):
+            await stack.run(workflow, payload)
+            if settle:
+                await stack.wait_settled()
+            start = time.perf_counter()
+            await stack.run(workflow, payload)
+            into.append((time.perf_counter() - start) * 1000)
+            await stack.wait_settled()
+    return percentile(settled, 50), percentile(back, 50)
+
+
 async def _chain_us(tp: Transport, streams: tuple[str, ...]) -> float:
     """Median us of a fenced publish in a chain visiting ``streams`` in turn (each on a subject
     of its own, fenced on its last sequence, as a journal append is)."""
@@ -251,7 +273,7 @@ async def open_timed_stack(*, sync_always: bool) -> AsyncIterator[tuple[Stack, l
         yield stack, steps
 
 
-async def _measure(sync_always: bool, runs: int) -> list[str]:
+async def _measure(sync_always: bool, runs: int, pairs: int) -> list[str]:
     lines: list[str] = []
     async with open_timed_stack(sync_always=sync_always) as (stack, steps):
         chains = [
@@ -267,14 +289,18 @@ async def _measure(sync_always: bool, runs: int) -> list[str]:
             layouts = await lay_out(stack, steps, variant.workflow, runs)
             lines.append(f"   {variant.workflow}: {runs} sequential runs")
             lines += _summary(layouts)
+        settled, back = await _back_to_back(stack, agent.HEADLINE.workflow, pairs)
+        lines.append(f"   {agent.HEADLINE.workflow}, {pairs} pairs in turn: p50 {settled:.2f} ms "
+                     f"started once the run before settled, {back:.2f} ms started as soon as "
+                     f"it finished (its run-end purges in flight)")  # fmt: skip
     return lines
 
 
 def run(*, quick: bool = False) -> dict[str, float]:
-    runs = RUNS_QUICK if quick else RUNS
+    runs, pairs = (RUNS_QUICK, PAIRS_QUICK) if quick else (RUNS, PAIRS)
     print("== latency: the scripted agent's waited steps, timed per kind (sequential runs)")
     for sync_always, label in ((True, "sync_interval always"), (False, "sync_interval default")):
         print(f"  single node, {label}:")
-        for line in trio.run(_measure, sync_always, runs):
+        for line in trio.run(_measure, sync_always, runs, pairs):
             print(line)
     return {}
