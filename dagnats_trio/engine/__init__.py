@@ -43,7 +43,7 @@ from .snapshot import (
 
 if TYPE_CHECKING:
     from ._run_index import drop_active, ensure_run_index, index_entry, index_run
-    from ._shell import TIMER_DUE_HEADER, TIMER_ID_HEADER, Engine
+    from ._shell import TIMER_DUE_HEADER, TIMER_ID_HEADER, Engine, arm_timer, timer_consumer
     from ._shell_state import (
         ENGINE_ACK_WAIT_S,
         LEGACY_ENV_VAR,
@@ -60,7 +60,13 @@ else:
         {
             "._store": ("create_snapshot", "write_first_snapshot"),
             "._run_index": ("drop_active", "ensure_run_index", "index_entry", "index_run"),
-            "._shell": ("TIMER_DUE_HEADER", "TIMER_ID_HEADER", "Engine"),
+            "._shell": (
+                "TIMER_DUE_HEADER",
+                "TIMER_ID_HEADER",
+                "Engine",
+                "arm_timer",
+                "timer_consumer",
+            ),
             "._shell_state": (
                 "ENGINE_ACK_WAIT_S",
                 "LEGACY_ENV_VAR",
@@ -104,6 +110,7 @@ __all__ = [
     "StepState",
     "StepStatus",
     "advance",
+    "arm_timer",
     "child_run_id",
     "create_snapshot",
     "decide",
@@ -115,6 +122,7 @@ __all__ = [
     "index_run",
     "legacy_from_env",
     "new_run_snapshot",
+    "timer_consumer",
     "timer_id",
     "write_first_snapshot",
 ]

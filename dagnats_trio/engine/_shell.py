@@ -37,6 +37,7 @@ from ..transport import (
     Delivery,
     KeyExists,
     RevisionMismatch,
+    Transport,
     TransportError,
 )
 from ._shell_state import LEGACY_ENV_VAR, EngineState, log
@@ -68,6 +69,42 @@ ERROR_NAK_DELAY_S = 0.5
 TIMER_MIN_NAK_S = 0.001
 
 
+def timer_consumer(ack_wait_s: float) -> ConsumerConfig:
+    """The engines' one durable consumer of the timer stream, with no ``max_ack_pending``.
+
+    The timer loop naks a timer that is not yet due with the time left as the delay, and the
+    server counts a nakked message as pending until it comes back and is acked: every armed
+    timer not yet due (a step timeout of an hour, a wait of a day) is pending. Under the server's
+    default limit (1000) a thousand such timers would stop the consumer delivering anything
+    *new*: a timer due now (a retry's backoff, another run's short wait) would fire only when one
+    of the far ones came due. Unlimited (-1) because the pending timers are already bounded by
+    the runs' timers (each is stored in the stream until its run ends, which purges them), and
+    what each costs the server is one entry in its memory and in the consumer's state file
+    (docs/jetstream.md, "The timer stream"). Rejected: a larger fixed limit (the same stall,
+    later, at a size no operator chooses), and timers that are not held pending until due
+    (the server's message schedules: a new stream layout for every store).
+    """
+    return ConsumerConfig(
+        stream=layout.TIMER_STREAM,
+        durable=layout.TIMER_DURABLE,
+        filter_subject=layout.timer_subject("*", "*"),
+        ack_wait_s=ack_wait_s,
+        max_ack_pending=-1,
+    )
+
+
+async def arm_timer(transport: Transport, effect: ArmTimer) -> None:
+    """Store ``effect``'s timer on ``sleep.{run}.{step}``: its ``timer.fired`` as the body, its
+    due time and id as headers, its id as the msg id (an armed timer published again is one)."""
+    ev = effect.event
+    await transport.publish(
+        layout.timer_subject(ev.run_id, ev.step_id),
+        encode_event(ev),
+        headers={TIMER_DUE_HEADER: str(effect.due_ms), TIMER_ID_HEADER: effect.timer_id},
+        msg_id=effect.timer_id,
+    )
+
+
 @final
 class Engine(EngineState):
     """Run with ``await nursery.start(engine.run)``; cancel the nursery to stop it.
@@ -86,14 +123,7 @@ class Engine(EngineState):
                 ack_wait_s=self.ack_wait_s,
             )
         )
-        await self.transport.ensure_consumer(
-            ConsumerConfig(
-                stream=layout.TIMER_STREAM,
-                durable=layout.TIMER_DURABLE,
-                filter_subject=layout.timer_subject("*", "*"),
-                ack_wait_s=self.timer_ack_wait_s,
-            )
-        )
+        await self.transport.ensure_consumer(timer_consumer(self.timer_ack_wait_s))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._history_loop)
             nursery.start_soon(self._timer_loop)
@@ -301,16 +331,7 @@ class Engine(EngineState):
                     msg_id=effect.msg_id,
                 )
             elif isinstance(effect, ArmTimer):
-                ev = effect.event
-                await t.publish(
-                    layout.timer_subject(ev.run_id, ev.step_id),
-                    encode_event(ev),
-                    headers={
-                        TIMER_DUE_HEADER: str(effect.due_ms),
-                        TIMER_ID_HEADER: effect.timer_id,
-                    },
-                    msg_id=effect.timer_id,
-                )
+                await arm_timer(t, effect)
             elif isinstance(effect, AnnounceCancel):
                 await t.core_publish(layout.cancel_subject(effect.run_id), effect.run_id.encode())
             elif isinstance(effect, PublishEvent):

@@ -35,6 +35,7 @@ from ._sim_delivery import SimDelivery
 from ._sim_faults import SimFaults
 from ._sim_server import SimServer
 from ._values import (
+    DEFAULT_MAX_ACK_PENDING,
     DEFAULT_REQUEST_TIMEOUT_S,
     MAX_BATCH_PUBLISH_MSGS,
     MAX_GET_BATCH_MSGS,
@@ -76,6 +77,7 @@ __all__ = [
     "CLIENTS",
     "CLIENT_ENV",
     "DEFAULT_CLIENT",
+    "DEFAULT_MAX_ACK_PENDING",
     "DEFAULT_REQUEST_TIMEOUT_S",
     "MAX_BATCH_PUBLISH_MSGS",
     "MAX_GET_BATCH_MSGS",

@@ -316,6 +316,7 @@ class JetStreamOverRequests(ABC):
             "ack_policy": "explicit",
             "ack_wait": ns(config.ack_wait_s),
             "max_deliver": config.max_deliver,
+            "max_ack_pending": config.max_ack_pending,
             "deliver_policy": "all",
         }
         if config.backoff_s:

@@ -138,7 +138,9 @@ class SimServer:
     def _take(
         self, stream: SimStream, consumer: SimConsumer, batch: int
     ) -> list[tuple[SimMsg, int]]:
-        """Pick up to ``batch`` deliverable messages: due redeliveries first, then new ones."""
+        """Pick up to ``batch`` deliverable messages: due redeliveries first, then new ones
+        while the consumer holds fewer than its ``max_ack_pending`` unsettled, as nats-server
+        does (a redelivery is already counted, so it comes even at the limit)."""
         now = trio.current_time()
         max_deliver = consumer.config.max_deliver
         chosen: list[tuple[SimMsg, Pending]] = []
@@ -155,7 +157,13 @@ class SimServer:
                 continue
             pending.delivered += 1
             chosen.append((msg, pending))
-        while len(chosen) < batch and consumer.cursor <= stream.last_seq:
+        # Every pending entry was looked at above (the loop stops early only with a full batch),
+        # so the ones past their max_deliver are gone and the count is the server's.
+        while (
+            len(chosen) < batch
+            and consumer.cursor <= stream.last_seq
+            and not consumer.at_max_ack_pending()
+        ):
             seq = consumer.cursor
             consumer.cursor += 1
             msg = stream.msgs.get(seq)
@@ -178,8 +186,13 @@ class SimServer:
 
     def _settle(self, stream_name: str, durable: str, seq: int, *, remove: bool) -> None:
         consumer = self._consumers.get((stream_name, durable))
-        if consumer is None or consumer.pending.pop(seq, None) is None:
+        if consumer is None:
             return
+        was_full = consumer.at_max_ack_pending()
+        if consumer.pending.pop(seq, None) is None:
+            return
+        if was_full:  # room for a new message: wake the fetches that wait for one
+            self._notify()
         stream = self._streams.get(stream_name)
         if remove and stream is not None and stream.spec.work_queue:
             stream.remove(seq)

@@ -114,6 +114,11 @@ class SimConsumer:
     def next_due(self) -> float:
         return min((p.due for p in self.pending.values()), default=math.inf)
 
+    def at_max_ack_pending(self) -> bool:
+        """Holds as many unsettled deliveries as its ``max_ack_pending`` lets it (-1: never)."""
+        limit = self.config.max_ack_pending
+        return limit > 0 and len(self.pending) >= limit
+
 
 @attrs.define
 class KvItem:

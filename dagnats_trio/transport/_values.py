@@ -27,6 +27,10 @@ MAX_LAST_MSGS_SUBJECTS = 1024
 #: The most messages one ``get_batch`` call returns (our bound on what one call holds in memory;
 #: the server has no count limit, only a byte limit per answer, which the transports page past).
 MAX_GET_BATCH_MSGS = 10_000
+#: The most messages a durable consumer holds delivered and not acked when its config does not
+#: say (nats-server's ``JsDefaultMaxAckPending``; 2.15.1's CONSUMER.INFO shows it for a consumer
+#: created without ``max_ack_pending``). :class:`ConsumerConfig`'s default.
+DEFAULT_MAX_ACK_PENDING = 1000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,6 +145,11 @@ class CoreMsg:
     reply: str | None = None
 
 
+def _check_max_ack_pending(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
+        raise ValueError(f"{attribute.name} must be -1 (unlimited) or at least 1, got {value!r}")
+
+
 @final
 @attrs.frozen
 class ConsumerConfig:
@@ -150,6 +159,13 @@ class ConsumerConfig:
     the n-th delivery of a message has ``backoff_s[n - 1]`` (the last entry for later ones) to
     be acked, and an ``in_progress`` restarts that same deadline. Its first entry should be
     ``ack_wait_s``; ``max_deliver`` must then be -1 or larger than its length.
+
+    ``max_ack_pending`` (JetStream's own name) is how many messages the consumer holds delivered
+    and not yet acked (or termed): once it holds that many, the server delivers no *new* message
+    until one is settled (due redeliveries still come). A nak does not settle: a message nakked
+    with a delay stays pending, counted, until it is redelivered and settled. -1 is no limit.
+    The default is the server's own (:data:`DEFAULT_MAX_ACK_PENDING`), sent explicitly, so a
+    consumer created again with it gets what one created without the field would.
     """
 
     stream: str
@@ -158,6 +174,9 @@ class ConsumerConfig:
     ack_wait_s: float
     max_deliver: int = -1
     backoff_s: tuple[float, ...] = ()
+    max_ack_pending: int = attrs.field(
+        default=DEFAULT_MAX_ACK_PENDING, validator=_check_max_ack_pending
+    )
 
     def ack_wait_for(self, num_delivered: int) -> float:
         """The AckWait of a message's ``num_delivered``-th delivery (1 is the first)."""

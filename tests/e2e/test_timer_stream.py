@@ -18,10 +18,12 @@ from typing import Any, Final
 import attrs
 import trio
 
-from dagnats_trio.engine import Park, StepStatus
+from dagnats_trio.engine import TIMER_TIMEOUT, ArmTimer, Park, StepStatus, arm_timer
+from dagnats_trio.engine import timer_consumer as engine_timer_consumer
 from dagnats_trio.protocol import RunStatus, TimerFired, decode_event, layout
 from dagnats_trio.server import NatsServer
 from dagnats_trio.transport import (
+    DEFAULT_MAX_ACK_PENDING,
     StreamSpec,
     TrioNatsTransport,
     open_trio_nats_transport,
@@ -42,6 +44,12 @@ WAITS: Final = 2
 DISPATCHES: Final = WAITS + 1
 #: Bound on the history records read back for one run.
 HISTORY_READ_MAX: Final = 1000
+#: Timers armed an hour ahead, as many as the server's default ``max_ack_pending``: all
+#: pending at once (nakked until due), they fill a consumer that has that limit.
+FAR_TIMERS: Final = DEFAULT_MAX_ACK_PENDING
+FAR_TIMER_DELAY_MS: Final = 3_600_000
+#: Publishes of far timers in flight at once.
+ARM_CONCURRENCY: Final = 20
 
 
 @attrs.frozen
@@ -292,4 +300,53 @@ async def test_a_store_whose_timer_stream_is_a_work_queue_keeps_it_and_runs(
             f"\nSLEEP_TIMERS on a work queue, the same run: stored {mid.last_seq}, removed by "
             f"acks {mid.last_seq - mid.messages}, one purge at the end: "
             f"{mid.last_seq + (mid.last_seq - mid.messages) + 1} fsynced writes"
+        )
+
+
+async def test_a_timer_due_now_fires_past_a_thousand_pending_far_ones(
+    fresh_nats_server: NatsServer,
+) -> None:
+    """A thousand timers an hour ahead (a thousand runs each with a step timeout of an hour) are
+    all pending on the timer consumer, nakked until due. Under the server's default
+    ``max_ack_pending`` (1000) the consumer then delivers nothing new, and a timer due now would
+    wait an hour; the engines' consumer has no limit, so it fires at once. A consumer an earlier
+    engine made (with the default) gets the new limit when an engine starts."""
+    async with store(fresh_nats_server, old=False) as t, open_stack(t) as stack:
+        engine = new_engine(t, stack.inputs)
+        as_before = attrs.evolve(
+            engine_timer_consumer(engine.timer_ack_wait_s), max_ack_pending=DEFAULT_MAX_ACK_PENDING
+        )
+        await t.ensure_consumer(as_before)
+        assert (await timer_consumer(t))["config"]["max_ack_pending"] == DEFAULT_MAX_ACK_PENDING
+        await stack.start(engine)
+        assert (await timer_consumer(t))["config"]["max_ack_pending"] == -1
+        far_due_ms = engine.env.wall_ms() + FAR_TIMER_DELAY_MS
+
+        async def arm_far(first: int) -> None:
+            for i in range(first, FAR_TIMERS, ARM_CONCURRENCY):
+                run = f"far-{i}"
+                event = TimerFired(run, "s", TIMER_TIMEOUT)
+                await arm_timer(t, ArmTimer(f"{run}-timeout", far_due_ms, event))
+
+        async with trio.open_nursery() as nursery:
+            for first in range(ARM_CONCURRENCY):
+                nursery.start_soon(arm_far, first)
+        # The timer loop took every far timer and holds it, nakked until due.
+        await wait_delivered(t, FAR_TIMERS, ack_pending=FAR_TIMERS)
+        near = uid("near")
+        armed_at = trio.current_time()
+        near_timer = TimerFired(near, "s", TIMER_TIMEOUT)
+        await arm_timer(t, ArmTimer(f"{near}-timeout", engine.env.wall_ms(), near_timer))
+        with trio.move_on_after(WAIT_S):
+            await engine.wait_stats(lambda s: s.timers_fired >= 1)
+        waited_s = trio.current_time() - armed_at
+        assert engine.stats.timers_fired == 1, (
+            f"a due timer did not fire within {WAIT_S} s behind {FAR_TIMERS} pending ones"
+        )
+        assert await timers_fired(t, near) == [near_timer]
+        # The due one was acked; the far ones are all still pending, none fired.
+        await wait_delivered(t, FAR_TIMERS + 1, ack_pending=FAR_TIMERS)
+        print(
+            f"\ntimer due now, behind {FAR_TIMERS} pending timers an hour ahead: "
+            f"fired {waited_s:.3f} s after it was armed"
         )

@@ -6,6 +6,7 @@ on both; subjects, keys and durables carry ``uid`` because the real server is sh
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import trio
 
@@ -388,6 +389,71 @@ async def test_max_deliver(transport: Transport, clock: object, uid: str) -> Non
         assert (await fetch_one(transport, HISTORY_STREAM, durable)).num_delivered == 1
         assert (await fetch_one(transport, HISTORY_STREAM, durable)).num_delivered == 2
         assert await transport.fetch(HISTORY_STREAM, durable, 1, ACK_WAIT_S + SHORT_WAIT_S) == []
+
+
+#: The limit of the max_ack_pending test, and the messages it publishes (more than the limit).
+MAX_ACK_PENDING = 2
+MAX_ACK_PENDING_MSGS = 4
+#: AckWait of that test: longer than all of it, so nothing comes back unasked.
+LONG_ACK_WAIT_S = 30.0
+
+
+async def test_max_ack_pending_bounds_the_unsettled_deliveries(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    """A consumer holding ``max_ack_pending`` deliveries not settled gets no new message; a nak
+    does not settle (a message nakked with a delay stays counted until it is back and acked),
+    though the nakked one itself comes back; an ack makes room for one more; -1 (set on the
+    existing consumer) lets every message come."""
+    t = transport
+    durable = f"c-{uid}"
+    limited = ConsumerConfig(
+        HISTORY_STREAM,
+        durable,
+        history_subject(uid),
+        LONG_ACK_WAIT_S,
+        max_ack_pending=MAX_ACK_PENDING,
+    )
+    await t.ensure_consumer(limited)
+    seqs = [
+        await t.publish(history_subject(uid), f"{i}".encode()) for i in range(MAX_ACK_PENDING_MSGS)
+    ]
+    with trio.fail_after(TEST_BOUND_S):
+        # (A fetch asks for no more than comes: nats-server ends a pull request that got part
+        # of its batch only at its expiry while messages are held back by the limit.)
+        held = await t.fetch(HISTORY_STREAM, durable, MAX_ACK_PENDING, ARRIVAL_S)
+        assert [d.stream_seq for d in held] == seqs[:MAX_ACK_PENDING]
+        assert await t.fetch(HISTORY_STREAM, durable, MAX_ACK_PENDING_MSGS, SHORT_WAIT_S) == []
+        await held[0].nak(delay_s=NAK_DELAY_S)
+        assert await t.fetch(HISTORY_STREAM, durable, MAX_ACK_PENDING_MSGS, SHORT_WAIT_S) == []
+        back = await fetch_one(t, HISTORY_STREAM, durable)
+        assert (back.stream_seq, back.num_delivered) == (seqs[0], 2)
+        await back.ack()
+        room = await fetch_one(t, HISTORY_STREAM, durable)
+        assert (room.stream_seq, room.num_delivered) == (seqs[2], 1)
+        assert await t.fetch(HISTORY_STREAM, durable, MAX_ACK_PENDING_MSGS, SHORT_WAIT_S) == []
+        await t.ensure_consumer(attrs.evolve(limited, max_ack_pending=-1))
+        rest = await fetch_one(t, HISTORY_STREAM, durable)
+        assert (rest.stream_seq, rest.num_delivered) == (seqs[3], 1)
+        # Unlimited: a second consumer takes all four at once, none settled.
+        unlimited = attrs.evolve(limited, durable=f"u-{uid}", max_ack_pending=-1)
+        await t.ensure_consumer(unlimited)
+        taken: list[int] = []
+        while len(taken) < len(seqs):
+            got = await t.fetch(HISTORY_STREAM, unlimited.durable, len(seqs), ARRIVAL_S)
+            assert got, f"-1 held back messages after {taken}"
+            taken.extend(d.stream_seq for d in got)
+        assert taken == seqs
+        for d in [held[1], room, rest]:
+            await d.ack()
+
+
+def test_max_ack_pending_is_minus_one_or_positive() -> None:
+    for bad in (0, -2, True):
+        with pytest.raises(ValueError, match="max_ack_pending must be -1"):
+            ConsumerConfig(HISTORY_STREAM, "d", "h.x", ACK_WAIT_S, max_ack_pending=bad)
+    assert ConsumerConfig(HISTORY_STREAM, "d", "h.x", ACK_WAIT_S).max_ack_pending == 1000
+    assert ConsumerConfig(HISTORY_STREAM, "d", "h.x", 1.0, max_ack_pending=-1).max_ack_pending < 0
 
 
 async def work_queue_stream(t: Transport, uid: str, *, work_queue: bool = True) -> str:
