@@ -193,7 +193,11 @@ def test_an_optional_scalar_of_the_wrong_json_type_is_refused(field: str, wrong:
 MAX_HOOK_BUILTIN_CALLS_PER_TASK: Final = 2
 
 
-def test_decoding_a_task_message_costs_its_hooks_no_builtin_calls() -> None:
+def _profiled_task_decode(
+    loop_state_max_bytes: int | None,
+) -> tuple[bytes, dict[tuple[str, int, str], tuple[int, int, float, float, dict[Any, Any]]]]:
+    """A task message's bytes, and the profile of one decode of them (after a warm-up decode,
+    which generates the structuring functions); the decode must give the task back."""
     task = TaskMessage(
         run_id="r1",
         step_id="agent",
@@ -202,11 +206,11 @@ def test_decoding_a_task_message_costs_its_hooks_no_builtin_calls() -> None:
         dispatch=DispatchId(iteration=3, attempt=1, nonce="n1"),
         input={"task": "deploy"},
         journal_seq=12,
-        loop_state_max_bytes=None,
+        loop_state_max_bytes=loop_state_max_bytes,
         is_loop=True,
     )
     data = encode_task(task)
-    assert decode_task(data) == task  # warm: the structuring functions are generated
+    assert decode_task(data) == task  # warm
     profiler = cProfile.Profile()
     profiler.enable()
     try:
@@ -215,8 +219,11 @@ def test_decoding_a_task_message_costs_its_hooks_no_builtin_calls() -> None:
         profiler.disable()
     assert decoded == task
     profiler.create_stats()
-    stats: dict[tuple[str, int, str], tuple[int, int, float, float, dict[Any, Any]]]
-    stats = profiler.stats  # type: ignore[attr-defined]
+    return data, profiler.stats  # type: ignore[attr-defined]
+
+
+def test_decoding_a_task_message_costs_its_hooks_no_builtin_calls() -> None:
+    data, stats = _profiled_task_decode(None)
     calls = sum(
         count[1]
         for key, (_cc, _nc, _tt, _ct, callers) in stats.items()
@@ -451,28 +458,7 @@ MAX_CALLS_PER_TASK_DECODED: Final = 25
 
 
 def test_decoding_a_task_message_costs_few_calls() -> None:
-    task = TaskMessage(
-        run_id="r1",
-        step_id="agent",
-        task="scripted-agent",
-        workflow="w",
-        dispatch=DispatchId(iteration=3, attempt=1, nonce="n1"),
-        input={"task": "deploy"},
-        journal_seq=12,
-        loop_state_max_bytes=1_048_576,
-        is_loop=True,
-    )
-    data = encode_task(task)
-    assert decode_task(data) == task  # warm
-    profiler = cProfile.Profile()
-    profiler.enable()
-    try:
-        decoded = decode_task(data)
-    finally:
-        profiler.disable()
-    assert decoded == task
-    profiler.create_stats()
-    stats: dict[tuple[str, int, str], Any] = profiler.stats  # type: ignore[attr-defined]
+    data, stats = _profiled_task_decode(1_048_576)
     calls = sum(figures[1] for key, figures in stats.items() if "disable" not in key[2])
     print(f"calls per task message decoded: {calls}")
     assert calls <= MAX_CALLS_PER_TASK_DECODED
