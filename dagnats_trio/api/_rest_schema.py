@@ -1,6 +1,9 @@
 """JSON Schemas for the OpenAPI document, generated from the attrs classes the handlers decode and
 encode, so the document describes what the code does.
 
+A field may narrow its schema through its metadata (``protocol.schema_hints``: a string that
+must not be blank, an integer's range), so the document states the bounds the route checks.
+
 A type the generator does not know is an error (:class:`UnknownSchemaTypeError`, naming the type
 and the field that holds it), never an empty schema that would let any value through the
 document unnoticed.
@@ -14,6 +17,8 @@ import typing
 from typing import Any, Union, final
 
 import attrs
+
+from ..protocol.schema_hints import SCHEMA_METADATA_KEY
 
 
 @final
@@ -57,6 +62,7 @@ class Schemas:
         required: list[str] = []
         for field in attrs.fields(cls):
             props[field.name] = self.of(hints[field.name], where=f"{cls.__name__}.{field.name}")
+            props[field.name].update(field.metadata.get(SCHEMA_METADATA_KEY, {}))
             if field.default is attrs.NOTHING:
                 required.append(field.name)
         schema: dict[str, Any] = {"type": "object", "properties": props}

@@ -18,8 +18,8 @@ from ._leases import (
     POLL_MIN_FETCH_S,
 )
 from ._records import APPENDABLE, JOURNAL_READ_MAX_RECORDS
-from ._settle_routes import MAX_UNTIL_MS
 from ._views import (
+    MAX_UNTIL_MS,
     Appended,
     BridgeJournalEntry,
     CheckpointBody,

@@ -10,7 +10,6 @@ which holds the lease table, the transport and the inputs service.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Final
 
 from ..inputs import InputsService
 from ..journal import SettleRequest, settle_delivery
@@ -21,10 +20,7 @@ from ._errors import BridgeError, bad_request
 from ._lease import Lease, check_active, check_claim_stored, finish, journal_call
 from ._leases import LeaseTable
 from ._records import compact_json
-from ._views import Settled
-
-#: Latest ``until_ms`` accepted (the last millisecond of the year 9999).
-MAX_UNTIL_MS: Final = 253_402_300_799_999
+from ._views import MAX_UNTIL_MS, Settled
 
 
 class SettleRoutes(ABC):
@@ -46,6 +42,8 @@ class SettleRoutes(ABC):
         return await self._settle(token, CommitAction.COMPLETE, output=output)
 
     async def fail(self, token: str, error: str, retriable: bool) -> Settled:
+        if not error.strip():
+            raise bad_request("error must say why the step failed (not blank)", "invalid_error")
         return await self._settle(token, CommitAction.FAIL, error=error, retriable=retriable)
 
     async def continue_(

@@ -6,11 +6,16 @@ the routes do.
 
 from __future__ import annotations
 
-from typing import final
+from typing import Final, final
 
 import attrs
 
 from ..protocol import JsonValue
+from ..protocol.schema_hints import int_range, non_empty
+from ..worker import MAX_WAIT_MS
+
+#: Latest ``until_ms`` accepted (the last millisecond of the year 9999).
+MAX_UNTIL_MS: Final = 253_402_300_799_999
 
 # --- request bodies --------------------------------------------------------------------------
 
@@ -26,9 +31,10 @@ class CompleteBody:
 @final
 @attrs.frozen
 class FailBody:
-    """``retriable`` false fails the step for good; true lets its retry policy decide."""
+    """``error`` says why the step failed (not blank); ``retriable`` false fails the step for
+    good, true lets its retry policy decide."""
 
-    error: str
+    error: str = attrs.field(metadata=non_empty())
     retriable: bool = True
 
 
@@ -41,8 +47,8 @@ class ContinueBody:
     submitted."""
 
     output: JsonValue = None
-    delay_ms: int | None = None
-    until_ms: int | None = None
+    delay_ms: int | None = attrs.field(default=None, metadata=int_range(0, MAX_WAIT_MS))
+    until_ms: int | None = attrs.field(default=None, metadata=int_range(0, MAX_UNTIL_MS))
     until_input: bool = False
 
 
@@ -51,7 +57,7 @@ class ContinueBody:
 class PauseBody:
     """Park the step for ``duration_ms``; it comes back to the same iteration and attempt."""
 
-    duration_ms: int
+    duration_ms: int = attrs.field(metadata=int_range(0, MAX_WAIT_MS))
 
 
 @final

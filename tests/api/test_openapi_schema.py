@@ -12,6 +12,8 @@ import pytest
 from dagnats_trio.api._rest_openapi import ROUTES, openapi_document
 from dagnats_trio.api._rest_routedoc import RouteDoc
 from dagnats_trio.api._rest_schema import Schemas, UnknownSchemaTypeError
+from dagnats_trio.bridge import MAX_UNTIL_MS
+from dagnats_trio.worker import MAX_WAIT_MS
 
 
 @attrs.frozen
@@ -117,3 +119,19 @@ def test_every_path_parameter_is_a_non_empty_string() -> None:
                     assert param["required"] is True, param
                     assert param["schema"] == {"type": "string", "minLength": 1}, param
     assert seen >= 10
+
+
+def test_bridge_bodies_state_the_bounds_their_routes_check() -> None:
+    # The routes answer 400 to a blank failure reason and to a wait out of range; the document
+    # says so, so a generated client or a fuzzer keeps to what is accepted.
+    components = openapi_document()["components"]["schemas"]
+    error = components["FailBody"]["properties"]["error"]
+    assert error == {"type": "string", "minLength": 1, "pattern": r"\S"}
+    duration = components["PauseBody"]["properties"]["duration_ms"]
+    assert duration == {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS}
+    delay = components["ContinueBody"]["properties"]["delay_ms"]
+    assert delay["minimum"] == 0 and delay["maximum"] == MAX_WAIT_MS
+    until = components["ContinueBody"]["properties"]["until_ms"]
+    assert until["minimum"] == 0 and until["maximum"] == MAX_UNTIL_MS
+    # An unbounded field keeps its plain schema.
+    assert components["FailBody"]["properties"]["retriable"] == {"type": "boolean"}

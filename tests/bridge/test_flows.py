@@ -64,6 +64,12 @@ async def test_plain_step_checkpoint_goes_to_kv(stack: Stack) -> None:
         "state": [1, 2],
         "seq": None,
     }
+    # A blank reason is refused, naming the field, and the lease is left as it was.
+    for blank in ("", "  \n"):
+        r = await stack.act(lease, "fail", {"error": blank, "retriable": False})
+        assert r.status_code == 400, r.text
+        assert error_code(r) == "invalid_error"
+        assert r.json()["error"]["message"].startswith("error ")
     failed = await stack.ok(lease, "fail", {"error": "boom", "retriable": False})
     assert failed["action"] == "fail"
     view = await stack.finished(run_id)
