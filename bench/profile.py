@@ -10,6 +10,7 @@ socket send, attrs' ``evolve``) is charged to the component of the code that cal
 profiler slows Python calls more than C calls, so the shares are an estimate; the ms column is
 the share times the CPU per run measured unprofiled. Last, ``PROFILE_STEP_RUNS`` runs under a
 Trio instrument (``bench.steps``) count the scheduler's passes and each task's steps per run.
+The unprofiled runs also count the garbage collector's collections and CPU (``bench.gc_count``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expe
 
 from ._stack import Stack, open_stack
 from .agent import HEADLINE
+from .gc_count import GcCounter, print_gc
 from .steps import StepCounter, print_steps
 
 PROFILE_WORKFLOW: Final = "bench-agent-profile"
@@ -119,7 +121,7 @@ async def _runs(stack: Stack, n: int) -> None:
 
 
 async def _measure(
-    plain_runs: int, profiled_runs: int, counter: StepCounter
+    plain_runs: int, profiled_runs: int, counter: StepCounter, gc_counter: GcCounter
 ) -> tuple[float, pstats.Stats, float]:
     agent = ScriptedAgent(paired=HEADLINE.paired)
     async with open_stack(
@@ -129,7 +131,8 @@ async def _measure(
     ) as stack:
         await _runs(stack, PROFILE_WARMUP_RUNS)
         cpu0 = time.process_time()
-        await _runs(stack, plain_runs)
+        with gc_counter:  # the garbage collector's share of the unprofiled runs
+            await _runs(stack, plain_runs)
         cpu_ms = (time.process_time() - cpu0) * 1000 / plain_runs
         # Timed by this process's CPU clock, not the wall clock: a wait in epoll or a
         # preemption by another process is not this process's CPU.
@@ -170,7 +173,8 @@ def run(*, quick: bool = False) -> dict[str, float]:
           f"unprofiled, then {profiled} under cProfile")  # fmt: skip
     measure: Callable[..., Any] = _measure
     counter = StepCounter()
-    cpu_ms, stats, profiled_cpu_ms = trio.run(measure, plain, profiled, counter)
+    gc_counter = GcCounter()
+    cpu_ms, stats, profiled_cpu_ms = trio.run(measure, plain, profiled, counter, gc_counter)
     print(f"  CPU per run: {cpu_ms:.2f} ms unprofiled ({profiled_cpu_ms:.2f} ms under cProfile)")
     # Function calls per run, Python and C: a count, not a time, so the machine's load does not
     # move it; it follows the work done where CPU time on a loaded machine is noisy.
@@ -188,6 +192,7 @@ def run(*, quick: bool = False) -> dict[str, float]:
         print(f"    {share * 100:5.1f} %  {share * cpu_ms:5.2f} ms  {name}")
         figures[f"profile_ms_{name.split(' ')[0]}"] = round(share * cpu_ms, 2)
     figures.update(print_steps(counter, PROFILE_STEP_RUNS, top=PROFILE_TOP_TASKS))
+    figures.update(print_gc(gc_counter, plain, cpu_ms))
     stats.strip_dirs()
     _print_top(stats, "tottime", "own time")
     _print_top(stats, "cumulative", "cumulative time")

@@ -6,6 +6,7 @@ attribution rules are checked on a profile of known shape, and the flag's comman
 
 from __future__ import annotations
 
+import gc
 import types
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 import trio
 
 from bench.__main__ import main
+from bench.gc_count import GcCounter, print_gc
 from bench.profile import OTHER, component_of, own_time_by_component
 from bench.steps import StepCounter, print_steps
 
@@ -82,3 +84,26 @@ def test_steps_are_counted_per_task_and_passes_per_wait() -> None:
     figures = print_steps(counter, runs=1, top=5)
     assert figures["profile_task_steps_per_run"] == sum(counter.steps.values())
     assert figures["profile_passes_per_run"] == counter.passes
+
+
+def test_gc_counter_counts_each_collection_by_generation_while_installed() -> None:
+    """``bench.gc_count``: every collection made while the counter is installed is counted in
+    its generation, with a CPU time; none before or after. Automatic collections are off
+    meanwhile, so only the explicit ones happen."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        gc.collect()  # not counted: not installed yet
+        with GcCounter() as counter:
+            gc.collect(0)
+            gc.collect(0)
+            gc.collect(2)
+        gc.collect()  # not counted: removed
+    finally:
+        if enabled:
+            gc.enable()
+    assert counter.collections == [2, 0, 1]
+    assert counter.cpu_s >= 0.0
+    figures = print_gc(counter, runs=3, cpu_ms_per_run=1.0)
+    assert figures["profile_gc_collections_per_run"] == 1.0
+    assert figures["profile_gc_ms_per_run"] == round(counter.cpu_s * 1000 / 3, 3)
