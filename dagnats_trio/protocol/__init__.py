@@ -83,6 +83,7 @@ from .runs import (
     decode_run_header,
     decode_run_index_entry,
     encode_run_index_entry,
+    may_be_finished,
 )
 from .tasks import (
     PollMark,
@@ -170,6 +171,7 @@ __all__ = [
     "layout",
     "lifecycle_event",
     "loads_json",
+    "may_be_finished",
     "parse_decimal",
     "record_headers",
     "register_union",

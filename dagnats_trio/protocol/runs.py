@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import final
+from typing import Final, final
 
 import attrs
 
@@ -35,6 +35,26 @@ class RunHeader:
 
 def decode_run_header(data: bytes) -> RunHeader:
     return from_json(data, RunHeader, "run snapshot")
+
+
+#: Each finished status as a snapshot's JSON text holds it: the JSON string of its value.
+_FINISHED_TEXTS: Final = tuple(f'"{s.value}"'.encode() for s in RunStatus if s.finished)
+
+
+def may_be_finished(data: bytes) -> bool:
+    """False only when the snapshot ``data`` cannot hold a finished status, decided on its bytes
+    without decoding it: a watcher that waits for runs to end sees every save of every run (five
+    or so per agent run) and need decode only the ones this lets through.
+
+    A finished snapshot's status is a JSON string holding ``completed``, ``failed`` or
+    ``cancelled``, and in UTF-8 JSON without escapes that string is those bytes, quotes
+    included; when none of them is in ``data`` the status is another. Text that may be spelled
+    otherwise (a ``\\u`` escape anywhere, or bytes ``json`` would not read as UTF-8, which
+    ``loads_json`` tests the same way) is let through. True means only: decode to know (the
+    same strings elsewhere, a step's status or an output, let a snapshot through too)."""
+    if data[:1] != b"{" or data[1:2] in (b"", b"\x00") or b"\\u" in data:
+        return True
+    return any(text in data for text in _FINISHED_TEXTS)
 
 
 @final

@@ -2,9 +2,11 @@
 
 Why: waiting through :meth:`Service.wait_for_run` opens a JetStream consumer per wait, and 50
 waits at once cost more than the runs themselves. Here one ``kv_watch`` over all run snapshots
-wakes the handles whose run changed; each waiter then reads its own snapshot. A waiter also
-re-reads on a bounded interval, so a watch entry lost in an outage delays a result by at most
-that interval instead of losing it.
+wakes the handles whose run may have ended (a save whose bytes can hold a finished status, told
+by ``protocol.may_be_finished`` without decoding it, or a removal); each waiter then reads its
+own snapshot, once per run rather than once per save. A waiter also re-reads on a bounded
+interval, so a watch entry lost in an outage (or a snapshot nobody can read) delays a result by
+at most that interval instead of losing it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import trio
 from ..api import Service
 from ..api.service import RUN_KEY_PREFIX, RunWaitTimeout
 from ..engine import RunSnapshot
-from ..protocol import check_id, layout
+from ..protocol import check_id, layout, may_be_finished
 from ..transport import Transport, TransportError
 
 #: Longest a waiter goes without re-reading its run (the safety net under the shared watch).
@@ -52,7 +54,11 @@ class RunWatch:
                         task_status.started()
                     self._wake_all()  # anything may have changed while no watch was open
                     async for entry in changes:
-                        self._wake(entry.key[len(RUN_KEY_PREFIX) :])
+                        # Only a save that may be a finished run's (or a removal) can end a
+                        # wait: the others (every save of a run in flight) wake nobody, so a
+                        # waiter reads its snapshot once when its run ends, not once per save.
+                        if entry.value is None or may_be_finished(entry.value):
+                            self._wake(entry.key[len(RUN_KEY_PREFIX) :])
             except TransportError as exc:
                 if not started:
                     raise

@@ -1,0 +1,159 @@
+"""Issue 12 goal 3 (CPU per run, the client's side): a watcher waiting for runs to end decodes
+(or re-reads) a run's snapshot only for the saves that may be a finished run's, told by
+``protocol.may_be_finished`` on the bytes, not for each of the five or so saves of an agent run.
+
+Counted on a real nats-server with the bench's stack (engine, worker and client in one process):
+the bench's own watcher (whose decodes count in its CPU per run), and the runtime's shared
+``RunWatch`` (whose waiters read the snapshot with a KV get each time they are woken).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bench._stack import open_stack
+from bench.agent import HEADLINE
+from dagnats_trio.api import Service
+from dagnats_trio.engine import RunSnapshot, encode_snapshot
+from dagnats_trio.protocol import (
+    DecodeError,
+    RunStatus,
+    decode_run_header,
+    may_be_finished,
+)
+from dagnats_trio.runtime._watch import RunWatch
+from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expected_answer
+
+WORKFLOW: Final = "watch-decodes-agent"
+WARMUP_RUNS: Final = 2
+RUNS: Final = 6
+#: Header decodes per run by the bench's watcher: 6 while every save of a snapshot was decoded
+#: (5 saves per agent run, and the create); 1 since only a save that may be a finished run's is
+#: (the last). The bound allows one save of the next run caught mid-way.
+MAX_HEADER_DECODES_PER_RUN: Final = 1.5
+#: Snapshot reads (``Service.get_run``, a KV get and a whole decode) per run waited on through
+#: the runtime's ``RunWatch``: one when the wait starts, then one per save that woke it (about
+#: five per agent run while every save woke its waiters); since only a save that may be a
+#: finished run's wakes them, one more at the end.
+MAX_SNAPSHOT_READS_PER_WAIT: Final = 2.5
+WAIT_S: Final = 60.0
+
+
+class CountingService(Service):
+    """The service, counting the snapshot reads the watch's waiters make."""
+
+    reads = 0
+
+    async def get_run(self, run_id: str) -> RunSnapshot:
+        self.reads += 1
+        return await super().get_run(run_id)
+
+
+async def _measure() -> tuple[float, float]:
+    agent = ScriptedAgent(paired=HEADLINE.paired)
+    async with (
+        open_stack(
+            sync_always=False,
+            handlers={AGENT_TASK: agent.turn},
+            workflows=[agent_workflow(WORKFLOW)],
+        ) as stack,
+        trio.open_nursery() as nursery,
+    ):
+        service = CountingService(stack.client_tp)
+        watch = RunWatch(stack.client_tp, service)
+        await nursery.start(watch.run)
+        for _ in range(WARMUP_RUNS):
+            await stack.run(WORKFLOW, {"task": "deploy"})
+        decodes = stack.header_decodes
+        for _ in range(RUNS):
+            snap = await stack.run(WORKFLOW, {"task": "deploy"})
+            assert snap.outputs().get("agent") == expected_answer()
+        header_decodes = (stack.header_decodes - decodes) / RUNS
+        # The same runs waited on through the runtime's watch, each wait started with the run.
+        for _ in range(RUNS):
+            run_id = await stack.service.start_run(WORKFLOW, {"task": "deploy"})
+            snap = await watch.wait(run_id, WAIT_S)
+            assert snap.status is RunStatus.COMPLETED
+            assert snap.outputs().get("agent") == expected_answer()
+        reads = service.reads / RUNS
+        nursery.cancel_scope.cancel()
+    return header_decodes, reads
+
+
+def test_a_run_watcher_decodes_only_the_saves_of_finished_runs() -> None:
+    header_decodes, reads = trio.run(_measure)
+    print(
+        f"bench watcher: {header_decodes:.1f} header decodes per run; runtime RunWatch: "
+        f"{reads:.1f} snapshot reads per run waited on"
+    )
+    assert 1 <= header_decodes <= MAX_HEADER_DECODES_PER_RUN
+    assert 1 <= reads <= MAX_SNAPSHOT_READS_PER_WAIT
+
+
+# --- may_be_finished agrees with a decode (a fast path that only skips work) ------------------
+
+_statuses = st.sampled_from([s.value for s in RunStatus])
+#: Values a snapshot holds elsewhere, the finished statuses' words among them (a step's status,
+#: an output), escapes and non-ASCII text too.
+_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.integers(),
+        st.text(max_size=8),
+        _statuses,
+        st.sampled_from(['"completed"', "failed!", "é", "\x00", "\\u0063"]),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+def _spellings(doc: dict[str, Any]) -> list[bytes]:
+    """The ways a writer might put ``doc`` in bytes: compact or spaced, ASCII-escaped or not,
+    in UTF-8 (with and without a BOM or leading space) and in UTF-16."""
+    texts = [
+        json.dumps(doc, separators=(",", ":"), ensure_ascii=False),
+        json.dumps(doc, ensure_ascii=False),
+        json.dumps(doc),
+    ]
+    out: list[bytes] = []
+    for text in texts:
+        raw = text.encode("utf-8", "surrogatepass")
+        out += [raw, b" " + raw, b"\xef\xbb\xbf" + raw, text.encode("utf-16", "surrogatepass")]
+    return out
+
+
+@settings(deadline=None, max_examples=300)
+@given(status=_statuses, extra=st.dictionaries(st.text(max_size=6), _values, max_size=4))
+def test_may_be_finished_is_false_only_for_snapshots_that_are_not_finished(
+    status: str, extra: dict[str, Any]
+) -> None:
+    doc = {**extra, "run_id": "r1", "status": status}
+    for data in _spellings(doc):
+        if may_be_finished(data):
+            continue
+        try:
+            header = decode_run_header(data)
+        except DecodeError:
+            continue  # not a snapshot at all: nothing for a watcher to see finished
+        assert not header.status.finished, data
+
+
+def test_may_be_finished_on_the_engines_own_snapshots() -> None:
+    snap = RunSnapshot(run_id="r1", workflow="w", status=RunStatus.RUNNING)
+    assert not may_be_finished(encode_snapshot(snap))
+    for status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED):
+        data = encode_snapshot(RunSnapshot(run_id="r1", workflow="w", status=status))
+        assert may_be_finished(data)
+        assert decode_run_header(data).status is status
+    # Text that may spell a status otherwise is let through to a decode.
+    assert may_be_finished(b'{"status":"\\u0063ompleted"}')
+    assert may_be_finished("{}".encode("utf-16"))
+    assert may_be_finished(b"")
