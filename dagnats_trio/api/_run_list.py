@@ -34,6 +34,9 @@ from ..engine import RunSnapshot, decode_snapshot, drop_active
 from ..protocol import DecodeError, RunIndexEntry, RunStatus, decode_run_index_entry, layout
 from ..transport import MAX_GET_BATCH_MSGS, StoredMsg, Transport, TransportError
 
+#: The active stream's sentinel, not a marker (``transport.provision``).
+_ACTIVE_SENTINEL = layout.sentinel_subject(layout.RUN_ACTIVE_STREAM)
+
 log = logging.getLogger("dagnats_trio.api.run_list")
 
 #: Index entries one page request examines at most (a filtered page may come back short).
@@ -203,12 +206,15 @@ async def _read_index_window(transport: Transport, low: int, high: int) -> dict[
 async def _read_markers(transport: Transport) -> dict[int, RunIndexEntry]:
     """Every active marker, by its sequence in ``RUN_ACTIVE``: batch direct gets from its first
     sequence (the server skips markers already removed). No subject filter: the stream holds
-    markers only, and a wildcard filter makes the server match each message's subject."""
+    markers and its sentinel only (``transport.provision``), skipped here by its subject, and a
+    wildcard filter makes the server match each message's subject."""
     found: dict[int, RunIndexEntry] = {}
     seq = 1
     while True:
         msgs = await transport.get_batch(layout.RUN_ACTIVE_STREAM, seq, MAX_GET_BATCH_MSGS)
         for msg in msgs:
+            if msg.subject == _ACTIVE_SENTINEL:
+                continue
             if (entry := _decode_entry(msg)) is not None:
                 found[msg.seq] = entry
         if len(found) > LIST_ACTIVE_MARKERS_MAX:

@@ -98,6 +98,20 @@ def run_active_subject(run_id: str) -> str:
     return f"runactive.{run_id}"
 
 
+def sentinel_subject(stream: str) -> str:
+    """The subject of ``stream``'s sentinel: one message that no run writes, purges or reads, so
+    the stream never empties (``transport.provision``, :data:`SENTINEL_STREAMS`)."""
+    return f"sentinel.{stream}"
+
+
+#: Streams that a run's end purges (``engine._run_end``), each holding a sentinel. A purge that
+#: empties a file stream makes nats-server remove its block file, create a new one and fsync a
+#: tombstone into it (to keep the last sequence): a file created and one removed per purge, on
+#: the disk the next run's writes wait for. A purge that leaves a message behind only writes its
+#: tombstones into the block there is (one fsync under ``sync_interval: always``, as before).
+#: None of them may have a message age limit (the sentinel would expire).
+SENTINEL_STREAMS = (TASK_STREAM, TIMER_STREAM, RUN_ACTIVE_STREAM)
+
 #: Every subject of :data:`RUN_INDEX_STREAM` / :data:`RUN_ACTIVE_STREAM`.
 RUN_INDEX_FILTER = "runindex.*"
 RUN_ACTIVE_FILTER = "runactive.*"

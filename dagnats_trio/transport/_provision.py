@@ -20,6 +20,15 @@ tombstone): the engines' durable timer consumer naks a timer until it is due, ac
 run's timers go in one purge when the run ends, a pending one included (docs/jetstream.md, "The
 timer stream"). A store provisioned before keeps its timer stream a work queue and runs as
 before.
+
+Each stream a run's end purges (``layout.SENTINEL_STREAMS``) holds a sentinel: one empty
+message on a subject of its own (``layout.sentinel_subject``), stored when the stream is ensured
+and only if the subject holds none (so at most one, however often a store is provisioned, a
+store made before included). Nothing else publishes, purges or reads that subject: no consumer's
+filter matches it (``task.{type}.*``, ``sleep.*.*``), a run's purges name the run, and the one
+reader of a whole stream (the active-marker listing) skips it. So no purge empties the stream,
+which would make nats-server remove its block file, create a new one and fsync a tombstone into
+it (a file created and one removed per run's end, on the disk the next run's writes wait for).
 """
 
 from __future__ import annotations
@@ -37,13 +46,16 @@ from dagnats_trio.protocol.layout import (
     RUN_INDEX_FILTER,
     RUN_INDEX_STREAM,
     RUNS_BUCKET,
+    SENTINEL_STREAMS,
     SIGNALS_BUCKET,
     TASK_STREAM,
     TIMER_STREAM,
     WORKER_POLLS_BUCKET,
     WORKER_POLLS_MAX_AGE_S,
+    sentinel_subject,
 )
 
+from ._errors import WrongLastSequence
 from ._interface import Transport
 from ._values import BucketSpec, StreamSpec
 
@@ -54,11 +66,11 @@ STREAMS: tuple[StreamSpec, ...] = (
         duplicate_window_s=HISTORY_DUPLICATE_WINDOW_S,
         allow_atomic=True,
     ),
-    StreamSpec(TASK_STREAM, ("task.*.*",)),
-    StreamSpec(TIMER_STREAM, ("sleep.*.*",)),
+    StreamSpec(TASK_STREAM, ("task.*.*", sentinel_subject(TASK_STREAM))),
+    StreamSpec(TIMER_STREAM, ("sleep.*.*", sentinel_subject(TIMER_STREAM))),
     StreamSpec(JOURNAL_STREAM, ("journal.*.*",), max_age_s=JOURNAL_MAX_AGE_S, allow_atomic=True),
     StreamSpec(RUN_INDEX_STREAM, (RUN_INDEX_FILTER,)),
-    StreamSpec(RUN_ACTIVE_STREAM, (RUN_ACTIVE_FILTER,)),
+    StreamSpec(RUN_ACTIVE_STREAM, (RUN_ACTIVE_FILTER, sentinel_subject(RUN_ACTIVE_STREAM))),
 )
 
 BUCKETS: tuple[BucketSpec, ...] = (
@@ -75,5 +87,16 @@ async def provision(transport: Transport, replicas: int = 1) -> None:
     """Create or update every stream and bucket of the layout; safe to run at every start."""
     for stream in STREAMS:
         await transport.ensure_stream(stream, replicas=replicas)
+        if stream.name in SENTINEL_STREAMS:
+            await ensure_sentinel(transport, stream.name)
     for bucket in BUCKETS:
         await transport.ensure_bucket(bucket, replicas=replicas)
+
+
+async def ensure_sentinel(transport: Transport, stream: str) -> None:
+    """Store ``stream``'s sentinel unless its subject holds one already (see the module
+    docstring); a retry after a lost answer finds it stored."""
+    try:
+        await transport.publish(sentinel_subject(stream), b"", expected_last_subject_seq=0)
+    except WrongLastSequence:
+        return

@@ -173,15 +173,16 @@ async def test_fired_timers_stay_until_their_run_ends_then_go_in_one_purge(
 ) -> None:
     async with store(fresh_nats_server, old=False) as t, open_stack(t) as stack:
         assert retention(await t.stream_info(layout.TIMER_STREAM)) == "limits"
+        # The stream holds its sentinel only (stored when provisioned, at the first sequence).
         before = await timer_state(t)
-        assert before == StreamState(0, 0, 0, 0)
+        assert before == StreamState(1, 1, 1, 0)
         gate = trio.Event()
         run = await run_through_waits(t, stack, gate)
         # Both waits fired and woke the step; their timers and the three dispatches' timeout
         # timers are each stored once (nothing else was), and none is removed: no tombstone.
         # (The last dispatch's timeout timer is published just after its snapshot is saved.)
-        mid = await wait_state(t, WAITS + DISPATCHES)
-        assert mid == StreamState(WAITS + DISPATCHES, 1, WAITS + DISPATCHES, 0)
+        mid = await wait_state(t, 1 + WAITS + DISPATCHES)
+        assert mid == StreamState(1 + WAITS + DISPATCHES, 1, 1 + WAITS + DISPATCHES, 0)
         fired = await timers_fired(t, run)
         assert [e.kind for e in fired] == ["wait"] * WAITS
         # The consumer took all five and acked the two fired ones (the three timeouts are
@@ -194,15 +195,16 @@ async def test_fired_timers_stay_until_their_run_ends_then_go_in_one_purge(
         assert snap.output == {"iterations": WAITS}
         assert snap.timers_armed
         # The run's end removed all five (the three pending timeouts too) in one purge:
-        # nothing more stored, every sequence gone.
-        after = await wait_state(t, 0)
-        assert after == StreamState(0, mid.last_seq + 1, mid.last_seq, 0)
+        # nothing more stored, every timer's sequence gone, the sentinel left (the stream never
+        # empties: its block file stays, transport.provision).
+        after = await wait_state(t, 1)
+        assert after == StreamState(1, 1, mid.last_seq, WAITS + DISPATCHES)
         # Each wait fired once; the purged timeouts never fired.
         assert [e.kind for e in await timers_fired(t, run)] == ["wait"] * WAITS
         print(
             f"\nSLEEP_TIMERS, one run ({WAITS} waits, {DISPATCHES} dispatches with a timeout): "
-            f"stored {mid.last_seq}, removed before the end {mid.last_seq - mid.messages}, "
-            f"one purge at the end: {mid.last_seq + 1} fsynced writes"
+            f"stored {mid.last_seq - 1}, removed before the end {mid.last_seq - mid.messages}, "
+            f"one purge at the end: {mid.last_seq} fsynced writes"
         )
 
 
@@ -216,7 +218,7 @@ async def test_a_timer_consumer_created_again_is_offered_the_fired_timers_and_dr
     async with store(fresh_nats_server, old=False) as t, open_stack(t) as stack:
         gate = trio.Event()
         run, first = await run_through_waits_with(t, stack, gate)
-        mid = await wait_state(t, WAITS + DISPATCHES)
+        mid = await wait_state(t, 1 + WAITS + DISPATCHES)
         await wait_delivered(t, mid.last_seq, ack_pending=DISPATCHES)
         first.stop()
         await first.done.wait()
@@ -265,8 +267,8 @@ async def test_a_pending_timer_of_a_cancelled_run_is_purged_and_timers_go_on(
         snap = await stack.wait_run(waiting, lambda s: s.status.finished)
         assert snap.status is RunStatus.CANCELLED
         # The run's end purged its timers (the pending wait and its timeout): a work queue kept
-        # them until they came due, to fire into a finished run.
-        await wait_state(t, 0)
+        # them until they came due, to fire into a finished run. The sentinel stays.
+        await wait_state(t, 1)
         assert await t.get_last_msg(layout.TIMER_STREAM, wake) is None
         # The timer loop goes on past the purged timer it held: another run's waits fire.
         run = await stack.service.start_run(short_wf, None)
@@ -286,20 +288,21 @@ async def test_a_store_whose_timer_stream_is_a_work_queue_keeps_it_and_runs(
         gate = trio.Event()
         run = await run_through_waits(t, stack, gate)
         # Each fired timer's ack removed it (a tombstone each); the timeouts stay pending.
-        mid = await wait_state(t, DISPATCHES)
-        assert mid.last_seq == WAITS + DISPATCHES
+        mid = await wait_state(t, 1 + DISPATCHES)  # the sentinel too, stored when provisioned
+        assert mid.last_seq == 1 + WAITS + DISPATCHES
         assert [e.kind for e in await timers_fired(t, run)] == ["wait"] * WAITS
         gate.set()
         snap = await stack.wait_run(run, lambda s: s.status.finished)
         assert snap.status is RunStatus.COMPLETED
         assert snap.output == {"iterations": WAITS}
         # The run's end purge removes the pending timeouts here too (one purge).
-        after = await wait_state(t, 0)
+        after = await wait_state(t, 1)
         assert after.last_seq == mid.last_seq
+        stored = mid.last_seq - 1
         print(
-            f"\nSLEEP_TIMERS on a work queue, the same run: stored {mid.last_seq}, removed by "
+            f"\nSLEEP_TIMERS on a work queue, the same run: stored {stored}, removed by "
             f"acks {mid.last_seq - mid.messages}, one purge at the end: "
-            f"{mid.last_seq + (mid.last_seq - mid.messages) + 1} fsynced writes"
+            f"{stored + (mid.last_seq - mid.messages) + 1} fsynced writes"
         )
 
 
