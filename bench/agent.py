@@ -204,6 +204,8 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
     3 x 6 + 4). Before then_complete: 29.
  => fsynced writes per run with sync_interval always (bench.spread counts them per stream):
     the 28, and the two purges of the run's end (one fsync each, whatever they remove): 30.
+    Neither purge empties its stream (each holds a sentinel, transport.provision), so neither
+    makes the server replace the stream's block file between two runs.
     Before the task stream stopped being a work queue: 33 (a tombstone per task ack, 4, and
     no task purge).
 """
