@@ -42,6 +42,9 @@ class AdvanceContext:
 
     ``definition`` is needed only when ``workflow.started`` arrives for a run with no snapshot;
     ``seq`` is the history stream sequence of the event (None when it has none, e.g. in tests).
+    ``outbox_stored`` says that the effects of the snapshot's newest outbox entry are stored
+    (the engine stored them after saving it, then kept the snapshot): the new snapshot keeps
+    that entry's sequence only (``snapshot.stored_outbox``).
     """
 
     now_ms: int
@@ -49,6 +52,7 @@ class AdvanceContext:
     definition: WorkflowDef | None = None
     legacy_step_events: bool = True
     seq: int | None = None
+    outbox_stored: bool = False
 
 
 @final

@@ -29,7 +29,15 @@ from ._advance_terms import (
 )
 from ._replace import replace
 from .effects import AnnounceCancel, ArmTimer, Effect, PublishEvent, PublishTask, SettleInputs
-from .snapshot import OUTBOX_KEEP_EVENTS, OutboxEntry, Park, RunSnapshot, StepState, StepStatus
+from .snapshot import (
+    OUTBOX_KEEP_EVENTS,
+    OutboxEntry,
+    Park,
+    RunSnapshot,
+    StepState,
+    StepStatus,
+    stored_outbox,
+)
 
 
 class _Working:
@@ -59,7 +67,10 @@ class _Working:
             changes["timers_armed"] = True
         if self.ctx.seq is not None:
             entry = OutboxEntry(self.ctx.seq, tuple(self.effects))
-            changes["outbox"] = (*self.snap.outbox, entry)[-OUTBOX_KEEP_EVENTS:]
+            kept = self.snap.outbox
+            if self.ctx.outbox_stored:
+                kept = stored_outbox(kept)
+            changes["outbox"] = (*kept, entry)[-OUTBOX_KEEP_EVENTS:]
             changes["last_seq"] = self.ctx.seq
         # One copy of the snapshot per advance.
         return Outcome(replace(self.snap, **changes), tuple(self.effects))

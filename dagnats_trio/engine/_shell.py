@@ -244,6 +244,9 @@ class Engine(EngineState):
                 definition=definition,
                 legacy_step_events=self.legacy_step_events,
                 seq=d.stream_seq,
+                # A cached snapshot is kept only once its effects are stored (below); a derived
+                # first snapshot has no outbox.
+                outbox_stored=from_cache,
             )
             out = decide(snap, event, ctx)
             if out.snapshot is None:
@@ -274,12 +277,16 @@ class Engine(EngineState):
                 self._counted()
                 self._cache.pop(run_id, None)
                 continue
-            self._remember(out.snapshot, new_rev)
             self.stats.applied += 1
             self._counted()
             if hook_installed():  # a test's crash seam; production installs none
                 await self._dispatch_saved(out.effects)
             await self._execute(out.effects)
+            # Kept only now that its effects are stored: the next event decided on this copy
+            # drops them from its outbox entry (AdvanceContext.outbox_stored). A failure above
+            # drops the run's cached copy (_handle_group); so does a compare-and-set on the
+            # older one left here, which fails.
+            self._remember(out.snapshot, new_rev)
             self._ack(d)
             return
         log.warning(

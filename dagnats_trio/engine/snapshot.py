@@ -2,9 +2,13 @@
 ``run.{run}`` and written only with compare-and-set.
 
 ``run_id`` and ``status`` are top-level so a worker can decode :class:`protocol.RunHeader` from
-the same bytes. ``outbox`` keeps the effects of the last few applied events, keyed by their
-history stream sequence, so a crash between saving and publishing is repaired by re-executing
-them when the unacknowledged event comes again (every effect is idempotent).
+the same bytes. ``outbox`` keeps the last few applied events, keyed by their history stream
+sequence, so a crash between saving and publishing is repaired by re-executing their effects
+when the unacknowledged event comes again (every effect is idempotent). An entry keeps its
+effects only until the engine that saved it has stored them (:func:`stored_outbox`): then its
+sequence alone still answers a redelivery (replayed, nothing to do), and the snapshot written
+on every event stays the size of one event's effects instead of growing with the last eight
+(with ``sync_interval: always`` a write costs ~30 us more per KB, all of it in the fsync).
 """
 
 from __future__ import annotations
@@ -86,8 +90,21 @@ class StepState:
 @final
 @attrs.frozen
 class OutboxEntry:
+    """An applied event (its history stream sequence) and the effects still to be repeated if
+    it comes again: none once they are known stored."""
+
     seq: int
     effects: tuple[Effect, ...] = ()
+
+
+def stored_outbox(outbox: tuple[OutboxEntry, ...]) -> tuple[OutboxEntry, ...]:
+    """``outbox`` once the effects of its newest entry are stored: that entry keeps its
+    sequence, without effects. Only the newest: an older entry read from the store may hold the
+    effects of an engine that crashed before storing them, which its event's redelivery must
+    still repeat."""
+    if not outbox or not outbox[-1].effects:
+        return outbox
+    return (*outbox[:-1], OutboxEntry(outbox[-1].seq))
 
 
 @final

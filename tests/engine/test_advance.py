@@ -273,6 +273,28 @@ def test_redelivered_event_re_executes_its_effects() -> None:
     assert tasks(out.effects)[0].step_id == "b"
 
 
+def test_an_event_whose_effects_are_stored_keeps_its_seq_without_them() -> None:
+    """The engine decides on its cached snapshot only once that snapshot's effects are stored
+    (``outbox_stored``): the next save keeps the event's sequence without its effects, so the
+    snapshot does not grow by a task per event, and a redelivery still replays (nothing)."""
+    h = Harness(LOOP, legacy=False)
+    (t0,) = tasks(h.start())
+    h.send(StepContinue(RUN, "loop", t0.dispatch, output=1))
+    assert [len(e.effects) for e in h.s.outbox] == [1, 1]  # not known stored: both kept
+    (t1,) = tasks(h.effects)
+    stored = attrs.evolve(h.ctx(), outbox_stored=True)
+    out = decide(h.s, StepContinue(RUN, "loop", t1.dispatch, output=2), stored)
+    assert out.snapshot is not None and tasks(out.effects)[0].dispatch.iteration == 2
+    # Only the newest entry's effects were known stored: the older one is kept whole.
+    assert [(e.seq, len(e.effects)) for e in out.snapshot.outbox] == [(1, 1), (2, 0), (3, 1)]
+    again = decide(out.snapshot, StepContinue(RUN, "loop", t0.dispatch), h.ctx(seq=2))
+    assert again.replayed and again.effects == () and again.snapshot is out.snapshot
+    # Not stored: the newest entry keeps its effects for its redelivery.
+    kept = decide(h.s, StepContinue(RUN, "loop", t1.dispatch, output=2), h.ctx(seq=3))
+    assert kept.snapshot is not None
+    assert [len(e.effects) for e in kept.snapshot.outbox] == [1, 1, 1]
+
+
 # --- retries, timeouts --------------------------------------------------------------------------
 
 
