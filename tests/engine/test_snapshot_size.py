@@ -10,6 +10,7 @@ it has stored them (``engine.snapshot.stored_outbox``).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import trio
@@ -88,5 +89,5 @@ async def test_an_agent_loops_snapshot_does_not_grow_by_a_task_per_iteration(
     # Each running save after the first adds one stored entry's bytes at most (each task
     # carries the 200-byte input: kept, the snapshot grew by more than that per iteration).
     running_sizes = sizes[:-1]
-    growth = [b - a for a, b in zip(running_sizes, running_sizes[1:], strict=False)]
+    growth = [b - a for a, b in itertools.pairwise(running_sizes)]
     assert growth and max(growth) <= STORED_ENTRY_BYTES_MAX, growth
