@@ -42,10 +42,12 @@ class SavedSnapshots:
     async def kv_update(
         self, bucket: str, key: str, value: bytes, revision: int, *, ttl_s: float | None = None
     ) -> int:
-        rev = await self._inner.kv_update(bucket, key, value, revision, ttl_s=ttl_s)
+        # Noted before the answer: the run's last save may wake the test, which then stops
+        # the engine, before the answer reaches here. Only this engine writes the test's run,
+        # so none of its writes fails (the test checks what was saved against the count).
         if bucket == layout.RUNS_BUCKET:
             self.saved.append((key, value))
-        return rev
+        return await self._inner.kv_update(bucket, key, value, revision, ttl_s=ttl_s)
 
 
 async def test_an_agent_loops_snapshot_does_not_grow_by_a_task_per_iteration(
