@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Final, final
+from typing import final
 
 import attrs
 
@@ -37,8 +37,11 @@ def decode_run_header(data: bytes) -> RunHeader:
     return from_json(data, RunHeader, "run snapshot")
 
 
-#: Each finished status as a snapshot's JSON text holds it: the JSON string of its value.
-_FINISHED_TEXTS: Final = tuple(f'"{s.value}"'.encode() for s in RunStatus if s.finished)
+#: The finished statuses as a snapshot's JSON text holds them: the JSON strings of their values
+#: (the Hypothesis test of ``may_be_finished`` fails for a finished status missing here).
+_COMPLETED_TEXT, _FAILED_TEXT, _CANCELLED_TEXT = (
+    f'"{s.value}"'.encode() for s in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+)
 
 
 def may_be_finished(data: bytes) -> bool:
@@ -52,9 +55,16 @@ def may_be_finished(data: bytes) -> bool:
     otherwise (a ``\\u`` escape anywhere, or bytes ``json`` would not read as UTF-8, which
     ``loads_json`` tests the same way) is let through. True means only: decode to know (the
     same strings elsewhere, a step's status or an output, let a snapshot through too)."""
-    if data[:1] != b"{" or data[1:2] in (b"", b"\x00") or b"\\u" in data:
-        return True
-    return any(text in data for text in _FINISHED_TEXTS)
+    # Four searches of the bytes, each a fast scan in C (one regular expression of the four
+    # alternatives took three times as long).
+    return (
+        data[:1] != b"{"
+        or data[1:2] in (b"", b"\x00")
+        or _COMPLETED_TEXT in data
+        or _FAILED_TEXT in data
+        or _CANCELLED_TEXT in data
+        or b"\\u" in data
+    )
 
 
 @final
