@@ -3,10 +3,13 @@
 Why: waiting through :meth:`Service.wait_for_run` opens a JetStream consumer per wait, and 50
 waits at once cost more than the runs themselves. Here one ``kv_watch`` over all run snapshots
 wakes the handles whose run may have ended (a save whose bytes can hold a finished status, told
-by ``protocol.may_be_finished`` without decoding it, or a removal); each waiter then reads its
-own snapshot, once per run rather than once per save. A waiter also re-reads on a bounded
-interval, so a watch entry lost in an outage (or a snapshot nobody can read) delays a result by
-at most that interval instead of losing it.
+by ``protocol.may_be_finished`` without decoding it, or a removal), not on every save of a run in
+flight. A finished snapshot seen by the watch is decoded once and handed to its run's waiters,
+which return it without reading it again: a wait reads its run once, when it starts (to know the
+run exists, or has already finished). A waiter also re-reads on a bounded interval, and when it
+was woken without a finished snapshot (a removal, a snapshot that does not decode, the watch
+opened again), so a watch entry lost in an outage delays a result by at most that interval
+instead of losing it.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ import trio
 
 from ..api import Service
 from ..api.service import RUN_KEY_PREFIX, RunWaitTimeout
-from ..engine import RunSnapshot
-from ..protocol import check_id, layout, may_be_finished
+from ..engine import RunSnapshot, decode_snapshot
+from ..protocol import DecodeError, check_id, layout, may_be_finished
 from ..transport import Transport, TransportError
 
 #: Longest a waiter goes without re-reading its run (the safety net under the shared watch).
@@ -33,13 +36,25 @@ __all__ = ["RESYNC_INTERVAL_S", "RunWatch"]
 
 
 @final
+class _Waiter:
+    """One wait for a run: set when the watch saw its run change in a way that may end it, with
+    the finished snapshot it saw (``None``: re-read the run)."""
+
+    __slots__ = ("event", "snapshot")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.snapshot: RunSnapshot | None = None
+
+
+@final
 class RunWatch:
     """``await nursery.start(watch.run)``, then ``await watch.wait(run_id, timeout_s)``."""
 
     def __init__(self, transport: Transport, service: Service) -> None:
         self._transport = transport
         self._service = service
-        self._waiters: dict[str, set[trio.Event]] = {}
+        self._waiters: dict[str, set[_Waiter]] = {}
         #: Watches opened so far (1 in a healthy process, however many waits there were).
         self.watches_opened = 0
 
@@ -58,16 +73,30 @@ class RunWatch:
                         # wait: the others (every save of a run in flight) wake nobody, so a
                         # waiter reads its snapshot once when its run ends, not once per save.
                         if entry.value is None or may_be_finished(entry.value):
-                            self._wake(entry.key[len(RUN_KEY_PREFIX) :])
+                            self._wake(entry.key[len(RUN_KEY_PREFIX) :], entry.value)
             except TransportError as exc:
                 if not started:
                     raise
                 log.warning("the shared run watch failed (%s); opening it again", exc)
             await trio.sleep(WATCH_RETRY_INTERVAL_S)
 
-    def _wake(self, run_id: str) -> None:
-        for event in self._waiters.pop(run_id, ()):
-            event.set()
+    def _wake(self, run_id: str, value: bytes | None = None) -> None:
+        waiters = self._waiters.pop(run_id, None)
+        if not waiters:
+            return
+        # Decoded once for all of the run's waiters, and only when someone waits: what
+        # ``Service.get_run`` would return for this revision.
+        snapshot: RunSnapshot | None = None
+        if value is not None:
+            try:
+                snapshot = decode_snapshot(value)
+            except DecodeError:
+                snapshot = None
+            if snapshot is not None and not snapshot.status.finished:
+                snapshot = None
+        for waiter in waiters:
+            waiter.snapshot = snapshot
+            waiter.event.set()
 
     def _wake_all(self) -> None:
         for run_id in list(self._waiters):
@@ -80,18 +109,20 @@ class RunWatch:
         with trio.move_on_after(timeout_s):
             while True:
                 # Register before reading: a change between the read and the wait wakes us.
-                event = trio.Event()
-                self._waiters.setdefault(run_id, set()).add(event)
+                waiter = _Waiter()
+                self._waiters.setdefault(run_id, set()).add(waiter)
                 try:
                     snap = await self._service.get_run(run_id)
                     if snap.status.finished:
                         return snap
                     with trio.move_on_after(RESYNC_INTERVAL_S):
-                        await event.wait()
+                        await waiter.event.wait()
+                    if waiter.snapshot is not None:
+                        return waiter.snapshot  # the finished snapshot the watch saw
                 finally:
                     waiting = self._waiters.get(run_id)
                     if waiting is not None:
-                        waiting.discard(event)
+                        waiting.discard(waiter)
                         if not waiting:
                             del self._waiters[run_id]
         raise RunWaitTimeout(run_id, timeout_s)
