@@ -21,7 +21,7 @@ import trio
 from dagnats_trio.api.service import Service
 from dagnats_trio.engine import Engine, decode_snapshot
 from dagnats_trio.engine.snapshot import RunSnapshot
-from dagnats_trio.protocol import RunHeader, from_json, may_be_finished
+from dagnats_trio.protocol import may_be_finished
 from dagnats_trio.protocol.layout import HISTORY_STREAM, RUNS_BUCKET
 from dagnats_trio.server import open_nats_server
 from dagnats_trio.transport import (
@@ -124,9 +124,9 @@ class Stack:
         self.finished: dict[str, RunSnapshot] = {}
         #: Set by :func:`open_stack` once its engine runs.
         self.engine: Engine | None = None
-        #: Snapshots the run watcher decoded (a header) to learn whether their run finished; the
-        #: saves that cannot be a finished run's are not decoded (a count for the tests).
-        self.header_decodes = 0
+        #: Snapshots the run watcher decoded to learn whether their run finished; the saves
+        #: that cannot be a finished run's are not decoded (a count for the tests).
+        self.snapshot_decodes = 0
 
     async def wait_settled(self) -> None:
         """Return once the engine has applied every history event stored so far. A finished
@@ -178,16 +178,13 @@ class Stack:
         async with self.client_tp.kv_watch(RUNS_BUCKET, _RUN_KEY_PREFIX) as changes:
             task_status.started()
             async for entry in changes:
-                # Only a finished run's snapshot is decoded whole, and a save that cannot be a
-                # finished run's (told by its bytes) is not decoded at all: observing the runs in
-                # flight should not cost the process (whose CPU per run is reported) more than
-                # needed. Each decode of a header parses the whole snapshot.
+                # A save that cannot be a finished run's (told by its bytes) is not decoded at
+                # all, and one that may be is decoded once, whole (a header's decode parses the
+                # whole snapshot too): observing the runs in flight should not cost the process
+                # (whose CPU per run is reported) more than needed.
                 if entry.value is None or not may_be_finished(entry.value):
                     continue
-                self.header_decodes += 1
-                header: RunHeader = from_json(entry.value, RunHeader)
-                if not header.status.finished or header.run_id in self.finished:
-                    continue
+                self.snapshot_decodes += 1
                 snap = decode_snapshot(entry.value)
                 if snap.status.finished and snap.run_id not in self.finished:
                     self.finished[snap.run_id] = snap

@@ -37,7 +37,7 @@ from dagnats_trio.api.service import Service
 from dagnats_trio.engine import decode_snapshot
 from dagnats_trio.engine.snapshot import RunSnapshot
 from dagnats_trio.journal import check, read_journal_for_audit
-from dagnats_trio.protocol import RunHeader, RunStatus, from_json
+from dagnats_trio.protocol import RunHeader, RunStatus, from_json, may_be_finished
 from dagnats_trio.protocol.layout import JOURNAL_STREAM, RUNS_BUCKET
 from dagnats_trio.server import CLUSTER_SIZE, NatsCluster, node_name, open_nats_cluster
 from dagnats_trio.testing import AGENT_STEP_ID, agent_workflow, expected_answer
@@ -208,7 +208,8 @@ class _Finished:
                         started = True
                         task_status.started()
                     async for entry in changes:
-                        if entry.value is None:
+                        # A save that cannot be a finished run's is not decoded (bytes only).
+                        if entry.value is None or not may_be_finished(entry.value):
                             continue
                         header: RunHeader = from_json(entry.value, RunHeader)
                         if header.status.finished and header.run_id not in self.at:
