@@ -4,8 +4,9 @@ Four iterations: model + safe tool, model + unsafe tool, model + safe tool, mode
 (4 model calls, 3 tool calls). Sequential runs for ``SEQUENTIAL_S`` seconds give p50/p99 ms per
 run and round trips per run; then ``BURST_RUNS`` runs started at once give runs per second.
 Both durability settings are measured; see ``MIN_ROUND_TRIPS_DERIVATION`` for the floor the spec
-sets. The measured count also holds the idle polls of the engine's timer loop and of the pull
-loops (about one a second each), so it sits a fraction above the floor.
+sets. The measured count also holds the idle polls of the worker's pull loop (about one a second)
+and the pull requests the engine's two loops ask again when theirs expires (one each
+STANDING_PULL_EXPIRES_S, 5 s, while idle), so it sits a fraction above the floor.
 """
 
 from __future__ import annotations
@@ -121,15 +122,20 @@ Per tool iteration of a journal step (model call + tool call), the records paire
                             Nor a write: the task stream is a limits stream, so the ack moves
                             the consumer's ack floor and removes nothing (a work queue's ack
                             wrote a tombstone, fsynced under sync_interval always).
- engine  pull request       counted, left waiting, as for the worker.
+ engine  pull request       NOT a round trip per event: the engine's loops fetch from a feed
+                            (Transport.consume) that keeps one pull request of 64 deliveries
+                            waiting on the server, asked again only when used up, expired
+                            (every 5 s while idle) or lost (a reconnect), so an event arrives
+                            with no request of its own, on the wire or on the critical path.
+                            (A worker cannot: each fetch is bounded by its free slots.)
          snapshot CAS       WRITE 5: the dispatch is saved before the task is published (the KV
                             bucket is a stream of its own: no message or batch with the task).
          task publish       WRITE 6: stored before the event is acked (else a crash after the
                             ack would lose the dispatch).
          event ack          NOT a round trip: ack_nowait after the task is stored; a lost ack is
                             a redelivery that the snapshot's outbox replays idempotently.
- => 6 durable writes per tool iteration; 8 round trips counted (6 waited on + 2 pull
-    requests).
+ => 6 durable writes per tool iteration; 7 round trips counted (6 waited on + the worker's
+    pull request).
 
 Per answer iteration (the last model call gives the final answer), the records paired:
  worker  pull request, claim (no tail read), model tail read: as above (claim: WRITE 1).
@@ -145,12 +151,12 @@ Per answer iteration (the last model call gives the final answer), the records p
                             Stored apart (as before then_complete), the response was a write of
                             its own, fenced on the claim, and the commit one more fenced on it.
          lifecycle event    WRITE 3 (step.completed), as above.
- engine  pull request + snapshot CAS (the run's end); no task. The active marker's purge and
+ engine  snapshot CAS (the run's end); no task. The active marker's purge and
          the purge of the run's tasks follow the saved snapshot, at once, off the critical path
          (engine._run_end).
  => worker 4 round trips (pull, claim, model record + commit, event: 3 writes; one write
-    less than the 5 round trips and 4 writes of the answer's record stored alone), engine 2
-    (CAS + pull).
+    less than the 5 round trips and 4 writes of the answer's record stored alone), engine 1
+    (the CAS).
 
 Why not 5 (the issue's goal): each of the 6 is a write the spec orders before the next, and
 no two of them can share a message. The claim is stored before Journal() returns, so before the
@@ -166,16 +172,16 @@ would be an atomic batch, which costs more than two publishes on a single-replic
 docs/jetstream.md "Cost") or a write the spec requires dropped. Not done.
 
 Each record alone (printed beside): the model record, the tool intent, the tool result and the
-commit are a write each, each fenced on the one before: 8 durable writes and 10 round trips per
+commit are a write each, each fenced on the one before: 8 durable writes and 9 round trips per
 tool iteration, and the answer's model record a write of its own too (worker 5 round trips in
-the answer iteration): 47 round trips per run, 35 of them waited on.
+the answer iteration): 42 round trips per run, 35 of them waited on.
 
 Per run (3 tool iterations, 1 answer iteration), the records paired:
  client  definition read + run index entry and active               5  (the definition may be
          marker (two publishes at once: one waited) +                  re-registered at any time:
          snapshot create + workflow.started                            reading it is the only
                                                                        way to start the current)
- engine  workflow.started: pull + CAS + task                        3  (no snapshot read: the
+ engine  workflow.started: CAS + task                               2  (no snapshot read: the
                                                                        event names the revision
                                                                        the service created and
                                                                        the definition's; the
@@ -185,15 +191,17 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
                                                                        run that moved on fails
                                                                        and reads, as before)
  worker  3 x 5 (tool iterations) + 4 (answer)                       19
- engine  3 x step.continue (pull + CAS + task) + step.completed     13
-         (pull + CAS + active marker purge + task purge, the
+ engine  3 x step.continue (CAS + task) + step.completed            9
+         (CAS + active marker purge + task purge, the
          two at once after the finished snapshot is saved: off
          the critical path)
- => 40 counted, of which 9 are pull requests left waiting and 3 overlap or follow the run's end
-    (the second index publish, the two purges): 28 on the critical path. (Each record alone:
-    47 and 35. Before the run's end purged its tasks (each ack removed its own, a work queue):
-    one round trip less, 39 and 46. Before the claim's ack stood for the journal tail read (the
-    predicted claim):
+ => 35 counted, of which 4 are the worker's pull requests left waiting and 3 overlap or follow
+    the run's end (the second index publish, the two purges): 28 on the critical path. (Each
+    record alone: 42 and 35. Before the engine's loops kept a pull request waiting (a request
+    per event, 5 per run: 49 socket writes per run under `just bench --profile`, now 44): 40
+    and 47, and the figures that follow count those 5 too. Before the run's end purged its
+    tasks (each ack removed its own, a work queue): one round trip less, 39 and 46. Before the
+    claim's ack stood for the journal tail read (the predicted claim):
     43 and 32, one read more per iteration. Before the answer was stored with its complete
     commit: one write more. Before the claim's ack stood for the model's tail read: one read
     more per model call; before the start named its snapshot's revision: the engine's snapshot
@@ -213,18 +221,24 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
 #: + commit message, lifecycle event), for the answer 4 (pull, claim, model + commit message,
 #: lifecycle event).
 WORKER_ROUND_TRIPS_PER_RUN = 3 * 5 + 4
+#: The engine's: per dispatch a CAS and a task publish (the start and 3 step.continue), then
+#: the run's end CAS and its two purges; no pull request (its feeds keep one waiting).
+ENGINE_ROUND_TRIPS_PER_RUN = 2 + 3 * 2 + 3
 #: Requests counted per run at the floor of MIN_ROUND_TRIPS_DERIVATION (the records paired).
-MIN_ROUND_TRIPS_PER_RUN = 5 + 3 + WORKER_ROUND_TRIPS_PER_RUN + (3 * 3 + 4)
+MIN_ROUND_TRIPS_PER_RUN = 5 + ENGINE_ROUND_TRIPS_PER_RUN + WORKER_ROUND_TRIPS_PER_RUN
 #: The same for the script writing each record alone: two more worker writes per tool iteration,
 #: and one more in the answer iteration (the model record apart from the complete commit).
 ALONE_MIN_ROUND_TRIPS_PER_RUN = MIN_ROUND_TRIPS_PER_RUN + 3 * 2 + 1
-#: Of those, the pull requests (one per delivery), left waiting before their message arrives.
-PULLS_PER_RUN = 5 + 4
+#: Of those, the pull requests, left waiting before their message arrives: the worker's, one
+#: per task (the engine's feeds keep one waiting for 64 events: none per run at the floor).
+PULLS_PER_RUN = 4
+#: Fetches that return deliveries per run: the engine's 5 events and the worker's 4 tasks.
+FETCHES_PER_RUN = 5 + 4
 #: And those not waited on: the index publish beside the other, the two purges after the run's
 #: end (its active marker, its tasks).
 OFF_PATH_PER_RUN = 3
-#: Per tool iteration: worker 4 waited on + 1 pull, engine 2 waited on + 1 pull.
-MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 8
+#: Per tool iteration: worker 4 waited on + 1 pull, engine 2 waited on.
+MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 7
 #: Durable writes per tool iteration, the records paired (worker: claim, model + intent
 #: message, result + commit message, lifecycle event; engine: snapshot CAS, task publish).
 DURABLE_WRITES_PER_TOOL_ITERATION = 6
@@ -396,9 +410,9 @@ async def durable_writes(variant: _Variant, *, sync_always: bool = False) -> tup
         return per_tool, (w.client + w.engine + w.worker) / WRITES_RUNS
 
 
-async def worker_round_trips_per_run(variant: _Variant, runs: int = WRITES_RUNS) -> float:
-    """Round trips the worker's transport counts per run of ``variant`` (pull requests
-    included), over ``runs`` runs after one uncounted, on a server of its own."""
+async def round_trips_per_run(variant: _Variant, runs: int = WRITES_RUNS) -> tuple[float, float]:
+    """Round trips the engine's and the worker's transports count per run of ``variant`` (pull
+    requests included), over ``runs`` runs after one uncounted, on a server of its own."""
     handlers, workflows = _handlers_and_workflows((variant,))
     async with open_stack(sync_always=False, handlers=handlers, workflows=workflows) as stack:
         await stack.run(variant.workflow, {"task": "deploy"})
@@ -407,7 +421,8 @@ async def worker_round_trips_per_run(variant: _Variant, runs: int = WRITES_RUNS)
             snap = await stack.run(variant.workflow, {"task": "deploy"})
             if snap.outputs().get("agent") != expected_answer():
                 raise RuntimeError(f"wrong answer {snap.outputs()!r}")
-        return (stack.counts() - before).worker / runs
+        counted = stack.counts() - before
+        return counted.engine / runs, counted.worker / runs
 
 
 async def _measure(sync_always: bool, seconds: float) -> tuple[float, _Figures, _Figures]:

@@ -27,7 +27,7 @@ import attrs
 import trio
 
 from dagnats_trio.testing import expected_answer
-from dagnats_trio.transport import StreamSpec, Transport, open_nats_transport
+from dagnats_trio.transport import Delivery, Feed, StreamSpec, Transport, open_nats_transport
 
 from . import agent
 from ._stack import Stack, open_stack, percentile
@@ -86,6 +86,25 @@ def _kind(name: str, args: tuple[Any, ...]) -> str:
     return f"{name} {first}"
 
 
+class _TimedFeed:
+    """A feed whose fetches that returned deliveries are timed steps (``fetch {stream}``)."""
+
+    def __init__(self, inner: Feed, stream: str, side: str, steps: list[Step]) -> None:
+        self._inner = inner
+        self._stream = stream
+        self._side = side
+        self._steps = steps
+
+    async def fetch(self, timeout_s: float) -> list[Delivery]:
+        start = time.perf_counter()
+        result = await self._inner.fetch(timeout_s)
+        if result:  # an empty fetch (its timeout) is idle, not a step of a run
+            self._steps.append(
+                Step(self._side, f"fetch {self._stream}", start, time.perf_counter())
+            )
+        return result
+
+
 class TimingTransport:
     """Passes every call on; notes the time of each call that waits for the server."""
 
@@ -97,6 +116,12 @@ class TimingTransport:
     @property
     def inner(self) -> Transport:
         return self._inner
+
+    @asynccontextmanager
+    async def consume(self, stream: str, durable: str, batch: int) -> AsyncIterator[Feed]:
+        """The inner feed, its fetches timed as a fetch of the transport is."""
+        async with self._inner.consume(stream, durable, batch) as feed:
+            yield _TimedFeed(feed, stream, self._side, self._steps)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)

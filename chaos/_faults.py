@@ -32,6 +32,7 @@ from dagnats_trio.transport import (
     ConsumerConfig,
     CoreMsg,
     Delivery,
+    Feed,
     Headers,
     KvEntry,
     SimFaults,
@@ -40,6 +41,7 @@ from dagnats_trio.transport import (
     Transport,
     TransportError,
     TransportTimeout,
+    fetch_feed,
 )
 from dagnats_trio.transport._sim_subjects import subject_matches
 
@@ -339,6 +341,11 @@ class FaultyTransport:
             return taken
         got = await self._inner.fetch(stream, durable, batch, timeout_s)
         return self._faults.filter(durable, got)
+
+    def consume(self, stream: str, durable: str, batch: int) -> AbstractAsyncContextManager[Feed]:
+        """A feed over this transport's own :meth:`fetch`, so the engine's deliveries pass
+        through the faults as the worker's do."""
+        return fetch_feed(self, stream, durable, batch)
 
     async def get_msg(self, stream: str, seq: int) -> StoredMsg:
         return await self._inner.get_msg(stream, seq)

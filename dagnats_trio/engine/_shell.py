@@ -10,6 +10,7 @@ store, settling) is the base class, :class:`~dagnats_trio.engine._shell_state.En
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import final
 
 import trio
@@ -132,35 +133,54 @@ class Engine(EngineState):
     # --- history -------------------------------------------------------------------------------
 
     async def _history_loop(self) -> None:
+        await self._feed_loop(
+            layout.HISTORY_STREAM, layout.ENGINE_DURABLE, "history", self._history
+        )
+
+    async def _feed_loop(
+        self,
+        stream: str,
+        durable: str,
+        what: str,
+        handle: Callable[[list[Delivery]], Awaitable[None]],
+    ) -> None:
+        """Fetch from a feed of ``durable`` and hand each batch to ``handle``, forever. The feed
+        may keep a pull request waiting across fetches (``Transport.consume``): the engine
+        takes every delivery it is given. A failed fetch, or a feed that could not be opened,
+        is retried with a backoff; the feed is kept across failed fetches."""
         backoff = self._loop_backoff()
         while True:
             try:
-                deliveries = await self.transport.fetch(
-                    layout.HISTORY_STREAM,
-                    layout.ENGINE_DURABLE,
-                    self.fetch_batch,
-                    self.fetch_wait_s,
-                )
+                async with self.transport.consume(stream, durable, self.fetch_batch) as feed:
+                    while True:
+                        try:
+                            deliveries = await feed.fetch(self.fetch_wait_s)
+                        except TransportError as exc:
+                            _say_fetch_failed(backoff, what, exc)
+                            await trio.sleep(backoff.next_s())
+                            continue
+                        backoff.reset()
+                        await handle(deliveries)
             except TransportError as exc:
-                _say_fetch_failed(backoff, "history", exc)
+                _say_fetch_failed(backoff, what, exc)
                 await trio.sleep(backoff.next_s())
-                continue
-            backoff.reset()
-            groups: dict[str, list[tuple[Delivery, RunEvent]]] = {}
-            for d in deliveries:
-                event = await self._decode(d)
-                if event is not None:
-                    groups.setdefault(event.run_id, []).append((d, event))
-            # Runs are independent: handle them concurrently, each run's events in order. A
-            # single run (the common case) is handled in place: a nursery and a task for it
-            # would only cost scheduler passes on the run's critical path.
-            if len(groups) == 1:
-                for items in groups.values():
-                    await self._handle_group(items)
-                continue
-            async with trio.open_nursery() as nursery:
-                for items in groups.values():
-                    nursery.start_soon(self._handle_group, items)
+
+    async def _history(self, deliveries: list[Delivery]) -> None:
+        groups: dict[str, list[tuple[Delivery, RunEvent]]] = {}
+        for d in deliveries:
+            event = await self._decode(d)
+            if event is not None:
+                groups.setdefault(event.run_id, []).append((d, event))
+        # Runs are independent: handle them concurrently, each run's events in order. A
+        # single run (the common case) is handled in place: a nursery and a task for it
+        # would only cost scheduler passes on the run's critical path.
+        if len(groups) == 1:
+            for items in groups.values():
+                await self._handle_group(items)
+            return
+        async with trio.open_nursery() as nursery:
+            for items in groups.values():
+                nursery.start_soon(self._handle_group, items)
 
     async def _decode(self, d: Delivery) -> RunEvent | None:
         try:
@@ -360,23 +380,15 @@ class Engine(EngineState):
     # --- timers --------------------------------------------------------------------------------
 
     async def _timer_loop(self) -> None:
-        backoff = self._loop_backoff()
-        while True:
+        await self._feed_loop(layout.TIMER_STREAM, layout.TIMER_DURABLE, "timer", self._timers)
+
+    async def _timers(self, deliveries: list[Delivery]) -> None:
+        for d in deliveries:
             try:
-                deliveries = await self.transport.fetch(
-                    layout.TIMER_STREAM, layout.TIMER_DURABLE, self.fetch_batch, self.fetch_wait_s
-                )
+                await self._handle_timer(d)
             except TransportError as exc:
-                _say_fetch_failed(backoff, "timer", exc)
-                await trio.sleep(backoff.next_s())
-                continue
-            backoff.reset()
-            for d in deliveries:
-                try:
-                    await self._handle_timer(d)
-                except TransportError as exc:
-                    log.warning("timer %s: %s; will be redelivered", d.subject, exc)
-                    await self._settle(d.nak, ERROR_NAK_DELAY_S)
+                log.warning("timer %s: %s; will be redelivered", d.subject, exc)
+                await self._settle(d.nak, ERROR_NAK_DELAY_S)
 
     async def _handle_timer(self, d: Delivery) -> None:
         try:

@@ -77,6 +77,13 @@ class Connection(ConnectionLifecycle):
         return self._is_connected
 
     @property
+    def reconnects(self) -> int:
+        """Reconnects so far (what :meth:`stats` counts, without making the stats): what a
+        caller holding server-side state that a reconnect loses (a waiting pull request)
+        compares to know it must ask again."""
+        return self._reconnects
+
+    @property
     def servers(self) -> tuple[str, ...]:
         """URLs (without credentials) tried on reconnect: those given, then those discovered."""
         return self._servers.urls

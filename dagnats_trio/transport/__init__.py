@@ -20,7 +20,8 @@ from ._errors import (
     TransportTimeout,
     WrongLastSequence,
 )
-from ._interface import Delivery, Transport
+from ._feed import fetch_feed
+from ._interface import Delivery, Feed, Transport
 from ._open import open_nats_transport, parse_client
 from ._provision import BUCKETS, STREAMS, provision
 from ._retry import (
@@ -94,6 +95,7 @@ __all__ = [
     "ConsumerConfig",
     "CoreMsg",
     "Delivery",
+    "Feed",
     "Headers",
     "KeyExists",
     "KvEntry",
@@ -116,6 +118,7 @@ __all__ = [
     "TrioNatsDelivery",
     "TrioNatsTransport",
     "WrongLastSequence",
+    "fetch_feed",
     "open_nats_py_transport",
     "open_nats_transport",
     "open_sim_transport",

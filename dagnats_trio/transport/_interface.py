@@ -72,6 +72,19 @@ class Delivery(Protocol):
         """Never redeliver this message."""
 
 
+class Feed(Protocol):
+    """A durable pull consumer's deliveries to one loop, from :meth:`Transport.consume`.
+
+    What the feed holds for its loop and has not handed out when the loop leaves is given back
+    to the server (nakked: redelivered at once, not after its AckWait); a cancelled
+    :meth:`fetch` hands out nothing and loses nothing.
+    """
+
+    async def fetch(self, timeout_s: float) -> list[Delivery]:
+        """Up to the feed's batch of deliveries; waits up to ``timeout_s`` for the first, []
+        on timeout. Raises what :meth:`Transport.fetch` raises."""
+
+
 CoreHandler = Callable[[CoreMsg], Awaitable[bytes | None]]
 
 
@@ -203,6 +216,16 @@ class Transport(Protocol):
         self, stream: str, durable: str, batch: int, timeout_s: float
     ) -> list[Delivery]:
         """Up to ``batch`` deliveries; waits up to ``timeout_s`` for the first, [] on timeout."""
+
+    def consume(self, stream: str, durable: str, batch: int) -> AbstractAsyncContextManager[Feed]:
+        """A :class:`Feed` of ``durable``'s deliveries, for a loop that fetches over and over
+        and takes every delivery it is given (the engine's; not a worker's, whose free slots
+        bound each fetch). It may keep one pull request of ``batch`` deliveries waiting on the
+        server across its fetches (the native transport does: a fetch then costs no request,
+        and no end-of-request status to read, while the request lasts), so deliveries can
+        arrive while the loop is busy; they wait in the feed, their AckWait running. A request
+        lost on the way (a reconnect, a leader change) is asked again. Transports without one
+        fetch as :meth:`fetch` does. ValueError for a ``batch`` below 1."""
 
     # --- core NATS ---------------------------------------------------------------------------
 

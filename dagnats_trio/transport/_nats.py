@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import Any, TypeVar, final
 
 import trio
@@ -30,7 +30,8 @@ from nats.js import api as js_api
 from nats.js.client import JetStreamContext
 
 from ._errors import Closed, TemporarilyUnavailable, TransportError
-from ._interface import Delivery
+from ._feed import fetch_feed
+from ._interface import Delivery, Feed
 from ._jetstream import JetStreamOverRequests
 from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
 from ._jetstream_wire import (
@@ -281,6 +282,10 @@ class NatsTransport(CountedSubscriptions, JetStreamOverRequests, JetStreamBatche
     async def _send(self, subject: str, payload: bytes, reply: str, what: str) -> None:
         """A core publish with a reply subject."""
         await self._aio(self._nc.publish(subject, payload, reply=reply), what)
+
+    def consume(self, stream: str, durable: str, batch: int) -> AbstractAsyncContextManager[Feed]:
+        """One :meth:`fetch` per fetch (no request kept waiting)."""
+        return fetch_feed(self, stream, durable, batch)
 
     # --- core NATS -----------------------------------------------------------------------------
 

@@ -24,14 +24,15 @@ are ``_sim_streams``; this module holds the connection, KV, consumers and core N
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, final
 
 import trio
 
 from ._errors import Closed, KeyExists, RevisionMismatch, TemporarilyUnavailable, TransportTimeout
-from ._interface import Delivery
+from ._feed import fetch_feed
+from ._interface import Delivery, Feed
 from ._sim_delivery import SimDelivery
 from ._sim_faults import SimFaults
 from ._sim_server import SimServer
@@ -257,6 +258,10 @@ class SimTransport(SimStreams):
                 await changed.wait()
             if self._closed:
                 raise Closed("transport is closed")
+
+    def consume(self, stream: str, durable: str, batch: int) -> AbstractAsyncContextManager[Feed]:
+        """One :meth:`fetch` per fetch (no request kept waiting)."""
+        return fetch_feed(self, stream, durable, batch)
 
     # --- core NATS ---------------------------------------------------------------------------
 

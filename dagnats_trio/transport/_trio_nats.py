@@ -17,11 +17,12 @@ import trio
 
 from ..nats import Connection, NatsError, ProtocolError, Pub
 from ._errors import Closed, TemporarilyUnavailable, TransportError
-from ._interface import Delivery
+from ._interface import Delivery, Feed
 from ._jetstream import JetStreamOverRequests
 from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
 from ._jetstream_wire import api_error, check_name, json_error, kv_stream, ns, watch_filter
 from ._trio_nats_batch import gather
+from ._trio_nats_feed import FEED_BUFFER_MSGS, StandingPull
 from ._trio_nats_msgs import CoreMessages, KvEntries, Pull, map_error, wire_headers
 from ._values import DEFAULT_REQUEST_TIMEOUT_S, CoreMsg, Headers, KvEntry
 
@@ -58,6 +59,10 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
     @property
     def round_trips(self) -> int:
         return self._round_trips
+
+    def _count_round_trip(self) -> None:
+        """A request sent by a helper of this transport (a feed's pull request)."""
+        self._round_trips += 1
 
     @property
     def open_subscriptions(self) -> int:
@@ -270,6 +275,24 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
         if not waited:
             await trio.lowlevel.cancel_shielded_checkpoint()
         return pull.hand_out(self, batch)
+
+    @asynccontextmanager
+    async def consume(self, stream: str, durable: str, batch: int) -> AsyncIterator[Feed]:
+        """A :class:`StandingPull` on an inbox of its own; leaving naks what it holds."""
+        if batch < 1:
+            raise ValueError(f"fetch batch must be at least 1, got {batch}")
+        what = f"fetch {stream}/{durable}"
+        self._check_open(what)
+        api = f"{check_name('stream', stream)}.{check_name('durable', durable)}"
+        # Checked first: pulling from a missing consumer would just time out every fetch.
+        await self._api(f"$JS.API.CONSUMER.INFO.{api}", {}, f"consumer {stream}/{durable}")
+        prefix = self._conn.new_inbox()
+        async with self._conn.subscribe(prefix + ".*", max_buffered_msgs=FEED_BUFFER_MSGS) as sub:
+            feed = StandingPull(self, sub, prefix, f"$JS.API.CONSUMER.MSG.NEXT.{api}", batch, what)
+            try:
+                yield feed
+            finally:
+                await feed.give_back()
 
     # --- core NATS -----------------------------------------------------------------------------
 

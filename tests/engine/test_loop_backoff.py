@@ -21,7 +21,7 @@ from dagnats_trio.api import Service
 from dagnats_trio.engine import LOOP_ERROR_BACKOFF_MAX_S, LOOP_ERROR_BACKOFF_S, Engine
 from dagnats_trio.protocol import RunStatus
 from dagnats_trio.protocol.layout import HISTORY_STREAM
-from dagnats_trio.transport import TransportError, open_sim_transport, provision
+from dagnats_trio.transport import TransportError, fetch_feed, open_sim_transport, provision
 from dagnats_trio.worker import TaskContext, Worker
 
 #: A long outage, in Trio time (the clock autojumps).
@@ -53,6 +53,10 @@ class FetchLog:
         if stream == HISTORY_STREAM:
             self.tries.append((at, True))
         return result
+
+    def consume(self, stream: str, durable: str, batch: int) -> Any:
+        """The engine fetches through a feed: one over this log's own fetch."""
+        return fetch_feed(self, stream, durable, batch)
 
 
 async def _outage_run(seed: int) -> tuple[list[float], RunStatus]:
