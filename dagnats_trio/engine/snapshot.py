@@ -155,10 +155,26 @@ _OUTBOX_JSON: dict[int, list[Any]] = {}
 #: A definition's JSON text by its identity: a run's snapshots all hold the one definition
 #: object the run started with (``_replace.replace`` keeps it), so it is spelled once per run.
 _DEFINITION_TEXT: dict[int, tuple[WorkflowDef, str]] = {}
-_unstructure_outbox_entry = make_dict_unstructure_fn(OutboxEntry, converter)
+# A field at its default is left out of the stored snapshot (decoding puts the default back):
+# most of a step's and a run's fields are None until something happens to them, and every
+# byte of a save is paid again in its fsync. A step's ``status`` is always written: the
+# inputs service's view of a snapshot (``inputs._snapshot``) needs it. The run's definition
+# and the task messages of the outbox are written whole (a definition's defaults may change
+# between releases; a run keeps the definition it started with).
+_unstructure_step = make_dict_unstructure_fn(
+    StepState, converter, _cattrs_omit_if_default=True, status=override(omit_if_default=False)
+)
+converter.register_unstructure_hook(StepState, _unstructure_step)
+_unstructure_outbox_entry = make_dict_unstructure_fn(
+    OutboxEntry, converter, _cattrs_omit_if_default=True
+)
 #: A snapshot's own fields: ``definition`` and ``outbox`` are spliced in as memoised texts.
 _unstructure_rest = make_dict_unstructure_fn(
-    RunSnapshot, converter, definition=override(omit=True), outbox=override(omit=True)
+    RunSnapshot,
+    converter,
+    _cattrs_omit_if_default=True,
+    definition=override(omit=True),
+    outbox=override(omit=True),
 )
 #: The fields stored before ``definition``, in field order (the bytes keep the field order).
 _BEFORE_DEFINITION = ("run_id", "status", "workflow")
@@ -206,6 +222,11 @@ def _definition_text(definition: WorkflowDef | None) -> str:
 
 
 converter.register_unstructure_hook(OutboxEntry, _outbox_entry_json)
+# ``to_json(snapshot)`` is ``encode_snapshot(snapshot)``: one encoding, fields at their
+# defaults left out.
+converter.register_unstructure_hook(
+    RunSnapshot, make_dict_unstructure_fn(RunSnapshot, converter, _cattrs_omit_if_default=True)
+)
 
 
 def encode_snapshot(snapshot: RunSnapshot) -> bytes:
@@ -214,12 +235,17 @@ def encode_snapshot(snapshot: RunSnapshot) -> bytes:
     on every event, and those two parts (most of its bytes) rarely change between saves."""
     rest = _unstructure_rest(snapshot)
     head = {name: rest.pop(name) for name in _BEFORE_DEFINITION}
-    outbox = ",".join([_outbox_entry_text(entry) for entry in snapshot.outbox])
-    text = (
-        f'{dumps_json(head)[:-1]},"definition":{_definition_text(snapshot.definition)},'
-        f'{dumps_json(rest)[1:-1]},"outbox":[{outbox}]}}'
-    )
-    return text.encode()
+    parts = [dumps_json(head)[:-1]]
+    if snapshot.definition is not None:
+        parts.append(f',"definition":{_definition_text(snapshot.definition)}')
+    if rest:
+        parts.append(f",{dumps_json(rest)[1:-1]}")
+    if snapshot.outbox:
+        parts.append(',"outbox":[')
+        parts.append(",".join([_outbox_entry_text(entry) for entry in snapshot.outbox]))
+        parts.append("]")
+    parts.append("}")
+    return "".join(parts).encode()
 
 
 def decode_snapshot(data: bytes) -> RunSnapshot:
