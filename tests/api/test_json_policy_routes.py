@@ -145,8 +145,13 @@ async def store_legacy_nan_input(api: Stack, run_id: str) -> None:
     while True:
         entry = await api.transport.kv_get(layout.RUNS_BUCKET, key)
         assert entry is not None and entry.value is not None
-        data = entry.value.replace(b'"input":null', b'"input":NaN', 1)
-        assert data != entry.value
+        # The input is left out while at its default (None): set, spelled as Python's json
+        # (and the older release) spells a NaN.
+        body = json.loads(entry.value)
+        assert body.get("input") is None
+        body["input"] = math.nan
+        data = json.dumps(body, separators=(",", ":")).encode()
+        assert b'"input":NaN' in data
         try:
             await api.transport.kv_update(layout.RUNS_BUCKET, key, data, entry.revision)
             return
