@@ -19,8 +19,8 @@ import attrs
 import trio
 
 from dagnats_trio.api.service import Service
-from dagnats_trio.engine import Engine, decode_snapshot
-from dagnats_trio.engine.snapshot import RunSnapshot
+from dagnats_trio.engine import Engine
+from dagnats_trio.engine.outcome import RunOutcome, decode_run_outcome
 from dagnats_trio.protocol import may_be_finished
 from dagnats_trio.protocol.layout import HISTORY_STREAM, RUNS_BUCKET
 from dagnats_trio.server import open_nats_server
@@ -121,7 +121,7 @@ class Stack:
         self.client_tp = client_tp
         self.service = Service(client_tp)
         self._done: dict[str, trio.Event] = {}
-        self.finished: dict[str, RunSnapshot] = {}
+        self.finished: dict[str, RunOutcome] = {}
         #: Set by :func:`open_stack` once its engine runs.
         self.engine: Engine | None = None
         #: Snapshots the run watcher decoded to learn whether their run finished; the saves
@@ -179,20 +179,21 @@ class Stack:
             task_status.started()
             async for entry in changes:
                 # A save that cannot be a finished run's (told by its bytes) is not decoded at
-                # all, and one that may be is decoded once, whole (a header's decode parses the
-                # whole snapshot too): observing the runs in flight should not cost the process
-                # (whose CPU per run is reported) more than needed.
+                # all, and one that may be is decoded once, as the run's outcome (status, error,
+                # the steps' outputs; not the definition and outbox a whole snapshot decodes):
+                # observing the runs should not cost the process (whose CPU per run is
+                # reported) more than a client needs.
                 if entry.value is None or not may_be_finished(entry.value):
                     continue
                 self.snapshot_decodes += 1
-                snap = decode_snapshot(entry.value)
+                snap = decode_run_outcome(entry.value)
                 if snap.status.finished and snap.run_id not in self.finished:
                     self.finished[snap.run_id] = snap
                     event = self._done.get(snap.run_id)
                     if event is not None:
                         event.set()
 
-    async def run(self, workflow: str, input: Any = None) -> RunSnapshot:
+    async def run(self, workflow: str, input: Any = None) -> RunOutcome:
         """Start a run and wait (bounded) until its snapshot says it finished."""
         with trio.fail_after(RUN_TIMEOUT_S):
             run_id = await self.service.start_run(workflow, input)

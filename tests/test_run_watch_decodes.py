@@ -10,6 +10,7 @@ watch hands them the finished snapshot it saw).
 
 from __future__ import annotations
 
+import cProfile
 import json
 from typing import Any, Final
 
@@ -20,7 +21,9 @@ from hypothesis import strategies as st
 from bench._stack import open_stack
 from bench.agent import HEADLINE
 from dagnats_trio.api import Service
-from dagnats_trio.engine import RunSnapshot, encode_snapshot
+from dagnats_trio.engine import RunSnapshot, decode_snapshot, encode_snapshot
+from dagnats_trio.engine.outcome import decode_run_outcome
+from dagnats_trio.engine.snapshot import StepState, StepStatus
 from dagnats_trio.protocol import (
     DecodeError,
     RunStatus,
@@ -164,3 +167,72 @@ def test_may_be_finished_on_the_engines_own_snapshots() -> None:
     assert may_be_finished(b'{"status":"\\u0063ompleted"}')
     assert may_be_finished("{}".encode("utf-16"))
     assert may_be_finished(b"")
+
+
+# --- the outcome a client reads, against the whole snapshot ------------------------------------
+
+#: Python calls (and built-in ones) to decode a finished agent run's outcome, against those of
+#: the whole snapshot (the definition, the outbox and every step's dispatch and timing): the
+#: benchmark's client decodes the outcome, at most this share of the whole decode's calls.
+MAX_OUTCOME_SHARE_OF_SNAPSHOT_CALLS: Final = 0.4
+
+
+def _calls(fn: Any, data: bytes) -> int:
+    fn(data)  # warm (cattrs builds its hooks on first use)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        fn(data)
+    finally:
+        profiler.disable()
+    profiler.create_stats()
+    stats: dict[Any, Any] = profiler.stats  # type: ignore[attr-defined]
+    return sum(v[1] for v in stats.values()) - 1  # less the ``disable`` call
+
+
+def _agrees(snap: RunSnapshot) -> None:
+    outcome = decode_run_outcome(encode_snapshot(snap))
+    assert (outcome.run_id, outcome.status, outcome.error) == (snap.run_id, snap.status, snap.error)
+    assert outcome.outputs() == snap.outputs()
+    assert {sid: st.status for sid, st in outcome.steps.items()} == {
+        sid: st.status for sid, st in snap.steps.items()
+    }
+
+
+async def _finished_agent_snapshot() -> RunSnapshot:
+    agent = ScriptedAgent(paired=HEADLINE.paired)
+    async with (
+        open_stack(
+            sync_always=False,
+            handlers={AGENT_TASK: agent.turn},
+            workflows=[agent_workflow(WORKFLOW)],
+        ) as stack,
+        trio.open_nursery() as nursery,
+    ):
+        watch = RunWatch(stack.client_tp, stack.service)
+        await nursery.start(watch.run)
+        run_id = await stack.service.start_run(WORKFLOW, {"task": "deploy"})
+        snap = await watch.wait(run_id, WAIT_S)
+        nursery.cancel_scope.cancel()
+    return snap
+
+
+def test_a_runs_outcome_is_what_its_snapshot_says_for_fewer_calls() -> None:
+    snap = trio.run(_finished_agent_snapshot)
+    assert snap.status is RunStatus.COMPLETED and snap.outputs()
+    _agrees(snap)
+    data = encode_snapshot(snap)
+    outcome_calls, snapshot_calls = _calls(decode_run_outcome, data), _calls(decode_snapshot, data)
+    print(
+        f"calls to decode a finished agent run: outcome {outcome_calls}, whole snapshot "
+        f"{snapshot_calls} ({len(data)} bytes)"
+    )
+    assert 0 < outcome_calls <= MAX_OUTCOME_SHARE_OF_SNAPSHOT_CALLS * snapshot_calls
+    # Every run and step status, outputs of completed steps only, an error kept.
+    steps = {
+        f"s{n}": StepState(step_id=f"s{n}", status=status, output={"n": n}, error="e")
+        for n, status in enumerate(StepStatus)
+    }
+    for status in RunStatus:
+        _agrees(RunSnapshot(run_id="r", workflow="w", status=status, error="boom", steps=steps))
+    _agrees(RunSnapshot(run_id="r", workflow="w", status=RunStatus.RUNNING))
