@@ -478,6 +478,23 @@ GUARDS: tuple[Guard, ...] = (
         [f"{JH}::test_a_holder_whose_lease_was_lost_reads_the_tail_however_fresh_its_claim"],
     ),
     _g(
+        "Engine outbox: only the newest entry's effects leave it once stored",
+        "stored_outbox: every entry loses its effects, an older one read from the store too",
+        [
+            (
+                "return (*outbox[:-1], OutboxEntry(outbox[-1].seq))",
+                "return tuple(OutboxEntry(e.seq) for e in outbox)",
+            )
+        ],
+        [f"{ADV}::test_an_event_whose_effects_are_stored_keeps_its_seq_without_them"],
+    ),
+    _g(
+        "Engine outbox: an entry keeps its effects until they are known stored",
+        "_Working.finish: the newest entry's effects are dropped whether or not they are stored",
+        [("if self.ctx.outbox_stored:", "if True:")],
+        [f"{ADV}::test_an_event_whose_effects_are_stored_keeps_its_seq_without_them"],
+    ),
+    _g(
         "Engine: a start's snapshot is derived only from the definition it was made from",
         "Engine._derive_first: the current definition is used whatever its revision",
         [
