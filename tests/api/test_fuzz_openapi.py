@@ -638,13 +638,21 @@ def field_names(op: dict[str, Any]) -> set[str]:
 
 
 async def stored(transport: Transport) -> dict[str, tuple[int, int]]:
-    """Messages and last sequence of every stream (KV buckets included): what NATS stores."""
-    names = json.loads(await transport.request("$JS.API.STREAM.NAMES", b"{}"))["streams"]
-    out = {}
-    for name in sorted(names):
-        info = json.loads(await transport.request(f"$JS.API.STREAM.INFO.{name}", b"{}"))
-        out[name] = (info["state"]["messages"], info["state"]["last_seq"])
-    return out
+    """Messages and last sequence of every stream (KV buckets included): what NATS stores.
+    One ``STREAM.LIST`` page holds every stream's info (a page is 256 streams; the store has a
+    dozen): one round trip where a name list and an info per stream took 13, twice for each of
+    the fuzz's examples."""
+    out: dict[str, tuple[int, int]] = {}
+    while True:
+        page = json.loads(
+            await transport.request(
+                "$JS.API.STREAM.LIST", json.dumps({"offset": len(out)}).encode()
+            )
+        )
+        for info in page["streams"]:
+            out[info["config"]["name"]] = (info["state"]["messages"], info["state"]["last_seq"])
+        if not page["streams"] or len(out) >= page["total"]:
+            return dict(sorted(out.items()))
 
 
 async def settled(transport: Transport) -> dict[str, tuple[int, int]]:
