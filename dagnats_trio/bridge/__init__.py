@@ -17,7 +17,7 @@ from ._leases import (
     POLL_FETCH_SLICE_S,
     POLL_MIN_FETCH_S,
 )
-from ._records import APPENDABLE, JOURNAL_READ_MAX_RECORDS
+from ._records import APPENDABLE, FILLED_FIELDS, JOURNAL_READ_MAX_RECORDS
 from ._views import (
     MAX_UNTIL_MS,
     Appended,
@@ -41,6 +41,7 @@ from ._views import (
 
 __all__ = [
     "APPENDABLE",
+    "FILLED_FIELDS",
     "BRIDGE_OPERATIONS",
     "DEFAULT_MAX_LEASES",
     "JOURNAL_READ_MAX_RECORDS",

@@ -10,7 +10,7 @@ from typing import Final, final
 
 import attrs
 
-from ..protocol import JsonValue
+from ..protocol import JsonValue, Replay
 from ..protocol.schema_hints import int_range, non_empty
 from ..worker import MAX_WAIT_MS
 
@@ -83,9 +83,30 @@ class JournalAppendBody:
     """A journal record in the wire format of docs/journal-wire-format.md without
     ``iteration``, ``attempt`` and ``claim_id`` (the bridge fills them): ``type`` is ``model``,
     ``tool.intent``, ``tool.output`` or ``tool.result``, with that kind's fields. A
-    ``tool.intent`` without ``key`` gets ``{run}.{step}.{iteration}.{call}``."""
+    ``tool.intent`` without ``key`` gets ``{run}.{step}.{iteration}.{call}``.
+
+    Every field a kind may send is listed here (the route decodes the body as the kind's record,
+    which says which are required and refuses the others), so the document names each field a
+    400 may name: ``call`` (every kind); ``response`` (model); ``name``, ``input``, ``replay``,
+    ``key``, ``group``, ``group_size``, ``call_id`` (tool.intent); ``chunk`` (tool.output);
+    ``output``, ``error``, ``interrupted``, ``partial``, ``cancelled_by`` (tool.result)."""
 
     type: str
+    call: int | None = None
+    response: JsonValue = None
+    name: str | None = None
+    input: JsonValue = None
+    replay: Replay | None = None
+    key: str | None = None
+    group: int | None = None
+    group_size: int | None = None
+    call_id: str | None = None
+    chunk: JsonValue = None
+    output: JsonValue = None
+    error: str | None = None
+    interrupted: bool | None = None
+    partial: list[JsonValue] | None = None
+    cancelled_by: int | None = None
 
 
 # --- responses -------------------------------------------------------------------------------

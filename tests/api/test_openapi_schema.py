@@ -12,7 +12,7 @@ import pytest
 from dagnats_trio.api._rest_openapi import ROUTES, openapi_document
 from dagnats_trio.api._rest_routedoc import RouteDoc
 from dagnats_trio.api._rest_schema import Schemas, UnknownSchemaTypeError
-from dagnats_trio.bridge import MAX_UNTIL_MS
+from dagnats_trio.bridge import APPENDABLE, FILLED_FIELDS, MAX_UNTIL_MS
 from dagnats_trio.worker import MAX_WAIT_MS
 
 
@@ -135,3 +135,13 @@ def test_bridge_bodies_state_the_bounds_their_routes_check() -> None:
     assert until["minimum"] == 0 and until["maximum"] == MAX_UNTIL_MS
     # An unbounded field keeps its plain schema.
     assert components["FailBody"]["properties"]["retriable"] == {"type": "boolean"}
+
+
+def test_the_journal_append_body_lists_every_field_a_record_kind_takes() -> None:
+    # A 400 of journal/append names the record's field (``call``, ``response``, ...): the
+    # document lists each one, no more, so a client and a fuzzer know what it may send.
+    components = openapi_document()["components"]["schemas"]
+    listed = set(components["JournalAppendBody"]["properties"])
+    takes = {f.name for cls in APPENDABLE.values() for f in attrs.fields(cls)}
+    assert listed == {"type"} | (takes - set(FILLED_FIELDS))
+    assert components["JournalAppendBody"]["required"] == ["type"]
