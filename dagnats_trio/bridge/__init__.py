@@ -41,9 +41,9 @@ from ._views import (
 
 __all__ = [
     "APPENDABLE",
-    "FILLED_FIELDS",
     "BRIDGE_OPERATIONS",
     "DEFAULT_MAX_LEASES",
+    "FILLED_FIELDS",
     "JOURNAL_READ_MAX_RECORDS",
     "LEASE_KEEP_ACK_WAITS",
     "LEASE_LOCK_WAIT_S",
