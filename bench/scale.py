@@ -38,7 +38,7 @@ from dagnats_trio.engine import decode_snapshot
 from dagnats_trio.engine.snapshot import RunSnapshot
 from dagnats_trio.journal import check, read_journal_for_audit
 from dagnats_trio.protocol import RunHeader, RunStatus, from_json, may_be_finished
-from dagnats_trio.protocol.layout import JOURNAL_STREAM, RUNS_BUCKET
+from dagnats_trio.protocol.layout import JOURNAL_STREAM, RUNS_BUCKET, run_key
 from dagnats_trio.server import CLUSTER_SIZE, NatsCluster, node_name, open_nats_cluster
 from dagnats_trio.testing import AGENT_STEP_ID, agent_workflow, expected_answer
 from dagnats_trio.transport import Transport, TransportError, open_nats_transport
@@ -188,6 +188,8 @@ class _Finished:
         if mark <= 0:
             self.mark_reached.set()
         self.reopened = 0
+        #: Runs started (run id -> time of its start call), filled by :func:`_start_all`.
+        self.started: dict[str, float] = {}
 
     def saw(self, snap: RunSnapshot) -> None:
         if snap.run_id in self.at:
@@ -207,6 +209,11 @@ class _Finished:
                     if not started:
                         started = True
                         task_status.started()
+                    else:
+                        # The watch tells changes from its opening on: a run that finished
+                        # while it was down is read (else the measurement waited for its
+                        # deadline, 2 minutes in the test, for a run already finished).
+                        await self._read_unfinished(tp)
                     async for entry in changes:
                         # A save that cannot be a finished run's is not decoded (bytes only).
                         if entry.value is None or not may_be_finished(entry.value):
@@ -221,6 +228,15 @@ class _Finished:
                     raise
             self.reopened += 1
             await trio.sleep(WATCH_REOPEN_S)
+
+    async def _read_unfinished(self, tp: Transport) -> None:
+        """Read the snapshot of each run started and not seen finished; note the finished."""
+        for run_id in [r for r in self.started if r not in self.at]:
+            entry = await tp.kv_get(RUNS_BUCKET, run_key(run_id))
+            if entry is not None and entry.value is not None:
+                snap = decode_snapshot(entry.value)
+                if snap.status.finished:
+                    self.saw(snap)
 
 
 async def _start_all(service: Service, runs: int, started: dict[str, float]) -> None:
@@ -406,7 +422,7 @@ async def measure(
                     all_started = trio.Event()
                     fault: list[int] = []
                     await nursery.start(finished.watch, tp)
-                    started: dict[str, float] = {}
+                    started = finished.started
                     first = time.monotonic()
                     with trio.move_on_after(deadline_s):
                         async with trio.open_nursery() as inner:
