@@ -8,9 +8,6 @@ request's ``expires`` would have ended it, and nothing is delivered twice.
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pytest
 import trio
 
@@ -18,43 +15,27 @@ from dagnats_trio.server import NatsCluster
 from dagnats_trio.transport import (
     ConsumerConfig,
     StreamSpec,
-    TemporarilyUnavailable,
     Transport,
-    TransportTimeout,
 )
 from dagnats_trio.transport._trio_nats_connect import open_trio_nats_transport
 from dagnats_trio.transport._trio_nats_feed import STANDING_PULL_EXPIRES_S
+
+# The cluster's elections are waited out as the other cluster tests do (the same attempts,
+# pause and request timeout, and their JetStream API call).
+from .test_cluster import MAX_ATTEMPTS, REQUEST_TIMEOUT_S, RETRY_PAUSE_S, Retriable, api
 
 pytestmark = pytest.mark.cluster
 
 STREAM = "CLUSTER_FEED"
 DURABLE = "feed"
 REPLICAS = 3
-REQUEST_TIMEOUT_S = 2.0
 ACK_WAIT_S = 60.0
 FEED_BATCH = 64
 #: Events before and after the step-down.
 EVENTS = 5
-#: Attempts per API call or publish while the cluster elects.
-MAX_ATTEMPTS = 50
-RETRY_PAUSE_S = 0.1
 #: A feed fetch's wait (the engine's).
 FETCH_WAIT_S = 1.0
 TEST_BOUND_S = 90.0
-
-Retriable = (TemporarilyUnavailable, TransportTimeout)
-
-
-async def _api(t: Transport, subject: str) -> dict[str, Any]:
-    for _ in range(MAX_ATTEMPTS):
-        try:
-            reply: dict[str, Any] = json.loads(
-                await t.request(subject, b"", timeout_s=REQUEST_TIMEOUT_S)
-            )
-            return reply
-        except Retriable:
-            await trio.sleep(RETRY_PAUSE_S)
-    raise AssertionError(f"{subject} never answered")
 
 
 async def _publish(t: Transport, body: bytes) -> None:
@@ -68,7 +49,7 @@ async def _publish(t: Transport, body: bytes) -> None:
 
 
 async def _consumer_leader(t: Transport) -> str | None:
-    info = await _api(t, f"$JS.API.CONSUMER.INFO.{STREAM}.{DURABLE}")
+    info = await api(t, f"$JS.API.CONSUMER.INFO.{STREAM}.{DURABLE}")
     name = (info.get("cluster") or {}).get("leader")
     return str(name) if name else None
 
@@ -91,7 +72,7 @@ async def test_a_feed_asks_again_after_a_consumer_leader_step_down(
                         got.append(d.data)
                         await d.ack()
                 first_leader = await _consumer_leader(t)
-                reply = await _api(t, f"$JS.API.CONSUMER.LEADER.STEPDOWN.{STREAM}.{DURABLE}")
+                reply = await api(t, f"$JS.API.CONSUMER.LEADER.STEPDOWN.{STREAM}.{DURABLE}")
                 assert reply.get("success") is True, reply
                 for _ in range(MAX_ATTEMPTS):
                     new_leader = await _consumer_leader(t)
