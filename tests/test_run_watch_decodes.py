@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import cProfile
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench._stack import open_stack
+from bench._stack import Stack, open_stack
 from bench.agent import HEADLINE
 from dagnats_trio.api import Service
 from dagnats_trio.engine import RunSnapshot, decode_snapshot, encode_snapshot
@@ -60,7 +62,9 @@ class CountingService(Service):
         return await super().get_run(run_id)
 
 
-async def _measure() -> tuple[float, float]:
+@asynccontextmanager
+async def _agent_stack() -> AsyncIterator[tuple[Stack, trio.Nursery]]:
+    """The bench's stack running the scripted agent, and a nursery for a watch beside it."""
     agent = ScriptedAgent(paired=HEADLINE.paired)
     async with (
         open_stack(
@@ -70,6 +74,11 @@ async def _measure() -> tuple[float, float]:
         ) as stack,
         trio.open_nursery() as nursery,
     ):
+        yield stack, nursery
+
+
+async def _measure() -> tuple[float, float]:
+    async with _agent_stack() as (stack, nursery):
         service = CountingService(stack.client_tp)
         watch = RunWatch(stack.client_tp, service)
         await nursery.start(watch.run)
@@ -200,15 +209,7 @@ def _agrees(snap: RunSnapshot) -> None:
 
 
 async def _finished_agent_snapshot() -> RunSnapshot:
-    agent = ScriptedAgent(paired=HEADLINE.paired)
-    async with (
-        open_stack(
-            sync_always=False,
-            handlers={AGENT_TASK: agent.turn},
-            workflows=[agent_workflow(WORKFLOW)],
-        ) as stack,
-        trio.open_nursery() as nursery,
-    ):
+    async with _agent_stack() as (stack, nursery):
         watch = RunWatch(stack.client_tp, stack.service)
         await nursery.start(watch.run)
         run_id = await stack.service.start_run(WORKFLOW, {"task": "deploy"})
