@@ -11,7 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from starlette.routing import BaseRoute, Mount
+from starlette.requests import Request
+from starlette.responses import RedirectResponse
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 #: Where the console is served; ``/ui`` redirects to ``/ui/``.
@@ -21,8 +23,16 @@ CONSOLE_DIR: Final = Path(__file__).resolve().parent / "console"
 
 
 def console_routes() -> list[BaseRoute]:
-    """The console's static files (``index.html`` at ``/ui/``)."""
-    return [Mount(CONSOLE_PREFIX, app=StaticFiles(directory=CONSOLE_DIR, html=True), name="ui")]
+    """The console's static files (``index.html`` at ``/ui/``), and ``/ui`` sent there."""
+    return [
+        Route(CONSOLE_PREFIX, _to_console, methods=["GET", "HEAD"]),
+        Mount(CONSOLE_PREFIX, app=StaticFiles(directory=CONSOLE_DIR, html=True), name="ui"),
+    ]
+
+
+async def _to_console(request: Request) -> RedirectResponse:
+    """A relative ``Location``: the console's address never comes from the Host header."""
+    return RedirectResponse(f"{CONSOLE_PREFIX}/", status_code=308)
 
 
 def console_url(api_url: str, run_id: str | None = None) -> str:

@@ -38,6 +38,8 @@ form of this page is `GET /openapi.json`.
   are read; an input `wait` is cut to the server's maximum.
 - **Every route** may also answer `401` (token missing or wrong; not `/healthz`), `405` (wrong
   method), `500` (internal) and `503` (NATS unavailable or not provisioned).
+- **Paths** are matched as written: one this reference does not name, a trailing `/` included
+  (`/runs/`), is `404 not_found`. No API route redirects.
 - **Ids** (a workflow `name` and `workflow`, `run_id`, `step_id`, a step's `id` and `task`, a
   signal `name`, a bridge `task_type`) are 1-128 characters of letters, digits, `_` and `-`,
   matched in full (so a trailing newline is refused: these ids become NATS subjects and keys).

@@ -114,7 +114,7 @@ def create_app(
         for doc in ROUTES
     ]
     routes.extend(console_routes())
-    return Starlette(
+    app = Starlette(
         routes=routes,
         middleware=[
             Middleware(_ErrorBoundary),
@@ -122,6 +122,12 @@ def create_app(
         ],
         exception_handlers={HTTPException: _http_exception},
     )
+    # A path the document does not name is a 404 ``not_found``, as ``/health/`` already was:
+    # Starlette's default answers ``/runs/`` with a 307 to ``/runs``, which a DELETE or PUT
+    # client then repeats on a route that refuses it, with a Location built from the request's
+    # Host header. The console's one redirect (``/ui`` to ``/ui/``) is a route of its own.
+    app.router.redirect_slashes = False
+    return app
 
 
 class _RequestIdConvertor(Convertor[str]):
