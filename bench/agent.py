@@ -174,13 +174,22 @@ docs/jetstream.md "Cost") or a write the spec requires dropped. Not done.
 Each record alone (printed beside): the model record, the tool intent, the tool result and the
 commit are a write each, each fenced on the one before: 8 durable writes and 9 round trips per
 tool iteration, and the answer's model record a write of its own too (worker 5 round trips in
-the answer iteration): 42 round trips per run, 35 of them waited on.
+the answer iteration): 42 round trips per run, 34 of them waited on.
 
 Per run (3 tool iterations, 1 answer iteration), the records paired:
- client  definition read + run index entry and active               5  (the definition may be
-         marker (two publishes at once: one waited) +                  re-registered at any time:
-         snapshot create + workflow.started                            reading it is the only
-                                                                       way to start the current)
+ client  run index entry and active marker, sent with               5  (the definition may be
+         the definition read (three requests at once: one              re-registered at any time:
+         waited) + snapshot create + workflow.started                  reading it is the only
+                                                                       way to start the current;
+                                                                       the index is written
+                                                                       before the snapshot, so a
+                                                                       run never goes unlisted.
+                                                                       A service's first start
+                                                                       of a workflow, or one with
+                                                                       an idempotency key, reads
+                                                                       before it writes: one more
+                                                                       waited, engine._store.
+                                                                       index_start)
  engine  workflow.started: CAS + task                               2  (no snapshot read: the
                                                                        event names the revision
                                                                        the service created and
@@ -195,13 +204,16 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
          (CAS + active marker purge + task purge, the
          two at once after the finished snapshot is saved: off
          the critical path)
- => 35 counted, of which 4 are the worker's pull requests left waiting and 3 overlap or follow
-    the run's end (the second index publish, the two purges): 28 on the critical path. (Each
-    record alone: 42 and 35. Before the engine's loops kept a pull request waiting (a request
-    per event, 5 per run: 49 socket writes per run under `just bench --profile`, now 44): 40
-    and 47, and the figures that follow count those 5 too. Before the run's end purged its
-    tasks (each ack removed its own, a work queue): one round trip less, 39 and 46. Before the
-    claim's ack stood for the journal tail read (the predicted claim):
+ => 35 counted, of which 4 are the worker's pull requests left waiting and 4 overlap or follow
+    the run's end (the definition read and the second index publish, each sent with the first
+    index publish; the two purges): 27 on the critical path. (Each record alone: 42 and 34.
+    Before the start indexed the run beside its definition read (the read, then the index):
+    28 on the critical path, 35 each record alone. Before the engine's loops kept a pull
+    request waiting (a request per event, 5 per run: 49 socket writes per run under
+    `just bench --profile`, now 44): 40 and 47, and the figures that follow count those 5
+    too. Before the run's end purged its tasks (each ack removed its own, a work queue): one
+    round trip less, 39 and 46. Before the claim's ack stood for the journal tail read (the
+    predicted claim):
     43 and 32, one read more per iteration. Before the answer was stored with its complete
     commit: one write more. Before the claim's ack stood for the model's tail read: one read
     more per model call; before the start named its snapshot's revision: the engine's snapshot
@@ -234,9 +246,10 @@ ALONE_MIN_ROUND_TRIPS_PER_RUN = MIN_ROUND_TRIPS_PER_RUN + 3 * 2 + 1
 PULLS_PER_RUN = 4
 #: Fetches that return deliveries per run: the engine's 5 events and the worker's 4 tasks.
 FETCHES_PER_RUN = 5 + 4
-#: And those not waited on: the index publish beside the other, the two purges after the run's
-#: end (its active marker, its tasks).
-OFF_PATH_PER_RUN = 3
+#: And those not waited on: the client's definition read and its second index publish, both sent
+#: with the first index publish, and the two purges after the run's end (its active marker, its
+#: tasks).
+OFF_PATH_PER_RUN = 4
 #: Per tool iteration: worker 4 waited on + 1 pull, engine 2 waited on.
 MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 7
 #: Durable writes per tool iteration, the records paired (worker: claim, model + intent

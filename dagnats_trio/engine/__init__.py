@@ -52,13 +52,13 @@ if TYPE_CHECKING:
         EngineStats,
         legacy_from_env,
     )
-    from ._store import create_snapshot, write_first_snapshot
+    from ._store import IndexedStart, create_snapshot, index_start, write_first_snapshot
 else:
     # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
-            "._store": ("create_snapshot", "write_first_snapshot"),
+            "._store": ("IndexedStart", "create_snapshot", "index_start", "write_first_snapshot"),
             "._run_index": ("drop_active", "ensure_run_index", "index_entry", "index_run"),
             "._shell": (
                 "TIMER_DUE_HEADER",
@@ -98,6 +98,7 @@ __all__ = [
     "Effect",
     "Engine",
     "EngineStats",
+    "IndexedStart",
     "InputsHooks",
     "NoInputs",
     "OutboxEntry",
@@ -120,6 +121,7 @@ __all__ = [
     "ensure_run_index",
     "index_entry",
     "index_run",
+    "index_start",
     "legacy_from_env",
     "new_run_snapshot",
     "timer_consumer",

@@ -17,8 +17,10 @@ place, as the publish expects the subject to be empty) or a marker of a finished
 checks the snapshot, leaves the run out and removes the stale marker). So the filters are right
 after any crash, and the leftovers disappear the first time a listing meets them.
 
-Writers are :func:`index_run` (called by the one function that creates snapshots) and
-:func:`drop_active` (the engine, when it saves a finished snapshot). Stores written before the
+Writers are :func:`index_run` (called by the one function that creates snapshots, or by the
+service through ``engine._store.index_start`` while it reads the definition: then, should the
+start be given up, :func:`unindex_run` takes the two messages back) and :func:`drop_active`
+(the engine, when it saves a finished snapshot). Stores written before the
 index existed get it once from :func:`ensure_run_index`.
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+from collections.abc import Awaitable, Callable
 
 from .._concurrency import run_all
 from ..protocol import (
@@ -58,15 +61,35 @@ async def _publish_once(transport: Transport, subject: str, data: bytes) -> None
         await transport.publish(subject, data, expected_last_subject_seq=0)
 
 
+def index_writes(
+    transport: Transport, entry: RunIndexEntry, *, active: bool
+) -> list[Callable[[], Awaitable[None]]]:
+    """The publishes that index a run: its entry and, when ``active``, its active marker (to
+    be awaited together, :func:`~dagnats_trio._concurrency.run_all`: one round trip of
+    latency)."""
+    data = encode_run_index_entry(entry)
+    subjects = [layout.run_index_subject(entry.run_id)]
+    if active:
+        subjects.append(layout.run_active_subject(entry.run_id))
+    return [functools.partial(_publish_once, transport, s, data) for s in subjects]
+
+
 async def index_run(transport: Transport, snapshot: RunSnapshot) -> None:
     """Write the run's index entry and, unless the snapshot is finished, its active marker (the
     two at once: one round trip of latency). Call it before the snapshot is created."""
-    data = encode_run_index_entry(index_entry(snapshot))
-    subjects = [layout.run_index_subject(snapshot.run_id)]
-    if not snapshot.status.finished:
-        subjects.append(layout.run_active_subject(snapshot.run_id))
+    writes = index_writes(transport, index_entry(snapshot), active=not snapshot.status.finished)
+    await run_all(writes, in_flight_max=len(writes))
+
+
+async def unindex_run(transport: Transport, run_id: str) -> None:
+    """Remove the run's index entry and active marker (the two at once): a run indexed before
+    it was created whose creation was then given up (``engine._store.index_start``)."""
+    subjects = (
+        (layout.RUN_INDEX_STREAM, layout.run_index_subject(run_id)),
+        (layout.RUN_ACTIVE_STREAM, layout.run_active_subject(run_id)),
+    )
     await run_all(
-        [functools.partial(_publish_once, transport, s, data) for s in subjects],
+        [functools.partial(transport.purge_subject, st, sj) for st, sj in subjects],
         in_flight_max=len(subjects),
     )
 

@@ -4,26 +4,81 @@ The API creates a run's first snapshot before it publishes ``workflow.started`` 
 be read as soon as ``POST /runs`` answers); it does so through :func:`write_first_snapshot`, the
 engine's function, so the shape of a new run and the key it lives under have one author.
 Every later write is the engine's compare-and-set in its shell. Creating a snapshot also
-indexes the run (:mod:`._run_index`), first, so the index never misses a run that exists.
+indexes the run (:mod:`._run_index`), first, so the index never misses a run that exists: in
+the same call, or, for the service's start, beside the definition's read (:func:`index_start`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import final
+
+import attrs
+
+from .._concurrency import run_all
 from ..dag import WorkflowDef
-from ..protocol import WorkflowStarted, layout
+from ..protocol import RunIndexEntry, WorkflowStarted, layout
 from ..transport import KeyExists, Transport
-from ._run_index import drop_active_if_finished, index_run
+from ._run_index import drop_active_if_finished, index_entry, index_run, index_writes, unindex_run
 from .core import new_run_snapshot
 from .snapshot import RunSnapshot, encode_snapshot
 
 
-async def create_snapshot(transport: Transport, snapshot: RunSnapshot) -> int:
+@final
+@attrs.frozen
+class IndexedStart:
+    """The proof that a run not created yet is indexed (its entry and active marker stored),
+    made by :func:`index_start` only: the snapshot it names is then written alone."""
+
+    entry: RunIndexEntry
+
+
+async def index_start(
+    transport: Transport, event: WorkflowStarted, beside: Callable[[], Awaitable[None]]
+) -> IndexedStart:
+    """Index the run ``event`` starts while ``beside`` runs (the service's read of the
+    definition): one round trip of latency where the read and then the index were two.
+
+    The index is still written before the snapshot (the snapshot is created only with the
+    proof this returns), so no run whose snapshot exists is ever left out of a listing. When
+    ``beside`` fails, the index writes are let finish (not cancelled, so none lands after its
+    removal) and are taken back (:func:`~._run_index.unindex_run`) before its error is raised:
+    a start refused (a workflow deleted meanwhile) leaves nothing that would grow. Only a crash
+    between the two leaves an entry without a snapshot, as a crash before any snapshot does
+    (a listing skips it). The caller indexes this way only for a workflow it has read before:
+    a start of a name never seen (a fuzzer's) reads it first and writes nothing.
+    """
+    entry = index_entry(new_run_snapshot(event, None, event.started_at_ms))
+    failed: list[Exception] = []
+
+    async def guarded() -> None:
+        try:
+            await beside()
+        except Exception as exc:
+            failed.append(exc)
+
+    writes = [*index_writes(transport, entry, active=True), guarded]
+    await run_all(writes, in_flight_max=len(writes))
+    if failed:
+        await unindex_run(transport, event.run_id)
+        raise failed[0]
+    return IndexedStart(entry)
+
+
+async def create_snapshot(
+    transport: Transport, snapshot: RunSnapshot, *, indexed: IndexedStart | None = None
+) -> int:
     """Write a snapshot where none is (create-only); its revision. :class:`KeyExists` if one is.
 
-    The run is indexed before the snapshot is written. When one was there already (a retried
+    The run is indexed before the snapshot is written, unless ``indexed`` proves it is (an
+    index written for another entry, a definition whose name is not the one the start asked
+    for, is taken back and written again). When a snapshot was there already (a retried
     start), the active marker just written may belong to a run that has finished: removed then.
     """
-    await index_run(transport, snapshot)
+    if indexed is None or indexed.entry != index_entry(snapshot):
+        if indexed is not None:
+            await unindex_run(transport, indexed.entry.run_id)
+        await index_run(transport, snapshot)
     try:
         return await transport.kv_create(
             layout.RUNS_BUCKET, layout.run_key(snapshot.run_id), encode_snapshot(snapshot)
@@ -42,12 +97,17 @@ def first_snapshot(event: WorkflowStarted, definition: WorkflowDef) -> RunSnapsh
 
 
 async def write_first_snapshot(
-    transport: Transport, event: WorkflowStarted, definition: WorkflowDef
+    transport: Transport,
+    event: WorkflowStarted,
+    definition: WorkflowDef,
+    *,
+    indexed: IndexedStart | None = None,
 ) -> int | None:
-    """Write :func:`first_snapshot`; its revision, or None when the run has one already (a
-    start retried with its idempotency key), which is left as it is."""
+    """Write :func:`first_snapshot` (indexed first, unless ``indexed`` proves it is: see
+    :func:`create_snapshot`); its revision, or None when the run has one already (a start
+    retried with its idempotency key), which is left as it is."""
     try:
-        return await create_snapshot(transport, first_snapshot(event, definition))
+        return await create_snapshot(transport, first_snapshot(event, definition), indexed=indexed)
     except KeyExists:
         return None
 

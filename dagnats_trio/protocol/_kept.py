@@ -50,5 +50,11 @@ class DecodedByBytes(Generic[T]):
         self._kept[key] = (bytes(data), value)
         return value
 
+    def kept(self, key: str) -> T | None:
+        """The value last decoded for ``key`` (None when none is kept); no decode, no check
+        that it is still what is stored."""
+        kept = self._kept.get(key)
+        return None if kept is None else kept[1]
+
     def forget(self, key: str) -> None:
         self._kept.pop(key, None)

@@ -1,0 +1,182 @@
+"""The service's start path (issue 12 goal 1, session 9 T1): a start of a workflow the service
+has read before indexes the run while it reads the definition, so it waits on 3 round trips in
+a row instead of 4, and still writes the index before the snapshot and the snapshot before
+``workflow.started``. A start refused (the workflow deleted meanwhile) takes its index writes
+back; a name never read (a fuzzer's) writes nothing; a start killed between two writes leaves
+a run listed exactly when its snapshot exists."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, cast
+
+import attrs
+import pytest
+
+from bench.latency import Step, TimingTransport
+from dagnats_trio._env import RuntimeEnv
+from dagnats_trio.api import Service, WorkflowNotFound
+from dagnats_trio.protocol import layout
+from dagnats_trio.transport import Transport, TrioNatsTransport
+
+from ._fakes import uid
+
+#: The start's calls that wait on the server, in the order they are made.
+START_CALLS = (
+    "kv_get workflow_defs",
+    "publish runindex",
+    "publish runactive",
+    "kv_create workflow_runs",
+    "publish history",
+)
+#: Fuzzed starts of names never registered: each reads, none writes.
+UNKNOWN_STARTS = 20
+
+
+def waited_in_a_row(steps: list[Step]) -> int:
+    """The calls waited on one after another: the longest chain of calls each started after the
+    one before ended (calls sent together count once)."""
+    chain, last_end = 0, float("-inf")
+    for s in sorted(steps, key=lambda s: s.end):
+        if s.start >= last_end:
+            chain, last_end = chain + 1, s.end
+    return chain
+
+
+def _ended_before(steps: list[Step], first: str, then: str) -> bool:
+    ends = [s.end for s in steps if s.kind == first]
+    starts = [s.start for s in steps if s.kind == then]
+    return bool(ends) and bool(starts) and max(ends) <= min(starts)
+
+
+def _kinds(steps: list[Step]) -> list[str]:
+    return sorted(s.kind for s in steps)
+
+
+def _ids(prefix: str) -> RuntimeEnv:
+    counter = itertools.count()
+    return RuntimeEnv(new_id=lambda: f"{prefix}{next(counter)}")
+
+
+async def _indexed(transport: Transport, run_id: str) -> tuple[bool, bool]:
+    """Whether the run has an index entry, and an active marker."""
+    entry = await transport.get_last_msg(layout.RUN_INDEX_STREAM, layout.run_index_subject(run_id))
+    marker = await transport.get_last_msg(
+        layout.RUN_ACTIVE_STREAM, layout.run_active_subject(run_id)
+    )
+    return entry is not None, marker is not None
+
+
+async def test_a_start_of_a_workflow_read_before_waits_on_three_round_trips(
+    trio_transport: TrioNatsTransport,
+) -> None:
+    steps: list[Step] = []
+    service = Service(cast(Transport, TimingTransport(trio_transport, "client", steps)))
+    wf = uid("wf")
+    await service.register_workflow({"name": wf, "steps": [{"id": "a", "task": uid("t")}]})
+    chains = []
+    for n in range(3):
+        steps.clear()
+        run = await service.start_run(wf, n)
+        t0 = min(s.start for s in steps)
+        spans = [(s.kind, round((s.start - t0) * 1e6), round((s.end - t0) * 1e6)) for s in steps]
+        print(f"start {n} (kind, start us, end us): {spans}")
+        assert _kinds(steps) == sorted(START_CALLS)  # the same 5 requests on both paths
+        # The index before the snapshot, the definition read before it, then the event.
+        for before in ("kv_get workflow_defs", "publish runindex", "publish runactive"):
+            assert _ended_before(steps, before, "kv_create workflow_runs")
+        assert _ended_before(steps, "kv_create workflow_runs", "publish history")
+        chains.append(waited_in_a_row(steps))
+        assert (await service.get_run(run)).input == n
+    print(f"waited in a row per start: {chains}")
+    # The first start reads the name before it writes anything (4 in a row: the read, the index
+    # pair, the snapshot, the event); later ones index beside the read: 3 (main: 4, 4, 4).
+    assert chains == [4, 3, 3]
+    # With an idempotency key the run id is the key's: read, claim, index, create, publish.
+    steps.clear()
+    await service.start_run(wf, "k", idempotency_key=uid("key"))
+    assert waited_in_a_row(steps) == 5
+
+
+async def test_a_refused_start_leaves_no_index_entry(trio_transport: TrioNatsTransport) -> None:
+    steps: list[Step] = []
+    timed = cast(Transport, TimingTransport(trio_transport, "client", steps))
+    prefix = uid("run")
+    service = Service(timed, _ids(prefix))
+    wf = uid("wf")
+    await service.register_workflow({"name": wf, "steps": [{"id": "a", "task": uid("t")}]})
+    kept = await service.start_run(wf)
+    assert await _indexed(trio_transport, kept) == (True, True)
+    # Deleted after this service read it: the start is refused as before, and the index entry
+    # and marker it wrote beside the read are taken back.
+    await trio_transport.kv_delete(layout.DEFS_BUCKET, wf)
+    steps.clear()
+    with pytest.raises(WorkflowNotFound):
+        await service.start_run(wf)
+    refused = f"{prefix}1"
+    assert {"publish runindex", "publish runactive"} <= set(_kinds(steps))
+    assert await _indexed(trio_transport, refused) == (False, False)
+    # The name is forgotten: a further start reads, is refused, and writes nothing.
+    steps.clear()
+    with pytest.raises(WorkflowNotFound):
+        await service.start_run(wf)
+    assert _kinds(steps) == ["kv_get workflow_defs"]
+    assert await _indexed(trio_transport, f"{prefix}2") == (False, False)
+    # Names never registered (a fuzzer's starts): one read each, no write, no run id drawn.
+    steps.clear()
+    for _ in range(UNKNOWN_STARTS):
+        with pytest.raises(WorkflowNotFound):
+            await service.start_run(uid("nowf"))
+    assert _kinds(steps) == ["kv_get workflow_defs"] * UNKNOWN_STARTS
+    assert await _indexed(trio_transport, kept) == (True, True)  # the run started is still there
+
+
+@attrs.define
+class CrashBefore:
+    """Passes every call on until the first call of kind ``kind`` (``"publish history"``...),
+    which raises instead of reaching the server: a start killed just before that write."""
+
+    inner: Transport
+    kind: str
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name not in {"publish", "kv_create"}:
+            return attr
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            target = str(args[0]).split(".", 1)[0] if name == "publish" else str(args[0])
+            if f"{name} {target}" == self.kind:
+                raise _Killed(self.kind)
+            return await attr(*args, **kwargs)
+
+        return call
+
+
+class _Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("killed_before", "snapshot_written"),
+    [("kv_create workflow_runs", False), ("publish history", True)],
+)
+async def test_a_start_killed_between_two_writes_is_listed_iff_its_snapshot_exists(
+    transport: Transport, killed_before: str, snapshot_written: bool
+) -> None:
+    prefix = uid("run")
+    wf = uid("wf")
+    reader = Service(transport)
+    await reader.register_workflow({"name": wf, "steps": [{"id": "a", "task": uid("t")}]})
+    crashing = Service(cast(Transport, CrashBefore(transport, killed_before)), _ids(prefix))
+    await crashing.get_workflow(wf)  # read before: the start indexes beside its read
+    with pytest.raises(_Killed):
+        await crashing.start_run(wf)
+    run = f"{prefix}0"
+    assert await _indexed(transport, run) == (True, True)  # the index goes first
+    page = await reader.list_runs(workflow=wf)
+    running = await reader.list_runs(workflow=wf, status="running")
+    listed = [r.run_id for r in page.runs]
+    assert listed == [r.run_id for r in running.runs] == ([run] if snapshot_written else [])
+    history = await transport.get_last_msg(layout.HISTORY_STREAM, layout.history_subject(run))
+    assert history is None  # never announced: the engine starts nothing
