@@ -16,12 +16,13 @@ On demand: ``just bench latency`` (``--quick`` for a shorter one); not part of t
 
 from __future__ import annotations
 
+import bisect
 import statistics
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import Any, cast, final
 
 import attrs
 import trio
@@ -31,11 +32,16 @@ from dagnats_trio.transport import Delivery, Feed, StreamSpec, Transport, open_n
 
 from . import agent
 from ._stack import Stack, open_stack, percentile
+from .steps import short_task_name
 
 #: Sequential runs of each script that are laid out (after the warm-up).
 RUNS = 300
 RUNS_QUICK = 60
 WARMUP_RUNS = 10
+#: Sequential runs (after the warm-up) under the instrument that charges each gap to the tasks
+#: that ran in it (:func:`tasks_in_gaps`), apart from the runs whose steps are timed.
+RUNS_ATTRIBUTED = 100
+RUNS_ATTRIBUTED_QUICK = 30
 #: Calls that wait for a server answer and are timed (fetch is timed to its deliveries).
 TIMED_CALLS = frozenset(
     {
@@ -146,8 +152,10 @@ class TimingTransport:
 
 @attrs.frozen
 class RunLayout:
-    """One run's steps (clipped to the run) and its wall time, seconds."""
+    """One run's steps (clipped to the run), its start (``time.perf_counter`` seconds) and
+    its wall time, seconds."""
 
+    start: float
     wall: float
     steps: tuple[Step, ...]
 
@@ -161,38 +169,158 @@ def steps_per_run(layouts: list[RunLayout]) -> dict[str, float]:
     return {key: n / len(layouts) for key, n in sorted(counts.items())}
 
 
+#: Labels of a run's two ends in the gap table (see :func:`gaps_by_transition`).
+RUN_START = "start_run called"
+RUN_SEEN = "client saw it finished"
+#: Transitions printed in the gap table, the largest total first.
+GAP_TOP_TRANSITIONS = 14
+
+
+def _begin(step: Step, ordered: list[Step]) -> float:
+    """When a step starts costing the run: its start, but for a fetch, which waits idle until
+    a message is stored, the end of the last write before its return (its delivery)."""
+    if not step.kind.startswith("fetch"):
+        return step.start
+    writes = [o.end for o in ordered if o is not step and o.end <= step.end]
+    return max(max(writes, default=step.start), step.start)
+
+
+@attrs.frozen
+class Gap:
+    """Time of a run covered by no waited step: ``transition`` names the step that ended
+    before it and the step that began after it (``"a -> b"``); ``start`` and ``end`` are
+    ``time.perf_counter`` seconds."""
+
+    transition: str
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def gaps_by_transition(layout: RunLayout) -> list[Gap]:
+    """The run's time (from ``start_run`` to the client seeing it finished) covered by no
+    waited step, cut at each uncovered interval and named by the transition it sits in: the
+    step whose end opened it (the last to end of those that covered the time before) and the
+    step whose beginning closed it, by ``"side kind"`` (a fetch begins at its delivery:
+    :func:`_begin`); the first is named from :data:`RUN_START`, the last (the finished save's
+    delivery to the client's watch, and the client's wake-up) to :data:`RUN_SEEN`. Steps are
+    clipped to the run, so the gaps sum to the run's wall time less the time its steps cover
+    (:func:`covered_s`)."""
+    start, end = layout.start, layout.start + layout.wall
+    ordered = sorted(layout.steps, key=lambda s: s.end)
+    spans = sorted((_begin(s, ordered), s.end, f"{s.side} {s.kind}") for s in ordered)
+    out: list[Gap] = []
+    last_end, last_name = start, RUN_START
+    for begin, stop, name in spans:
+        if begin >= end:
+            break
+        if begin > last_end:
+            out.append(Gap(f"{last_name} -> {name}", last_end, begin))
+        if stop > last_end:
+            last_end, last_name = min(stop, end), name
+    if end > last_end:
+        out.append(Gap(f"{last_name} -> {RUN_SEEN}", last_end, end))
+    return out
+
+
+def covered_s(layout: RunLayout) -> float:
+    """Seconds of the run covered by some waited step (the union of their intervals, clipped
+    to the run): its wall time less its gaps."""
+    return layout.wall - sum(gap.seconds for gap in gaps_by_transition(layout))
+
+
+@final
+class TaskSteps(trio.abc.Instrument):
+    """Every task step while installed: the task's name, when it began and ended
+    (``time.perf_counter``), so a gap's time can be charged to the tasks that ran in it."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, float, float]] = []
+        self._began: dict[trio.lowlevel.Task, float] = {}
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._began[task] = time.perf_counter()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        began = self._began.pop(task, None)
+        if began is not None:  # a step under way when the instrument was added is left out
+            self.steps.append((task.name, began, time.perf_counter()))
+
+
+def gap_by_task(layouts: list[RunLayout], steps: TaskSteps) -> dict[str, dict[str, float]]:
+    """Per transition, the seconds per run each task (``bench.steps.short_task_name``) ran
+    inside its gaps; what no task ran in (``(scheduler, I/O wait)``) is the rest."""
+    out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    ordered = sorted(steps.steps, key=lambda s: s[1])
+    starts = [s[1] for s in ordered]
+    for lay in layouts:
+        for gap in gaps_by_transition(lay):
+            ran = 0.0
+            # Steps are short: those that began up to a second before the gap may overlap it.
+            for name, began, ended in ordered[bisect.bisect_left(starts, gap.start - 1.0) :]:
+                if began >= gap.end:
+                    break
+                inside = min(ended, gap.end) - max(began, gap.start)
+                if inside > 0:
+                    out[gap.transition][short_task_name(name)] += inside
+                    ran += inside
+            out[gap.transition][NO_TASK] += max(0.0, gap.seconds - ran)
+    n = len(layouts)
+    return {k: {t: v / n for t, v in by.items()} for k, by in out.items()}
+
+
+#: What a gap's time not spent in any task step is charged to (Trio's run loop between steps,
+#: the wait for the socket to be readable).
+NO_TASK = "(scheduler, I/O wait)"
+#: Tasks shown per transition in the table of who ran in the gaps.
+GAP_TOP_TASKS = 4
+
+
+def _gap_table(layouts: list[RunLayout], by_task: dict[str, dict[str, float]]) -> list[str]:
+    """Per transition: how often it is a gap per run, p50 us of one, ms per run (the sum); and
+    beneath, the tasks that ran in it (us per run), when ``by_task`` has them."""
+    per: dict[str, list[float]] = defaultdict(list)
+    for lay in layouts:
+        for gap in gaps_by_transition(lay):
+            per[gap.transition].append(gap.seconds)
+    n = len(layouts)
+    lines = ["    gap by transition (time no waited step covers: the step that ended -> the next)",
+             f"    {'':66} {'per run':>7} {'p50 us':>7} {'ms/run':>7}"]  # fmt: skip
+    ranked = sorted(per, key=lambda k: -sum(per[k]))
+    for name in ranked[:GAP_TOP_TRANSITIONS]:
+        vals = per[name]
+        lines.append(f"    {name:66} {len(vals) / n:7.2f} {statistics.median(vals) * 1e6:7.0f} "
+                     f"{sum(vals) / n * 1000:7.2f}")  # fmt: skip
+        tasks = by_task.get(name, {})
+        for task in sorted(tasks, key=lambda t: -tasks[t])[:GAP_TOP_TASKS]:
+            lines.append(f"        {tasks[task] * 1e6:6.0f} us/run in {task}")
+    others = len(ranked) - len(ranked[:GAP_TOP_TRANSITIONS])
+    rest = sum(sum(per[k]) for k in ranked[GAP_TOP_TRANSITIONS:]) / n * 1000
+    lines.append(f"    {f'({others} other transitions)':66} {'':7} {'':7} {rest:7.2f}")
+    return lines
+
+
 def _summary(layouts: list[RunLayout]) -> list[str]:
     """Per kind: count per run, p50 of one call (us), total per run (ms, the calls' time, a
     fetch's from the last write before it to its return); and the gap."""
     per_kind: dict[str, list[float]] = defaultdict(list)
     by_position: dict[tuple[str, int], list[float]] = defaultdict(list)
     counts: dict[str, int] = defaultdict(int)
-    walls, covered = [], []
+    walls = [lay.wall for lay in layouts]
+    covered = [covered_s(lay) for lay in layouts]
     for lay in layouts:
-        walls.append(lay.wall)
-        busy = 0.0
-        last_end = min((s.start for s in lay.steps), default=0.0)
         ordered = sorted(lay.steps, key=lambda s: s.end)
         seen: dict[str, int] = defaultdict(int)
         for s in ordered:
             key = f"{s.side:6} {s.kind}"
             counts[key] += 1
             seen[key] += 1
-            if s.kind.startswith("fetch"):
-                # A fetch waits idle until a message is stored: its cost on the path is from
-                # the last write's end before its return (the delivery), not from its start.
-                writes = [o.end for o in ordered if o is not s and o.end <= s.end]
-                begin = max(max(writes, default=s.start), s.start)
-            else:
-                begin = s.start
+            begin = _begin(s, ordered)
             per_kind[key].append(s.end - begin)
             by_position[key, seen[key]].append(s.end - begin)
-            # Time covered by some waited step (the union of intervals, in end order).
-            lo = max(begin, last_end)
-            if s.end > lo:
-                busy += s.end - lo
-            last_end = max(last_end, s.end)
-        covered.append(busy)
     n = len(layouts)
     lines = [f"    {'side   kind':44} {'per run':>7} {'p50 us':>8} {'ms/run':>7}"]
     for key in sorted(per_kind, key=lambda k: -sum(per_kind[k])):
@@ -248,7 +376,9 @@ async def lay_out(stack: Stack, steps: list[Step], workflow: str, runs: int) -> 
         # client saw the run finished: the worker's last event publish, whose ack the worker
         # can read after the engine has already acted on the event (taken by their ends alone,
         # one run in three missed it on a loaded machine).
-        out.append(RunLayout(end - start, tuple(s for s in steps if _on_the_path(s, start, end))))
+        out.append(
+            RunLayout(start, end - start, tuple(s for s in steps if _on_the_path(s, start, end)))
+        )
     return out
 
 
@@ -309,7 +439,21 @@ async def open_timed_stack(*, sync_always: bool) -> AsyncIterator[tuple[Stack, l
         yield stack, steps
 
 
-async def _measure(sync_always: bool, runs: int, pairs: int) -> list[str]:
+async def tasks_in_gaps(
+    stack: Stack, steps: list[Step], workflow: str, runs: int
+) -> dict[str, dict[str, float]]:
+    """:func:`gap_by_task` over ``runs`` runs laid out under a :class:`TaskSteps` instrument
+    (installed only for them: it costs every task step two clock reads)."""
+    recorder = TaskSteps()
+    trio.lowlevel.add_instrument(recorder)
+    try:
+        layouts = await lay_out(stack, steps, workflow, runs)
+    finally:
+        trio.lowlevel.remove_instrument(recorder)
+    return gap_by_task(layouts, recorder)
+
+
+async def _measure(sync_always: bool, runs: int, pairs: int, attributed: int) -> list[str]:
     lines: list[str] = []
     async with open_timed_stack(sync_always=sync_always) as (stack, steps):
         chains = [
@@ -325,6 +469,10 @@ async def _measure(sync_always: bool, runs: int, pairs: int) -> list[str]:
             layouts = await lay_out(stack, steps, variant.workflow, runs)
             lines.append(f"   {variant.workflow}: {runs} sequential runs")
             lines += _summary(layouts)
+            by_task = await tasks_in_gaps(stack, steps, variant.workflow, attributed)
+            lines.append(f"    (the tasks that ran in the gaps: {attributed} more runs "
+                         "under a Trio instrument, which slows them a little)")  # fmt: skip
+            lines += _gap_table(layouts, by_task)
         settled, back = await _back_to_back(stack, agent.HEADLINE.workflow, pairs)
         lines.append(f"   {agent.HEADLINE.workflow}, {pairs} pairs in turn: p50 {settled:.2f} ms "
                      f"started once the run before settled, {back:.2f} ms started as soon as "
@@ -334,9 +482,10 @@ async def _measure(sync_always: bool, runs: int, pairs: int) -> list[str]:
 
 def run(*, quick: bool = False) -> dict[str, float]:
     runs, pairs = (RUNS_QUICK, PAIRS_QUICK) if quick else (RUNS, PAIRS)
+    attributed = RUNS_ATTRIBUTED_QUICK if quick else RUNS_ATTRIBUTED
     print("== latency: the scripted agent's waited steps, timed per kind (sequential runs)")
     for sync_always, label in ((True, "sync_interval always"), (False, "sync_interval default")):
         print(f"  single node, {label}:")
-        for line in trio.run(_measure, sync_always, runs, pairs):
+        for line in trio.run(_measure, sync_always, runs, pairs, attributed):
             print(line)
     return {}
