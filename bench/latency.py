@@ -295,7 +295,8 @@ def _gap_table(layouts: list[RunLayout], by_task: dict[str, dict[str, float]]) -
         lines.append(f"    {name:66} {len(vals) / n:7.2f} {statistics.median(vals) * 1e6:7.0f} "
                      f"{sum(vals) / n * 1000:7.2f}")  # fmt: skip
         tasks = by_task.get(name, {})
-        for task in sorted(tasks, key=lambda t: -tasks[t])[:GAP_TOP_TASKS]:
+        shown = [t for t in sorted(tasks, key=lambda t: -tasks[t]) if tasks[t] >= 1e-6]
+        for task in shown[:GAP_TOP_TASKS]:
             lines.append(f"        {tasks[task] * 1e6:6.0f} us/run in {task}")
     others = len(ranked) - len(ranked[:GAP_TOP_TRANSITIONS])
     rest = sum(sum(per[k]) for k in ranked[GAP_TOP_TRANSITIONS:]) / n * 1000
