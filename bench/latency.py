@@ -349,6 +349,37 @@ def _summary(layouts: list[RunLayout]) -> list[str]:
     return lines
 
 
+def waited_in_a_row(steps: list[Step]) -> int:
+    """How many of ``steps`` were waited on one after another: the longest chain of steps each
+    started after the one before it ended (steps sent together count once)."""
+    chain, last_end = 0, float("-inf")
+    for s in sorted(steps, key=lambda s: s.end):
+        if s.start >= last_end:
+            chain, last_end = chain + 1, s.end
+    return chain
+
+
+def client_start_line(layouts: list[RunLayout]) -> str:
+    """The client's start of a run (``Service.start_run``): from its first request to the
+    answer of its ``workflow.started`` publish, and how many of its requests wait in a row."""
+    spans: list[float] = []
+    chains: list[int] = []
+    for lay in layouts:
+        client = sorted((s for s in lay.steps if s.side == "client"), key=lambda s: s.start)
+        ends = [i for i, s in enumerate(client) if s.kind == "publish history"]
+        if not ends:
+            continue
+        start = client[: ends[0] + 1]
+        spans.append((start[-1].end - start[0].start) * 1e6)
+        chains.append(waited_in_a_row(start))
+    if not spans:
+        return "    client start: not seen"
+    return (
+        f"    client start p50 {percentile(spans, 50):.0f} us from its first request to the "
+        f"workflow.started ack; requests waited in a row p50 {statistics.median(chains):.0f}"
+    )
+
+
 def _on_the_path(step: Step, start: float, end: float) -> bool:
     """Whether ``step`` overlaps the time from a run's start to the client seeing it finished,
     and is not one of the run end's purges (off the path: ``agent.OFF_PATH_PER_RUN``)."""
@@ -470,6 +501,7 @@ async def _measure(sync_always: bool, runs: int, pairs: int, attributed: int) ->
             layouts = await lay_out(stack, steps, variant.workflow, runs)
             lines.append(f"   {variant.workflow}: {runs} sequential runs")
             lines += _summary(layouts)
+            lines.append(client_start_line(layouts))
             by_task = await tasks_in_gaps(stack, steps, variant.workflow, attributed)
             lines.append(f"    (the tasks that ran in the gaps: {attributed} more runs "
                          "under a Trio instrument, which slows them a little)")  # fmt: skip

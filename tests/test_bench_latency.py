@@ -15,7 +15,7 @@ from bench.agent import (
     OFF_PATH_PER_RUN,
     PULLS_PER_RUN,
 )
-from bench.latency import lay_out, open_timed_stack, steps_per_run
+from bench.latency import client_start_line, lay_out, open_timed_stack, steps_per_run
 
 #: Sequential runs laid out per script: counts are exact per run, so a few suffice.
 RUNS = 3
@@ -45,13 +45,19 @@ def _waited(counts: dict[str, float]) -> float:
 
 async def test_the_instrument_times_the_derivations_steps() -> None:
     async with open_timed_stack(sync_always=False) as (stack, steps):
-        headline = steps_per_run(await lay_out(stack, steps, HEADLINE.workflow, RUNS))
+        headline_layouts = await lay_out(stack, steps, HEADLINE.workflow, RUNS)
+        headline = steps_per_run(headline_layouts)
         alone = steps_per_run(await lay_out(stack, steps, ALONE.workflow, RUNS))
     print(f"steps per run: headline {headline}; each record alone {alone}")
     # The rare idle poll of the worker's liveness key is not a step of the run.
     headline.pop("worker kv_put worker_polls", None)
     alone.pop("worker kv_put worker_polls", None)
     assert headline == HEADLINE_STEPS
+    # The client's start: the definition read beside the index pair, then the snapshot, then
+    # workflow.started (tests/engine/test_start_path.py).
+    start_line = client_start_line(headline_layouts)
+    print(start_line)
+    assert start_line.endswith("requests waited in a row p50 3")
     assert _waited(headline) == MIN_ROUND_TRIPS_PER_RUN - PULLS_PER_RUN - OFF_PATH_PER_RUN == 27
     # A fetch per event and per task, though only the worker's cost a pull request each.
     assert sum(n for key, n in headline.items() if " fetch " in key) == FETCHES_PER_RUN == 9

@@ -13,7 +13,7 @@ from typing import Any, cast
 import attrs
 import pytest
 
-from bench.latency import Step, TimingTransport
+from bench.latency import Step, TimingTransport, waited_in_a_row
 from dagnats_trio._env import RuntimeEnv
 from dagnats_trio.api import Service, WorkflowNotFound
 from dagnats_trio.protocol import layout
@@ -31,16 +31,6 @@ START_CALLS = (
 )
 #: Fuzzed starts of names never registered: each reads, none writes.
 UNKNOWN_STARTS = 20
-
-
-def waited_in_a_row(steps: list[Step]) -> int:
-    """The calls waited on one after another: the longest chain of calls each started after the
-    one before ended (calls sent together count once)."""
-    chain, last_end = 0, float("-inf")
-    for s in sorted(steps, key=lambda s: s.end):
-        if s.start >= last_end:
-            chain, last_end = chain + 1, s.end
-    return chain
 
 
 def _ended_before(steps: list[Step], first: str, then: str) -> bool:
