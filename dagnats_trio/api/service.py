@@ -254,9 +254,10 @@ class Service:
 
         indexed = await index_start(self.transport, event, read_definition)
         definition, definition_revision = read[0]
-        # The name stored in the definition is the run's (as on the other path); one that is
-        # not the key's is indexed again by ``write_first_snapshot``.
-        event = attrs.evolve(event, workflow=definition.name)
+        if definition.name != workflow:
+            # The name stored in the definition is the run's (as on the other path); the run
+            # is then indexed again, under it, by ``write_first_snapshot``.
+            event = attrs.evolve(event, workflow=definition.name)
         return await self._create_and_announce(event, definition, definition_revision, indexed)
 
     async def _create_and_announce(

@@ -48,7 +48,7 @@ async def index_start(
     (a listing skips it). The caller indexes this way only for a workflow it has read before:
     a start of a name never seen (a fuzzer's) reads it first and writes nothing.
     """
-    entry = index_entry(new_run_snapshot(event, None, event.started_at_ms))
+    entry = started_index_entry(event)
     failed: list[Exception] = []
 
     async def guarded() -> None:
@@ -63,6 +63,13 @@ async def index_start(
         await unindex_run(transport, event.run_id)
         raise failed[0]
     return IndexedStart(entry)
+
+
+def started_index_entry(event: WorkflowStarted) -> RunIndexEntry:
+    """The index entry of :func:`first_snapshot` of ``event``, whatever the definition (checked
+    against the snapshot's own by :func:`create_snapshot`, the one author being
+    :func:`~._run_index.index_entry`)."""
+    return RunIndexEntry(event.run_id, event.workflow, event.started_at_ms)
 
 
 async def create_snapshot(

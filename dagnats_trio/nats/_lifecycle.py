@@ -44,10 +44,12 @@ from ._waiters import PongWaiter
 #: The request mux's subscription id (user subscriptions count up from 2).
 _MUX_SID = "1"
 #: Requests in flight on a connection from which its frames are written together at the end
-#: of the scheduler pass (see :class:`Outbox`); with fewer, each goes out at once. Three: one
-#: agent run at a time has two in flight on a connection about once a run, and the instrument
-#: that writes at the end of the pass would then stay installed, costing every pass a call.
-COALESCE_MIN_REQUESTS = 3
+#: of the scheduler pass (see :class:`Outbox`); with fewer, each goes out at once. Four: one
+#: agent run at a time has three in flight on a connection once a run (a start's definition
+#: read beside its two index publishes, ``engine.index_start``), and the instrument that writes
+#: at the end of the pass would then stay installed, costing every pass a call (at three, about
+#: 230 Python calls per sequential agent run, ``bench --profile``).
+COALESCE_MIN_REQUESTS = 4
 
 
 class ConnectionLifecycle:

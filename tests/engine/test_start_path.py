@@ -170,3 +170,23 @@ async def test_a_start_killed_between_two_writes_is_listed_iff_its_snapshot_exis
     assert listed == [r.run_id for r in running.runs] == ([run] if snapshot_written else [])
     history = await transport.get_last_msg(layout.HISTORY_STREAM, layout.history_subject(run))
     assert history is None  # never announced: the engine starts nothing
+
+
+async def test_a_start_alone_leaves_the_end_of_the_pass_unwatched(
+    trio_transport: TrioNatsTransport,
+) -> None:
+    """A start's three requests at once (the definition read and the two index publishes) do
+    not make the connection busy: the end of every scheduler pass would then be watched (a
+    Trio instrument's call per pass, ``nats._outbox``) for the runs that follow, one at a time.
+    Seen through a frame nobody waits on, sent ``soon``: at once while nothing is watched, left
+    for the end of the pass otherwise."""
+    service = Service(trio_transport)
+    wf = uid("wf")
+    await service.register_workflow({"name": wf, "steps": [{"id": "a", "task": uid("t")}]})
+    left: list[int] = []
+    for n in range(3):
+        await service.start_run(wf, n)
+        trio_transport.core_publish_soon(f"{uid('soon')}", b"")
+        left.append(trio_transport.connection.stats().pending_bytes)
+    print(f"bytes left for the end of the pass after each start: {left}")
+    assert left == [0, 0, 0]  # three in flight made it busy: [0, >0, >0]
