@@ -20,7 +20,7 @@ import bisect
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast, final
 
@@ -28,7 +28,14 @@ import attrs
 import trio
 
 from dagnats_trio.testing import expected_answer
-from dagnats_trio.transport import Delivery, Feed, StreamSpec, Transport, open_nats_transport
+from dagnats_trio.transport import (
+    Delivery,
+    Feed,
+    Puller,
+    StreamSpec,
+    Transport,
+    open_nats_transport,
+)
 
 from . import agent
 from ._stack import Stack, open_stack, percentile
@@ -111,6 +118,27 @@ class _TimedFeed:
         return result
 
 
+class _TimedPuller:
+    """A worker's puller whose fetches that returned deliveries are timed steps, as a feed's."""
+
+    def __init__(self, inner: Puller, stream: str, side: str, steps: list[Step]) -> None:
+        self._inner = inner
+        self._feed = _TimedFeed(inner, stream, side, steps)
+
+    @property
+    def asked(self) -> int:
+        return self._inner.asked
+
+    async def ask(self, n: int) -> None:
+        await self._inner.ask(n)
+
+    async def fetch(self, timeout_s: float) -> list[Delivery]:
+        return await self._feed.fetch(timeout_s)
+
+    def ack_next(self, delivery: Delivery) -> bool:
+        return self._inner.ack_next(delivery)
+
+
 class TimingTransport:
     """Passes every call on; notes the time of each call that waits for the server."""
 
@@ -128,6 +156,16 @@ class TimingTransport:
         """The inner feed, its fetches timed as a fetch of the transport is."""
         async with self._inner.consume(stream, durable, batch) as feed:
             yield _TimedFeed(feed, stream, self._side, self._steps)
+
+    @asynccontextmanager
+    async def pull(
+        self, stream: str, durable: str, *, expires_s: float, on_release: Callable[[int], None]
+    ) -> AsyncIterator[Puller]:
+        """The inner puller, its fetches timed as a feed's are."""
+        async with self._inner.pull(
+            stream, durable, expires_s=expires_s, on_release=on_release
+        ) as puller:
+            yield _TimedPuller(puller, stream, self._side, self._steps)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Protocol
 
@@ -35,6 +35,7 @@ from dagnats_trio.transport import (
     Feed,
     Headers,
     KvEntry,
+    Puller,
     SimFaults,
     StoredMsg,
     StreamSpec,
@@ -42,6 +43,7 @@ from dagnats_trio.transport import (
     TransportError,
     TransportTimeout,
     fetch_feed,
+    fetch_puller,
 )
 from dagnats_trio.transport._sim_subjects import subject_matches
 
@@ -346,6 +348,18 @@ class FaultyTransport:
         """A feed over this transport's own :meth:`fetch`, so the engine's deliveries pass
         through the faults as the worker's do."""
         return fetch_feed(self, stream, durable, batch)
+
+    def pull(
+        self,
+        stream: str,
+        durable: str,
+        *,
+        expires_s: float,
+        on_release: Callable[[int], None],
+    ) -> AbstractAsyncContextManager[Puller]:
+        """A puller over this transport's own :meth:`fetch`, so the worker's deliveries pass
+        through the faults (an ack with next is a plain ack and a place asked)."""
+        return fetch_puller(self, stream, durable, expires_s=expires_s, on_release=on_release)
 
     async def get_msg(self, stream: str, seq: int) -> StoredMsg:
         return await self._inner.get_msg(stream, seq)

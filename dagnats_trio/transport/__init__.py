@@ -21,7 +21,8 @@ from ._errors import (
     WrongLastSequence,
 )
 from ._feed import fetch_feed
-from ._interface import Delivery, Feed, Transport
+from ._fetch_puller import fetch_puller
+from ._interface import Delivery, Feed, Puller, Transport
 from ._open import open_nats_transport, parse_client
 from ._provision import BUCKETS, STREAMS, provision
 from ._retry import (
@@ -103,6 +104,7 @@ __all__ = [
     "NatsTransport",
     "NotFound",
     "NotProvisioned",
+    "Puller",
     "RevisionMismatch",
     "SimDelivery",
     "SimFaults",
@@ -119,6 +121,7 @@ __all__ = [
     "TrioNatsTransport",
     "WrongLastSequence",
     "fetch_feed",
+    "fetch_puller",
     "open_nats_py_transport",
     "open_nats_transport",
     "open_sim_transport",

@@ -15,7 +15,9 @@ from typing import Protocol, final
 from ._interface import Delivery
 
 
-class _Fetcher(Protocol):
+class Fetcher(Protocol):
+    """What a feed or a puller over fetches needs of a transport."""
+
     async def fetch(
         self, stream: str, durable: str, batch: int, timeout_s: float
     ) -> list[Delivery]: ...
@@ -25,7 +27,7 @@ class _Fetcher(Protocol):
 class FetchFeed:
     """Each fetch asks ``transport`` for up to ``batch`` deliveries; it holds none between."""
 
-    def __init__(self, transport: _Fetcher, stream: str, durable: str, batch: int) -> None:
+    def __init__(self, transport: Fetcher, stream: str, durable: str, batch: int) -> None:
         self._transport = transport
         self._stream = stream
         self._durable = durable
@@ -37,7 +39,7 @@ class FetchFeed:
 
 @asynccontextmanager
 async def fetch_feed(
-    transport: _Fetcher, stream: str, durable: str, batch: int
+    transport: Fetcher, stream: str, durable: str, batch: int
 ) -> AsyncIterator[FetchFeed]:
     """A :class:`FetchFeed` (nothing to give back on leaving: it holds nothing)."""
     if batch < 1:

@@ -85,6 +85,41 @@ class Feed(Protocol):
         on timeout. Raises what :meth:`Transport.fetch` raises."""
 
 
+class Puller(Protocol):
+    """A worker's pull requests on one durable, from :meth:`Transport.pull`: each asks for as
+    many deliveries as the worker has places for, and a finished delivery's ack may ask for
+    the one place it frees (:meth:`ack_next`), so a worker busy with one task after another
+    sends no pull request of its own.
+
+    A place the puller asked for is its own until a delivery fills it (then it is the
+    delivery's) or its request ends without one (expired, refused, lost on a reconnect): then
+    it is handed back through the ``on_release`` given to :meth:`Transport.pull`, so the
+    deliveries in hand never outnumber the places (a delivery that comes for a request already
+    given up is nakked, never handed out). Leaving the puller releases every place still
+    asked and gives back (naks) what it holds and has not handed out.
+    """
+
+    @property
+    def asked(self) -> int:
+        """Places asked for and neither filled nor released."""
+
+    async def ask(self, n: int) -> None:
+        """Ask for up to ``n`` more deliveries (one pull request, waiting at most the puller's
+        ``expires_s``); when this raises, nothing was asked and the places are the caller's."""
+
+    async def fetch(self, timeout_s: float) -> list[Delivery]:
+        """Deliveries of the requests asked (by :meth:`ask` or :meth:`ack_next`): waits up to
+        ``timeout_s`` for the first; [] on timeout, and at once when nothing is asked any more
+        (so the caller asks again). Raises what :meth:`Transport.fetch` raises."""
+
+    def ack_next(self, delivery: Delivery) -> bool:
+        """Acknowledge ``delivery`` (one of this puller's) without waiting, as
+        :meth:`Delivery.ack_nowait` does, and ask in the same message for one more delivery
+        (JetStream's ``+NXT``, batch 1, the puller's ``expires_s``). True when its place is now
+        asked (counted in :attr:`asked`); False when it was acked plainly (the puller is left,
+        the connection is down, the ack could not be queued: the place stays the caller's)."""
+
+
 CoreHandler = Callable[[CoreMsg], Awaitable[bytes | None]]
 
 
@@ -226,6 +261,20 @@ class Transport(Protocol):
         arrive while the loop is busy; they wait in the feed, their AckWait running. A request
         lost on the way (a reconnect, a leader change) is asked again. Transports without one
         fetch as :meth:`fetch` does. ValueError for a ``batch`` below 1."""
+
+    def pull(
+        self,
+        stream: str,
+        durable: str,
+        *,
+        expires_s: float,
+        on_release: Callable[[int], None],
+    ) -> AbstractAsyncContextManager[Puller]:
+        """A :class:`Puller` of ``durable``'s deliveries for a worker's loop, whose free places
+        bound what it asks for; ``on_release(n)`` is told when ``n`` places asked come back
+        unfilled. On the native transport an ack with next is one message (the ack and the pull
+        request); the others ack and count the place as asked by their next fetch.
+        ValueError for an ``expires_s`` that is not positive."""
 
     # --- core NATS ---------------------------------------------------------------------------
 

@@ -31,7 +31,8 @@ from nats.js.client import JetStreamContext
 
 from ._errors import Closed, TemporarilyUnavailable, TransportError
 from ._feed import fetch_feed
-from ._interface import Delivery, Feed
+from ._fetch_puller import fetch_puller
+from ._interface import Delivery, Feed, Puller
 from ._jetstream import JetStreamOverRequests
 from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
 from ._jetstream_wire import (
@@ -286,6 +287,17 @@ class NatsTransport(CountedSubscriptions, JetStreamOverRequests, JetStreamBatche
     def consume(self, stream: str, durable: str, batch: int) -> AbstractAsyncContextManager[Feed]:
         """One :meth:`fetch` per fetch (no request kept waiting)."""
         return fetch_feed(self, stream, durable, batch)
+
+    def pull(
+        self,
+        stream: str,
+        durable: str,
+        *,
+        expires_s: float,
+        on_release: Callable[[int], None],
+    ) -> AbstractAsyncContextManager[Puller]:
+        """Fetches of its own (an ack with next is an ack and a place asked by the next fetch)."""
+        return fetch_puller(self, stream, durable, expires_s=expires_s, on_release=on_release)
 
     # --- core NATS -----------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ are ``_sim_streams``; this module holds the connection, KV, consumers and core N
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, final
@@ -32,7 +32,8 @@ import trio
 
 from ._errors import Closed, KeyExists, RevisionMismatch, TemporarilyUnavailable, TransportTimeout
 from ._feed import fetch_feed
-from ._interface import Delivery, Feed
+from ._fetch_puller import fetch_puller
+from ._interface import Delivery, Feed, Puller
 from ._sim_delivery import SimDelivery
 from ._sim_faults import SimFaults
 from ._sim_server import SimServer
@@ -262,6 +263,17 @@ class SimTransport(SimStreams):
     def consume(self, stream: str, durable: str, batch: int) -> AbstractAsyncContextManager[Feed]:
         """One :meth:`fetch` per fetch (no request kept waiting)."""
         return fetch_feed(self, stream, durable, batch)
+
+    def pull(
+        self,
+        stream: str,
+        durable: str,
+        *,
+        expires_s: float,
+        on_release: Callable[[int], None],
+    ) -> AbstractAsyncContextManager[Puller]:
+        """Fetches of its own (an ack with next is an ack and a place asked by the next fetch)."""
+        return fetch_puller(self, stream, durable, expires_s=expires_s, on_release=on_release)
 
     # --- core NATS ---------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ conventions) are the ones ``NatsTransport`` uses, so both pass one conformance s
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import final
 
@@ -17,13 +17,14 @@ import trio
 
 from ..nats import Connection, NatsError, ProtocolError, Pub
 from ._errors import Closed, TemporarilyUnavailable, TransportError
-from ._interface import Delivery, Feed
+from ._interface import Delivery, Feed, Puller
 from ._jetstream import JetStreamOverRequests
 from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
 from ._jetstream_wire import api_error, check_name, json_error, kv_stream, ns, watch_filter
 from ._trio_nats_batch import gather
 from ._trio_nats_feed import FEED_BUFFER_MSGS, StandingPull
 from ._trio_nats_msgs import CoreMessages, KvEntries, Pull, map_error, wire_headers
+from ._trio_nats_pulls import PULLER_BUFFER_MSGS, TrioNatsPuller
 from ._values import DEFAULT_REQUEST_TIMEOUT_S, CoreMsg, Headers, KvEntry
 
 #: Bound on cleanup (deleting a watch consumer, closing) run shielded.
@@ -294,6 +295,33 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
             finally:
                 await feed.give_back()
 
+    @asynccontextmanager
+    async def pull(
+        self,
+        stream: str,
+        durable: str,
+        *,
+        expires_s: float,
+        on_release: Callable[[int], None],
+    ) -> AsyncIterator[Puller]:
+        """A :class:`TrioNatsPuller` on an inbox of its own; leaving gives back what it holds."""
+        if not expires_s > 0:
+            raise ValueError(f"expires_s must be positive, got {expires_s!r}")
+        what = f"fetch {stream}/{durable}"
+        self._check_open(what)
+        api = f"{check_name('stream', stream)}.{check_name('durable', durable)}"
+        # Checked first: pulling from a missing consumer would just time out every fetch.
+        await self._api(f"$JS.API.CONSUMER.INFO.{api}", {}, f"consumer {stream}/{durable}")
+        prefix = self._conn.new_inbox()
+        async with self._conn.subscribe(prefix + ".*", max_buffered_msgs=PULLER_BUFFER_MSGS) as sub:
+            puller = TrioNatsPuller(
+                self, sub, prefix, f"$JS.API.CONSUMER.MSG.NEXT.{api}", expires_s, on_release, what
+            )
+            try:
+                yield puller
+            finally:
+                await puller.leave()
+
     # --- core NATS -----------------------------------------------------------------------------
 
     async def core_publish(self, subject: str, data: bytes, headers: Headers | None = None) -> None:
@@ -304,15 +332,16 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
         except (NatsError, ProtocolError) as exc:
             raise map_error(exc, what) from None
 
-    def core_publish_soon(self, subject: str, data: bytes) -> None:
-        """Queue a core publish and return at once, no scheduler pass (``ack_nowait``): it goes
-        out at once, or on busy connections at the end of this scheduler pass with the frames
-        queued after it (``try_publish(soon=True)``). Dropped when the outgoing buffer is full
-        (a message whose loss is harmless; waiting for room is what :meth:`core_publish` does)."""
+    def core_publish_soon(self, subject: str, data: bytes, *, reply: str | None = None) -> bool:
+        """Queue a core publish and return at once, no scheduler pass (``ack_nowait``, an ack
+        with next): it goes out at once, or on busy connections at the end of this scheduler
+        pass with the frames queued after it (``try_publish(soon=True)``). Dropped (False) when
+        the outgoing buffer is full (a message whose loss is harmless; waiting for room is what
+        :meth:`core_publish` does)."""
         what = f"publish {subject!r}"
         self._check_open(what)
         try:
-            self._conn.try_publish(subject, data, soon=True)
+            return self._conn.try_publish(subject, data, reply=reply, soon=True)
         except (NatsError, ProtocolError) as exc:
             raise map_error(exc, what) from None
 

@@ -99,6 +99,16 @@ class TrioNatsDelivery:
         self._transport.core_publish_soon(self._reply, b"+ACK")
         self._settled = True
 
+    def ack_next_soon(self, payload: bytes, reply: str) -> bool:
+        """Ack with next (``payload``: ``+NXT`` and a pull request) as :meth:`ack_nowait` sends
+        a plain ack, the next delivery to go to ``reply``; False when nothing was sent (settled
+        before, or no room in the outgoing buffer: the ack is dropped as ``ack_nowait`` drops
+        one, and the request with it)."""
+        if self._settled:
+            return False
+        self._settled = True
+        return self._transport.core_publish_soon(self._reply, payload, reply=reply)
+
     async def nak(self, delay_s: float | None = None) -> None:
         payload = b"-NAK"
         if delay_s is not None and delay_s > 0:

@@ -32,6 +32,12 @@ class Slots:
     def free(self) -> int:
         return self._free
 
+    @property
+    def waiting(self) -> int:
+        """Calls of :meth:`take` parked until a place is given back (a pull loop with nothing
+        free and nothing asked): a place freed now is owed to them, not kept by its loop."""
+        return len(self._waiting)
+
     async def take(self, most: int) -> int:
         """Reserve as many free places as there are, at most ``most`` (at least one): at once
         when one is free (no scheduler pass: the caller's fetch right after waits on the server,

@@ -31,6 +31,7 @@ from dagnats_trio.transport import (
     CoreMsg,
     Delivery,
     NotProvisioned,
+    Puller,
     Transport,
     TransportError,
 )
@@ -47,7 +48,8 @@ _log = logging.getLogger(__name__)
 Handler = Callable[[TaskContext], Awaitable[None]]
 
 DEFAULT_CONCURRENCY: Final = 16
-#: How long one fetch waits for the first task before asking again.
+#: How long a pull request (the loop's, or one an ack carries) waits for a task: while idle,
+#: the loop asks again this often.
 FETCH_WAIT_S: Final = 1.0
 #: Most deliveries asked for in one fetch.
 FETCH_BATCH_MAX: Final = 16
@@ -171,34 +173,46 @@ class Worker:
                 holder.cancel()
 
     async def _pull(self, task_type: str, slots: Slots, nursery: trio.Nursery) -> None:
+        """Ask for free places while nothing is asked, hand each delivery to a task of its own.
+
+        While anything is asked, the loop asks for nothing more: a finished delivery's ack asks
+        for the place it frees (an ack with next, :meth:`_finish`), so one task after another
+        costs no pull request of the loop's. When everything asked is filled or released (its
+        request expired: every ``FETCH_WAIT_S`` while idle), the loop asks for the free places
+        again, waiting for one when none is (the places it waits for are then owed to it: a
+        delivery that ends meanwhile acks plainly and gives its place back).
+        """
         durable = worker_durable(task_type)
         backoff = Backoff(FETCH_BACKOFF_START_S, FETCH_BACKOFF_MAX_S, self._services.env.random)
-        while True:
-            # Free places are taken without a scheduler step: the fetch below waits on the
-            # server (a checkpoint) either way.
-            taken = await slots.take(FETCH_BATCH_MAX)
-            try:
-                deliveries = await self._transport.fetch(TASK_STREAM, durable, taken, FETCH_WAIT_S)
-            except (Closed, NotProvisioned):
-                slots.give_back(taken)
-                raise
-            except TransportError as exc:
-                slots.give_back(taken)
-                # The first failure in a row is worth a warning; the rest of an outage is the
-                # transport's to report (once down, once back), not a line per retry.
-                log = _log.warning if backoff.failures == 0 else _log.debug
-                log("fetch from %s failed: %s; retrying with backoff", durable, exc)
-                await trio.sleep(backoff.next_s())
-                continue
-            except BaseException:
-                slots.give_back(taken)
-                raise
-            backoff.reset()
-            slots.give_back(taken - len(deliveries))
-            for delivery in deliveries:
-                nursery.start_soon(self._deliver, delivery, slots)
+        async with self._transport.pull(
+            TASK_STREAM, durable, expires_s=FETCH_WAIT_S, on_release=slots.give_back
+        ) as puller:
+            while True:
+                try:
+                    if puller.asked == 0:
+                        # Free places are taken without a scheduler step: the ask below
+                        # checkpoints either way.
+                        taken = await slots.take(FETCH_BATCH_MAX)
+                        try:
+                            await puller.ask(taken)
+                        except BaseException:
+                            slots.give_back(taken)
+                            raise
+                    deliveries = await puller.fetch(FETCH_WAIT_S)
+                except (Closed, NotProvisioned):
+                    raise
+                except TransportError as exc:
+                    # The first failure in a row is worth a warning; the rest of an outage is
+                    # the transport's to report (once down, once back), not a line per retry.
+                    log = _log.warning if backoff.failures == 0 else _log.debug
+                    log("fetch from %s failed: %s; retrying with backoff", durable, exc)
+                    await trio.sleep(backoff.next_s())
+                    continue
+                backoff.reset()
+                for delivery in deliveries:
+                    nursery.start_soon(self._deliver, delivery, slots, puller)
 
-    async def _deliver(self, delivery: Delivery, slots: Slots) -> None:
+    async def _deliver(self, delivery: Delivery, slots: Slots, puller: Puller) -> None:
         """Handle one delivery and settle it; its place is given back however it ends.
 
         The handler runs in this frame (the delivery task's own), in the delivery's nursery
@@ -209,7 +223,11 @@ class Worker:
         its own around the nursery would only cost one more scope entered and closed per
         delivery. No frame of a helper method sits between this task and the handler: every
         time the handler wakes (each journal write, each tool), each frame above it is passed
-        through again."""
+        through again.
+
+        Its place is given back when it ends, unless its ack asked for the next delivery in
+        that place (:meth:`_finish`)."""
+        asked_next = False
         try:
             try:
                 task = decode_task(delivery.data)
@@ -246,22 +264,34 @@ class Worker:
                 finally:
                     holder.scope = None
                 assert tc is not None  # the nursery body runs at least until the context exists
-                await self._finish(tc, holder, delivery, error)
+                asked_next = await self._finish(tc, holder, delivery, error, slots, puller)
             finally:
                 del self._beating[holder]
                 live.discard(holder)
                 if not live:
                     self._live.pop(task.run_id, None)
         finally:
-            slots.give_back(1)
+            if not asked_next:
+                slots.give_back(1)
 
     async def _finish(
-        self, tc: TaskContext, holder: DeliveryState, delivery: Delivery, error: Exception | None
-    ) -> None:
+        self,
+        tc: TaskContext,
+        holder: DeliveryState,
+        delivery: Delivery,
+        error: Exception | None,
+        slots: Slots,
+        puller: Puller,
+    ) -> bool:
         """Settle what the handler left unsettled, then ack unless the holder died or was
-        fenced (its successor owns the same message)."""
+        fenced (its successor owns the same message). True when the ack asked for the next
+        delivery in this delivery's place (then the place is the puller's, not given back).
+
+        The ack carries the next request unless a pull loop waits for a place (it is owed
+        that place: another task type's loop must not wait behind this one's tasks) or the
+        worker is leaving (its scope cancelled: nothing more is pulled to a worker that goes)."""
         if holder.killed or holder.fenced:
-            return
+            return False
         if holder.lease_lost_because and holder.settlement is None:
             _log.warning(
                 "%s.%s lost its lease (%s); it will be redelivered",
@@ -269,7 +299,7 @@ class Worker:
                 tc.step_id,
                 holder.lease_lost_because,
             )
-            return
+            return False
         if holder.settlement is None and not holder.cancelled and not tc.settling:
             try:
                 if error is None:
@@ -285,21 +315,24 @@ class Worker:
                     await tc.fail(error_text(error))
             except JournalUnavailable as exc:
                 _log.info("%s", exc)
-                return
+                return False
             except Exception as exc:
                 _log.warning("could not settle %s.%s: %r", tc.run_id, tc.step_id, exc)
         if holder.killed or holder.fenced:
-            return
+            return False
         if holder.settlement is Settlement.ACK or holder.cancelled:
             # Not waiting for the server: the event (if any) is already stored, so a lost ack
             # is a redelivery that the journal answers with Committed (or Stale), and that the
             # engine's acceptance rule makes harmless for a plain step.
             try:
+                if slots.waiting == 0 and trio.current_effective_deadline() != -math.inf:
+                    return puller.ack_next(delivery)
                 delivery.ack_nowait()
             except TransportError as exc:
                 _log.warning("ack of %s failed: %s", delivery.subject, exc)
         else:
             _log.warning("%s.%s left unsettled; it will be redelivered", tc.run_id, tc.step_id)
+        return False
 
     async def _keep_alive(self) -> None:
         """One loop beats every delivery in hand, every ``interval``.

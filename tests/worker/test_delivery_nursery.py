@@ -11,7 +11,7 @@ import trio.lowlevel
 
 from dagnats_trio.protocol import StepCompleted
 from dagnats_trio.protocol.layout import cancel_subject
-from dagnats_trio.transport import Delivery, NatsTransport, TransportError
+from dagnats_trio.transport import Delivery, NatsTransport, TransportError, fetch_puller
 from dagnats_trio.worker import TaskContext
 
 from ._helpers import WAIT_S, history, make_task, publish_task, uid
@@ -103,6 +103,10 @@ class _FailingBeats:
             else:
                 out.append(d)
         return out
+
+    def pull(self, stream: str, durable: str, **kw: Any) -> Any:
+        """The worker pulls through a puller: one over this wrapper's own fetch."""
+        return fetch_puller(self, stream, durable, **kw)
 
 
 async def test_a_helper_is_cancelled_when_the_lease_is_lost(nats_transport: NatsTransport) -> None:

@@ -16,7 +16,7 @@ import trio.testing
 
 from dagnats_trio._env import Backoff, backoff_delay_s, deterministic_env
 from dagnats_trio.protocol import StepCompleted
-from dagnats_trio.transport import TransportError, open_sim_transport, provision
+from dagnats_trio.transport import TransportError, fetch_puller, open_sim_transport, provision
 from dagnats_trio.worker import (
     FETCH_BACKOFF_MAX_S,
     FETCH_BACKOFF_START_S,
@@ -51,6 +51,10 @@ class FetchLog:
             raise
         self.tries.append((at, True))
         return result
+
+    def pull(self, stream: str, durable: str, **kw: Any) -> Any:
+        """The worker pulls through a puller: one over this wrapper's own fetch."""
+        return fetch_puller(self, stream, durable, **kw)
 
 
 async def _outage_run(seed: int) -> list[float]:
