@@ -4,7 +4,8 @@ Four iterations: model + safe tool, model + unsafe tool, model + safe tool, mode
 (4 model calls, 3 tool calls). Sequential runs for ``SEQUENTIAL_S`` seconds give p50/p99 ms per
 run and round trips per run; then ``BURST_RUNS`` runs started at once give runs per second.
 Both durability settings are measured; see ``MIN_ROUND_TRIPS_DERIVATION`` for the floor the spec
-sets. The measured count also holds the idle polls of the worker's pull loop (about one a second)
+sets. The measured count also holds the idle polls of the worker's pull loop (about one a second
+while idle: a request of the loop's when those its acks carried expired)
 and the pull requests the engine's two loops ask again when theirs expires (one each
 STANDING_PULL_EXPIRES_S, 5 s, while idle), so it sits a fraction above the floor.
 """
@@ -73,8 +74,15 @@ headline then wrote each record alone; a pair over MAX_GROUP_MESSAGE_BYTES still
 batch; docs/jetstream.md, "Cost".)
 
 Per tool iteration of a journal step (model call + tool call), the records paired:
- worker  pull request       counted, but left waiting before the task is stored, so the task
-                            arrives with no request on the critical path.
+ worker  pull request       NOT a round trip: the ack of the worker's task before carried it
+                            (an ack with next, +NXT: the ack and a pull request of one task for
+                            the place it frees, one message; worker._finish, Transport.pull),
+                            left waiting on the server before this task is stored, so the task
+                            arrives with no request of its own, on the wire or on the critical
+                            path. The loop asks for its free places itself only when nothing is
+                            asked (the first task, or after the requests expired: every 1 s
+                            while idle), when another task type's loop waits for a place, or
+                            when the worker is full (each its own request, as before).
          tail read          NOT a round trip: the spec's "reads the journal tail from the stream
                             leader" is answered by the claim's ack (the predicted claim,
                             journal/_open.py). The worker stored the commit the task names
@@ -116,9 +124,11 @@ Per tool iteration of a journal step (model call + tool call), the records paire
                             never started twice).
          lifecycle event    WRITE 4: required, on the history stream; it carries the commit's
                             sequence (the message's), so it also waits for the commit.
-         task ack           NOT a round trip: sent without waiting (ack_nowait) once the event is
-                            stored; a lost ack is a redelivery that the journal answers with
-                            Committed and the stream's msg id / the engine's acceptance rule drop.
+         task ack           NOT a round trip: sent without waiting (ack_nowait; with next, above)
+                            once the event is stored; a lost ack is a redelivery that the
+                            journal answers with Committed and the stream's msg id / the
+                            engine's acceptance rule drop (and its request is asked again by the
+                            loop when the request's expiry passes).
                             Nor a write: the task stream is a limits stream, so the ack moves
                             the consumer's ack floor and removes nothing (a work queue's ack
                             wrote a tombstone, fsynced under sync_interval always).
@@ -127,18 +137,20 @@ Per tool iteration of a journal step (model call + tool call), the records paire
                             waiting on the server, asked again only when used up, expired
                             (every 5 s while idle) or lost (a reconnect), so an event arrives
                             with no request of its own, on the wire or on the critical path.
-                            (A worker cannot: each fetch is bounded by its free slots.)
+                            (A worker cannot keep one: what it asks is bounded by its free
+                            places; its acks ask for the next task instead, above.)
          snapshot CAS       WRITE 5: the dispatch is saved before the task is published (the KV
                             bucket is a stream of its own: no message or batch with the task).
          task publish       WRITE 6: stored before the event is acked (else a crash after the
                             ack would lose the dispatch).
          event ack          NOT a round trip: ack_nowait after the task is stored; a lost ack is
                             a redelivery that the snapshot's outbox replays idempotently.
- => 6 durable writes per tool iteration; 7 round trips counted (6 waited on + the worker's
-    pull request).
+ => 6 durable writes per tool iteration; 6 round trips counted (6 waited on; before the
+    worker's acks carried its pull requests, 7: one request per task).
 
 Per answer iteration (the last model call gives the final answer), the records paired:
- worker  pull request, claim (no tail read), model tail read: as above (claim: WRITE 1).
+ worker  pull request (carried by the ack before), claim (no tail read), model tail read: as
+         above (claim: WRITE 1).
          model record +     WRITE 2: one message holding both, fenced on the claim's sequence
          complete commit    (then_complete: the handler says, with the model call, which output
                             and state a final answer completes the step with; the journal calls
@@ -154,8 +166,8 @@ Per answer iteration (the last model call gives the final answer), the records p
  engine  snapshot CAS (the run's end); no task. The active marker's purge and
          the purge of the run's tasks follow the saved snapshot, at once, off the critical path
          (engine._run_end).
- => worker 4 round trips (pull, claim, model record + commit, event: 3 writes; one write
-    less than the 5 round trips and 4 writes of the answer's record stored alone), engine 1
+ => worker 3 round trips (claim, model record + commit, event: 3 writes; one write
+    less than the 4 round trips and 4 writes of the answer's record stored alone), engine 1
     (the CAS).
 
 Why not 5 (the issue's goal): each of the 6 is a write the spec orders before the next, and
@@ -172,9 +184,9 @@ would be an atomic batch, which costs more than two publishes on a single-replic
 docs/jetstream.md "Cost") or a write the spec requires dropped. Not done.
 
 Each record alone (printed beside): the model record, the tool intent, the tool result and the
-commit are a write each, each fenced on the one before: 8 durable writes and 9 round trips per
-tool iteration, and the answer's model record a write of its own too (worker 5 round trips in
-the answer iteration): 42 round trips per run, 34 of them waited on.
+commit are a write each, each fenced on the one before: 8 durable writes and 8 round trips per
+tool iteration, and the answer's model record a write of its own too (worker 4 round trips in
+the answer iteration): 38 round trips per run, 34 of them waited on.
 
 Per run (3 tool iterations, 1 answer iteration), the records paired:
  client  run index entry and active marker, sent with               5  (the definition may be
@@ -199,21 +211,22 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
                                                                        started_with; a CAS on a
                                                                        run that moved on fails
                                                                        and reads, as before)
- worker  3 x 5 (tool iterations) + 4 (answer)                       19
+ worker  3 x 4 (tool iterations) + 3 (answer)                       15
  engine  3 x step.continue (CAS + task) + step.completed            9
          (CAS + active marker purge + task purge, the
          two at once after the finished snapshot is saved: off
          the critical path)
- => 35 counted, of which 4 are the worker's pull requests left waiting and 4 overlap or follow
-    the run's end (the definition read and the second index publish, each sent with the first
-    index publish; the two purges): 27 on the critical path. (Each record alone: 42 and 34.
-    Before the start indexed the run beside its definition read (the read, then the index):
-    28 on the critical path, 35 each record alone. Before the engine's loops kept a pull
-    request waiting (a request per event, 5 per run: 49 socket writes per run under
-    `just bench --profile`, now 44): 40 and 47, and the figures that follow count those 5
-    too. Before the run's end purged its tasks (each ack removed its own, a work queue): one
-    round trip less, 39 and 46. Before the claim's ack stood for the journal tail read (the
-    predicted claim):
+ => 31 counted, of which 4 overlap or follow the run's end (the definition read and the
+    second index publish, each sent with the first index publish; the two purges):
+    27 on the critical path. (Each record alone: 38 and 34. Before the worker's acks carried
+    its pull requests (a request per task, 4 per run, left waiting before the task: 44 socket
+    writes per run under `just bench --profile`, now 40): 35 and 42, and the figures that
+    follow count those 4 too. Before the start indexed the run beside its definition read (the read,
+    then the index): 28 on the critical path, 35 each record alone. Before the engine's loops
+    kept a pull request waiting (a request per event, 5 per run: 49 socket writes per run):
+    40 and 47, and the figures that follow count those 5 too. Before the run's end purged its
+    tasks (each ack removed its own, a work queue): one round trip less, 39 and 46. Before the
+    claim's ack stood for the journal tail read (the predicted claim):
     43 and 32, one read more per iteration. Before the answer was stored with its complete
     commit: one write more. Before the claim's ack stood for the model's tail read: one read
     more per model call; before the start named its snapshot's revision: the engine's snapshot
@@ -229,10 +242,10 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
     Before the task stream stopped being a work queue: 33 (a tombstone per task ack, 4, and
     no task purge).
 """
-#: The worker's share of it: per tool iteration 5 (pull, claim, model + intent message, result
-#: + commit message, lifecycle event), for the answer 4 (pull, claim, model + commit message,
-#: lifecycle event).
-WORKER_ROUND_TRIPS_PER_RUN = 3 * 5 + 4
+#: The worker's share of it: per tool iteration 4 (claim, model + intent message, result +
+#: commit message, lifecycle event), for the answer 3 (claim, model + commit message, lifecycle
+#: event); no pull request (each ack carries the next: an ack with next).
+WORKER_ROUND_TRIPS_PER_RUN = 3 * 4 + 3
 #: The engine's: per dispatch a CAS and a task publish (the start and 3 step.continue), then
 #: the run's end CAS and its two purges; no pull request (its feeds keep one waiting).
 ENGINE_ROUND_TRIPS_PER_RUN = 2 + 3 * 2 + 3
@@ -241,17 +254,17 @@ MIN_ROUND_TRIPS_PER_RUN = 5 + ENGINE_ROUND_TRIPS_PER_RUN + WORKER_ROUND_TRIPS_PE
 #: The same for the script writing each record alone: two more worker writes per tool iteration,
 #: and one more in the answer iteration (the model record apart from the complete commit).
 ALONE_MIN_ROUND_TRIPS_PER_RUN = MIN_ROUND_TRIPS_PER_RUN + 3 * 2 + 1
-#: Of those, the pull requests, left waiting before their message arrives: the worker's, one
-#: per task (the engine's feeds keep one waiting for 64 events: none per run at the floor).
-PULLS_PER_RUN = 4
+#: Of those, the pull requests, left waiting before their message arrives: none per run at the
+#: floor (the engine's feeds keep one waiting for 64 events; the worker's acks carry its next).
+PULLS_PER_RUN = 0
 #: Fetches that return deliveries per run: the engine's 5 events and the worker's 4 tasks.
 FETCHES_PER_RUN = 5 + 4
 #: And those not waited on: the client's definition read and its second index publish, both sent
 #: with the first index publish, and the two purges after the run's end (its active marker, its
 #: tasks).
 OFF_PATH_PER_RUN = 4
-#: Per tool iteration: worker 4 waited on + 1 pull, engine 2 waited on.
-MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 7
+#: Per tool iteration: worker 4 waited on, engine 2 waited on (no pull request counted).
+MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 6
 #: Durable writes per tool iteration, the records paired (worker: claim, model + intent
 #: message, result + commit message, lifecycle event; engine: snapshot CAS, task publish).
 DURABLE_WRITES_PER_TOOL_ITERATION = 6

@@ -48,23 +48,23 @@ def test_the_headline_pairs_its_records_and_the_script_writing_each_alone_is_bes
 
 
 def test_the_derivation_states_the_constants() -> None:
-    assert _number_before("counted,") == MIN_ROUND_TRIPS_PER_RUN == 35
+    assert _number_before("counted,") == MIN_ROUND_TRIPS_PER_RUN == 31
     waited = MIN_ROUND_TRIPS_PER_RUN - PULLS_PER_RUN - OFF_PATH_PER_RUN
     assert _number_before(r"on the critical path\.") == waited == 27
     # The answer iteration: its model record and complete commit one message (then_complete),
     # its claim fenced on the predicted tail (no tail read).
-    assert _number_before(r"round trips \(pull, claim, model record \+ commit") == 4
-    assert _number_before(r"\(answer\)") == 4
-    assert _number_before(r"\(tool iterations\)") == 5
+    assert _number_before(r"round trips \(claim, model record \+ commit") == 3
+    assert _number_before(r"\(answer\)") == 3
+    assert _number_before(r"\(tool iterations\)") == 4
     assert _number_before("durable writes per run:") == DURABLE_WRITES_PER_RUN == 28
     assert _number_before(r"\(worker\s+3 x 6 \+ 4\)") == ALONE_DURABLE_WRITES_PER_RUN == 35
     assert _number_before("durable writes per tool iteration;") == (
         DURABLE_WRITES_PER_TOOL_ITERATION
     ) == 6  # fmt: skip
-    assert _number_before(r"round trips counted \(") == MIN_ROUND_TRIPS_PER_TOOL_ITERATION == 7
-    assert _number_before("durable writes and 9") == ALONE_DURABLE_WRITES_PER_TOOL_ITERATION
-    assert _number_before("round trips per run, 34") == ALONE_MIN_ROUND_TRIPS_PER_RUN == 42
-    assert PULLS_PER_RUN == 4  # the worker's: the engine's feeds keep one request waiting
+    assert _number_before(r"round trips counted \(") == MIN_ROUND_TRIPS_PER_TOOL_ITERATION == 6
+    assert _number_before("durable writes and 8") == ALONE_DURABLE_WRITES_PER_TOOL_ITERATION
+    assert _number_before("round trips per run, 34") == ALONE_MIN_ROUND_TRIPS_PER_RUN == 38
+    assert PULLS_PER_RUN == 0  # the engine's feeds keep one waiting; the worker's acks carry its
     alone_waited = ALONE_MIN_ROUND_TRIPS_PER_RUN - PULLS_PER_RUN - OFF_PATH_PER_RUN
     assert _number_before("of them waited on") == alone_waited == 34
     # Each tool iteration pairs away two of the worker's writes.
@@ -87,15 +87,16 @@ async def test_the_bench_counts_the_derivations_writes() -> None:
 
 
 async def test_the_worker_claims_without_reading_the_tail() -> None:
-    """On a real nats-server, counted by the worker's transport: 5 round trips per tool
-    iteration (pull, claim, two journal messages, lifecycle event) and 4 for the answer, 19 per
-    run. Each claim is fenced on the commit the worker stored in the iteration before (or on an
-    empty subject), so no tail read precedes it (journal/_open.py, the predicted claim): one
-    more per iteration when each claim read first. The pull loop re-polls about once a second
-    when idle, hence the margin of less than one."""
+    """On a real nats-server, counted by the worker's transport: 4 round trips per tool
+    iteration (claim, two journal messages, lifecycle event) and 3 for the answer, 15 per run
+    (19 when the worker's loop sent a pull request per task: each ack now carries it). Each
+    claim is fenced on the commit the worker stored in the iteration before (or on an empty
+    subject), so no tail read precedes it (journal/_open.py, the predicted claim): one more per
+    iteration when each claim read first. The pull loop re-polls about once a second when
+    idle, hence the margin of less than one."""
     _, per_run = await round_trips_per_run(HEADLINE)
     print(f"worker round trips per run: {per_run}")
-    assert WORKER_ROUND_TRIPS_PER_RUN == 19
+    assert WORKER_ROUND_TRIPS_PER_RUN == 15
     assert WORKER_ROUND_TRIPS_PER_RUN <= per_run < WORKER_ROUND_TRIPS_PER_RUN + 1
 
 

@@ -59,7 +59,8 @@ async def test_the_instrument_times_the_derivations_steps() -> None:
     print(start_line)
     assert start_line.endswith("requests waited in a row p50 3")
     assert _waited(headline) == MIN_ROUND_TRIPS_PER_RUN - PULLS_PER_RUN - OFF_PATH_PER_RUN == 27
-    # A fetch per event and per task, though only the worker's cost a pull request each.
+    # A fetch per event and per task, none with a pull request of its own (the engine's feeds
+    # keep one waiting, the worker's acks carry the next).
     assert sum(n for key, n in headline.items() if " fetch " in key) == FETCHES_PER_RUN == 9
     # Each record alone: the same steps but 7 more journal publishes (2 per tool iteration,
     # 1 for the answer), 34 waited.
