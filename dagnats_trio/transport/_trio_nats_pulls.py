@@ -50,6 +50,11 @@ if TYPE_CHECKING:
 PULLER_BUFFER_MSGS = 4096
 #: Taken off a request's ``expires`` so the server ends it before the worker's own wait does.
 PULL_EXPIRES_MARGIN_NS = 100_000
+#: Most requests one puller keeps waiting: an ack with next beyond it acks plainly (its place
+#: goes back to the worker). Each request waiting holds one of the consumer's ``max_waiting``
+#: (512 by default, shared by every worker of the task type), and an ack asks for one place,
+#: so a worker of many places could otherwise take them all.
+MAX_WAITING_REQUESTS = 32
 #: Request ends that are no error: no messages (404), expired or requests pending (408).
 _QUIET_ENDS = frozenset({404, 408})
 #: 409s the server sends for its own reasons (what nats.go's ``Consume`` asks again after).
@@ -160,7 +165,12 @@ class TrioNatsPuller:
 
     def ack_next(self, delivery: Delivery) -> bool:
         conn = self._conn
-        if self._left or not conn.is_connected or not isinstance(delivery, TrioNatsDelivery):
+        if (
+            self._left
+            or not conn.is_connected
+            or len(self._requests) >= MAX_WAITING_REQUESTS
+            or not isinstance(delivery, TrioNatsDelivery)
+        ):
             delivery.ack_nowait()
             return False
         token = f"{self._prefix}.{next(self._tokens)}"

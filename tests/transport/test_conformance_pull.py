@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import secrets
 
+import pytest
 import trio
 
 from dagnats_trio.protocol.layout import HISTORY_STREAM, history_subject
-from dagnats_trio.transport import Transport, TrioNatsTransport
+from dagnats_trio.transport import Transport, TrioNatsTransport, _trio_nats_pulls
 
 from .test_conformance import ARRIVAL_S, SHORT_WAIT_S, TEST_BOUND_S, history_consumer
 
@@ -138,3 +139,31 @@ async def test_an_ack_with_next_is_one_message_on_the_native_transport(
     print(f"round trips for the second delivery: {t.round_trips - trips} (the publish and the ack)")
     assert second.data == b"second"
     assert t.round_trips - trips == 2  # the publish and the double ack: no pull request
+
+
+async def test_a_native_puller_keeps_a_bounded_number_of_requests_waiting(
+    trio_transport: TrioNatsTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``MAX_WAITING_REQUESTS`` (1 here) an ack with next acks plainly: each waiting
+    request holds one of the consumer's ``max_waiting``, shared by every worker."""
+    monkeypatch.setattr(_trio_nats_pulls, "MAX_WAITING_REQUESTS", 1)
+    t = trio_transport
+    uid = f"acknextcap{secrets.token_hex(4)}"
+    durable = await history_consumer(t, uid, ack_wait_s=LONG_ACK_WAIT_S)
+    for body in (b"a", b"b"):
+        await t.publish(history_subject(uid), body)
+    released: list[int] = []
+    with trio.fail_after(TEST_BOUND_S):
+        async with t.pull(
+            HISTORY_STREAM, durable, expires_s=ARRIVAL_S, on_release=released.append
+        ) as p:
+            await p.ask(2)
+            got = await p.fetch(ARRIVAL_S)
+            while len(got) < 2:
+                got += await p.fetch(ARRIVAL_S)
+            a, b = got
+            assert p.ack_next(a)
+            assert not p.ack_next(b)  # acked plainly: one request waits already
+            assert p.asked == 1
+        assert released == [1]
+        assert await _ack_pending(t, durable) == (0, b.stream_seq)
