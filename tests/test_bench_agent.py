@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from bench._stack import open_stack
+from bench._stack import _socket_writes_of, open_stack
 from bench.agent import (
     ALONE,
     ALONE_DURABLE_WRITES_PER_RUN,
@@ -25,6 +25,7 @@ from bench.agent import (
     OFF_PATH_PER_RUN,
     PULLS_PER_RUN,
     WORKER_ROUND_TRIPS_PER_RUN,
+    WRITES_RUNS,
     _handlers_and_workflows,
     durable_writes,
     round_trips_per_run,
@@ -98,6 +99,25 @@ async def test_the_worker_claims_without_reading_the_tail() -> None:
     print(f"worker round trips per run: {per_run}")
     assert WORKER_ROUND_TRIPS_PER_RUN == 15
     assert WORKER_ROUND_TRIPS_PER_RUN <= per_run < WORKER_ROUND_TRIPS_PER_RUN + 1
+
+
+async def test_the_workers_acks_carry_its_pull_requests() -> None:
+    """On a real nats-server, the worker's connection writes 19 times per run: a write per round
+    trip (15) and an ack per task (4), each ack carrying the pull request of the next task (an
+    ack with next). 23 when its loop sent a pull request per task (4 more writes, 4 more round
+    trips); the idle poll of a loaded machine may add one."""
+    handlers, workflows = _handlers_and_workflows((HEADLINE,))
+    async with open_stack(sync_always=False, handlers=handlers, workflows=workflows) as stack:
+        await stack.run(HEADLINE.workflow, {"task": "deploy"})
+        writes, trips = _socket_writes_of(stack.worker_tp), stack.counts().worker
+        for _ in range(WRITES_RUNS):
+            await stack.run(HEADLINE.workflow, {"task": "deploy"})
+        per_run = (_socket_writes_of(stack.worker_tp) - writes) / WRITES_RUNS
+        trips_per_run = (stack.counts().worker - trips) / WRITES_RUNS
+    print(f"worker socket writes per run: {per_run}, round trips {trips_per_run}")
+    assert WORKER_ROUND_TRIPS_PER_RUN == 15
+    assert 15 + 4 <= per_run < 15 + 4 + 1
+    assert 15 <= trips_per_run < 15 + 1
 
 
 async def test_the_two_scripts_sequential_runs_are_taken_in_turn() -> None:
