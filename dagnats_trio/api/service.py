@@ -18,6 +18,7 @@ import trio
 from .._env import DEFAULT_ENV, RuntimeEnv
 from ..dag import WorkflowDef
 from ..engine import (
+    DefinitionRefs,
     IndexedStart,
     RunSnapshot,
     decode_snapshot,
@@ -156,6 +157,8 @@ class Service:
         self.definitions: DecodedByBytes[WorkflowDef] = DecodedByBytes(
             WorkflowDef, "workflow definition"
         )
+        #: The definitions that the engine's snapshots name by reference, read once each.
+        self._definition_refs = DefinitionRefs(transport)
 
     # --- workflows -----------------------------------------------------------------------------
 
@@ -186,6 +189,8 @@ class Service:
     async def list_workflows(self) -> list[WorkflowDef]:
         found = []
         for name in await self.transport.kv_keys(layout.DEFS_BUCKET):
+            if name.startswith(layout.DEFINITION_REF_PREFIX):
+                continue  # a run's definition by reference (engine.DefinitionRefs), no name
             try:
                 found.append(await self.get_workflow(name))
             except (WorkflowNotFound, DecodeError, InvalidId):
@@ -304,7 +309,14 @@ class Service:
         entry = await self.transport.kv_get(layout.RUNS_BUCKET, layout.run_key(run_id))
         if entry is None or entry.value is None:
             raise RunNotFound(run_id)
-        return decode_snapshot(entry.value)
+        return await self.with_definition(decode_snapshot(entry.value))
+
+    async def with_definition(self, snap: RunSnapshot) -> RunSnapshot:
+        """``snap`` holding its run's definition: a snapshot the engine saved names it by
+        reference (``engine.DefinitionRefs``), read here once per definition. Every snapshot
+        this service returns, but a listing's, holds it; :class:`DecodeError` when it cannot
+        be read."""
+        return await self._definition_refs.resolve(snap)
 
     async def unserved_steps(self, snap: RunSnapshot) -> Mapping[str, NoWorker]:
         """``step id -> hint`` for the run's running steps whose task type no worker has polled
@@ -320,7 +332,9 @@ class Service:
         cursor: str | None = None,
     ) -> RunPage:
         """Runs newest first (by start), filtered; ``cursor`` is ``next_cursor`` of the previous
-        page (with the same filters). See :mod:`._run_list` for how a page is read."""
+        page (with the same filters). See :mod:`._run_list` for how a page is read. A listed
+        snapshot that names its definition by reference is not resolved (a page shows no
+        definition): :meth:`with_definition` does it."""
         if not 1 <= limit <= LIST_RUNS_LIMIT_MAX:
             raise InvalidRequest(f"limit must be between 1 and {LIST_RUNS_LIMIT_MAX}")
         wanted: RunStatus | None
@@ -444,7 +458,7 @@ class Service:
                     continue
                 snap = decode_snapshot(entry.value)
                 if snap.status.finished:
-                    return snap
+                    return await self.with_definition(snap)
         return None
 
 

@@ -38,10 +38,12 @@ from .snapshot import (
     StepState,
     StepStatus,
     decode_snapshot,
+    definition_ref,
     encode_snapshot,
 )
 
 if TYPE_CHECKING:
+    from ._definition_refs import DEFINITION_REFS_KEPT_MAX, DefinitionRefs
     from ._run_index import drop_active, ensure_run_index, index_entry, index_run
     from ._shell import TIMER_DUE_HEADER, TIMER_ID_HEADER, Engine, arm_timer, timer_consumer
     from ._shell_state import (
@@ -58,6 +60,7 @@ else:
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
+            "._definition_refs": ("DEFINITION_REFS_KEPT_MAX", "DefinitionRefs"),
             "._store": ("IndexedStart", "create_snapshot", "index_start", "write_first_snapshot"),
             "._run_index": ("drop_active", "ensure_run_index", "index_entry", "index_run"),
             "._shell": (
@@ -79,6 +82,7 @@ else:
     )
 
 __all__ = [
+    "DEFINITION_REFS_KEPT_MAX",
     "ENGINE_ACK_WAIT_S",
     "LEGACY_ENV_VAR",
     "LOOP_ERROR_BACKOFF_MAX_S",
@@ -95,6 +99,7 @@ __all__ = [
     "AnnounceCancel",
     "ArmTimer",
     "CheckQueuedInputs",
+    "DefinitionRefs",
     "Effect",
     "Engine",
     "EngineStats",
@@ -116,6 +121,7 @@ __all__ = [
     "create_snapshot",
     "decide",
     "decode_snapshot",
+    "definition_ref",
     "drop_active",
     "encode_snapshot",
     "ensure_run_index",

@@ -22,6 +22,7 @@ from .._env import DEFAULT_ENV, Backoff, RuntimeEnv
 from ..dag import WorkflowDef
 from ..protocol import WorkflowStarted, layout
 from ..transport import Delivery, Transport, TransportError
+from ._definition_refs import DefinitionRefs
 from ._definitions import Definitions
 from ._run_end import end_run
 from ._store import create_snapshot, started_with
@@ -103,6 +104,7 @@ class EngineState:
         self._stats_changed = trio.Event()
         self._cache: OrderedDict[str, tuple[RunSnapshot, int]] = OrderedDict()
         self._definitions = Definitions(transport)
+        self._refs = DefinitionRefs(transport)
 
     async def wait_stats(self, predicate: Callable[[EngineStats], bool]) -> None:
         """Return once ``predicate(self.stats)`` holds (the caller bounds the wait)."""
@@ -139,21 +141,35 @@ class EngineState:
         entry = await self.transport.kv_get(layout.RUNS_BUCKET, layout.run_key(run_id))
         if entry is None or entry.value is None:
             return None
-        return decode_snapshot(entry.value), entry.revision, False
+        snap = decode_snapshot(entry.value)
+        if snap.definition is None and snap.definition_ref is not None:
+            snap = await self._refs.resolve(snap)  # once per definition and process
+        return snap, entry.revision, False
 
     def _save(
         self, new: RunSnapshot, old: RunSnapshot | None, rev: int
     ) -> Coroutine[Any, Any, int]:
         """The coroutine that saves ``new`` (awaited at once): for a run that goes on, the
         compare-and-set's own, with no frame of this method in between (one frame fewer passed
-        through when the answer wakes the event's handling)."""
+        through when the answer wakes the event's handling).
+
+        A compare-and-set names the run's definition by reference (``_definition_refs``), which
+        is stored first, once per definition and process. A create (a run whose service wrote
+        no snapshot) holds it inline, as the service's does."""
         if old is None:
             return create_snapshot(self.transport, new)
-        data = encode_snapshot(new)
+        if new.definition is not None and not self._refs.stored(new.definition):
+            return self._store_definition_and_save(new, old, rev)
+        data = encode_snapshot(new, definition_by_ref=True)
         update = self.transport.kv_update(layout.RUNS_BUCKET, layout.run_key(new.run_id), data, rev)
         if new.status.finished and not old.status.finished:
             return self._save_and_end(update, new)
         return update
+
+    async def _store_definition_and_save(self, new: RunSnapshot, old: RunSnapshot, rev: int) -> int:
+        assert new.definition is not None
+        await self._refs.store(new.definition)  # acknowledged before a snapshot names it
+        return await self._save(new, old, rev)
 
     async def _save_and_end(self, update: Coroutine[Any, Any, int], new: RunSnapshot) -> int:
         saved = await update

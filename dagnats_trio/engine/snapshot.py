@@ -14,6 +14,7 @@ on every event stays the size of one event's effects instead of growing with the
 from __future__ import annotations
 
 import enum
+import hashlib
 from typing import Any, final
 
 import attrs
@@ -119,6 +120,11 @@ class RunSnapshot:
     status: RunStatus
     workflow: str
     definition: WorkflowDef | None = None
+    #: Where the definition is stored once for every run of it (:func:`definition_ref`): a
+    #: snapshot the engine saves names it there instead of holding it (``encode_snapshot``'s
+    #: ``definition_by_ref``); decoded, such a snapshot has no ``definition`` until its reader
+    #: resolves the reference (``engine.DefinitionRefs``).
+    definition_ref: str | None = None
     input: JsonValue = None
     output: JsonValue = None
     error: str | None = None
@@ -152,9 +158,10 @@ OUTBOX_JSON_MEMO_MAX_ENTRIES = 4096
 #: held beside its values, so its ``id`` cannot be reused while the slot lives. The values are
 #: only read (encoded).
 _OUTBOX_JSON: dict[int, list[Any]] = {}
-#: A definition's JSON text by its identity: a run's snapshots all hold the one definition
-#: object the run started with (``_replace.replace`` keeps it), so it is spelled once per run.
-_DEFINITION_TEXT: dict[int, tuple[WorkflowDef, str]] = {}
+#: A definition's JSON text and its reference (:func:`definition_ref`, or None until asked
+#: for), by its identity: a run's snapshots all hold the one definition object the run started
+#: with (``_replace.replace`` keeps it), so it is spelled and hashed once per run.
+_DEFINITION_TEXT: dict[int, list[Any]] = {}
 # A field at its default is left out of the stored snapshot (decoding puts the default back):
 # most of a step's and a run's fields are None until something happens to them, and every
 # byte of a save is paid again in its fsync. A step's ``status`` is always written: the
@@ -168,18 +175,23 @@ converter.register_unstructure_hook(StepState, _unstructure_step)
 _unstructure_outbox_entry = make_dict_unstructure_fn(
     OutboxEntry, converter, _cattrs_omit_if_default=True
 )
-#: A snapshot's own fields: ``definition`` and ``outbox`` are spliced in as memoised texts.
+#: A snapshot's own fields: ``definition`` (or its reference) and ``outbox`` are spliced in as
+#: memoised texts.
 _unstructure_rest = make_dict_unstructure_fn(
     RunSnapshot,
     converter,
     _cattrs_omit_if_default=True,
     definition=override(omit=True),
+    definition_ref=override(omit=True),
     outbox=override(omit=True),
 )
 #: The fields stored before ``definition``, in field order (the bytes keep the field order).
 _BEFORE_DEFINITION = ("run_id", "status", "workflow")
 _FIELD_NAMES = tuple(f.name for f in attrs.fields(RunSnapshot))
-if _FIELD_NAMES[:4] != (*_BEFORE_DEFINITION, "definition") or _FIELD_NAMES[-1] != "outbox":
+if (
+    _FIELD_NAMES[:5] != (*_BEFORE_DEFINITION, "definition", "definition_ref")
+    or _FIELD_NAMES[-1] != "outbox"
+):
     raise RuntimeError(f"encode_snapshot splices by field order; RunSnapshot has {_FIELD_NAMES}")
 
 
@@ -208,17 +220,40 @@ def _outbox_entry_text(entry: OutboxEntry) -> str:
     return text
 
 
-def _definition_text(definition: WorkflowDef | None) -> str:
-    if definition is None:
-        return "null"
+def _definition_slot(definition: WorkflowDef) -> list[Any]:
+    """``[definition, text, reference or None]``, memoised by identity."""
     slot = _DEFINITION_TEXT.get(id(definition))
     if slot is not None and slot[0] is definition:
-        return slot[1]
-    text = dumps_json(converter.unstructure(definition))
+        return slot
+    slot = [definition, dumps_json(converter.unstructure(definition)), None]
     if len(_DEFINITION_TEXT) >= OUTBOX_JSON_MEMO_MAX_ENTRIES:
         _DEFINITION_TEXT.clear()
-    _DEFINITION_TEXT[id(definition)] = (definition, text)
+    _DEFINITION_TEXT[id(definition)] = slot
+    return slot
+
+
+def _definition_text(definition: WorkflowDef) -> str:
+    text: str = _definition_slot(definition)[1]
     return text
+
+
+def definition_bytes(definition: WorkflowDef) -> bytes:
+    """What is stored under :func:`definition_ref`: the definition as a snapshot holds it
+    inline (every field, defaults included: a run keeps the definition it started with, even
+    when a later release changes a default)."""
+    return _definition_text(definition).encode()
+
+
+def definition_ref(definition: WorkflowDef) -> str:
+    """The definition's content address: the SHA-256 (hex) of :func:`definition_bytes`. Two
+    definitions have one reference only if they are the same bytes, so what is stored under it
+    never changes: a definition registered again under its name is another reference, and a
+    run that names the old one keeps running it."""
+    slot = _definition_slot(definition)
+    ref: str | None = slot[2]
+    if ref is None:
+        ref = slot[2] = hashlib.sha256(slot[1].encode()).hexdigest()
+    return ref
 
 
 converter.register_unstructure_hook(OutboxEntry, _outbox_entry_json)
@@ -229,15 +264,24 @@ converter.register_unstructure_hook(
 )
 
 
-def encode_snapshot(snapshot: RunSnapshot) -> bytes:
+def encode_snapshot(snapshot: RunSnapshot, *, definition_by_ref: bool = False) -> bytes:
     """The same bytes as ``to_json(snapshot)``, put together from the snapshot's own fields and
     the memoised texts of its definition and outbox entries: the engine saves a run's snapshot
-    on every event, and those two parts (most of its bytes) rarely change between saves."""
+    on every event, and those two parts (most of its bytes) rarely change between saves.
+
+    ``definition_by_ref``: the definition is written as its reference alone (``definition_ref``,
+    ~80 bytes instead of the definition's ~500); only for a caller that has stored it under
+    that reference first (``engine.DefinitionRefs.store``)."""
     rest = _unstructure_rest(snapshot)
     head = {name: rest.pop(name) for name in _BEFORE_DEFINITION}
     parts = [dumps_json(head)[:-1]]
-    if snapshot.definition is not None:
-        parts.append(f',"definition":{_definition_text(snapshot.definition)}')
+    definition, ref = snapshot.definition, snapshot.definition_ref
+    if definition is not None and definition_by_ref:
+        ref = definition_ref(definition)
+    elif definition is not None:
+        parts.append(f',"definition":{_definition_text(definition)}')
+    if ref is not None:
+        parts.append(f',"definition_ref":{dumps_json(ref)}')
     if rest:
         parts.append(f",{dumps_json(rest)[1:-1]}")
     if snapshot.outbox:

@@ -119,6 +119,17 @@ RUN_ACTIVE_FILTER = "runactive.*"
 RUN_INDEX_COMPLETE_KEY = "meta.run_index"
 
 
+#: Prefix of the keys in ``workflow_defs`` that hold a definition by its content (a SHA-256 in
+#: hex: ``engine.snapshot.definition_ref``) rather than by its name. A name is an id, which has
+#: no dot, so no name is such a key.
+DEFINITION_REF_PREFIX = "ref."
+
+
+def definition_ref_key(ref: str) -> str:
+    """Where ``workflow_defs`` keeps the definition whose content address is ``ref``."""
+    return f"{DEFINITION_REF_PREFIX}{ref}"
+
+
 def run_key(run_id: str) -> str:
     return f"run.{run_id}"
 
@@ -137,6 +148,7 @@ def worker_poll_key(task_type: str) -> str:
 
 __all__ = [
     "CHECKPOINTS_BUCKET",
+    "DEFINITION_REF_PREFIX",
     "DEFS_BUCKET",
     "ENGINE_DURABLE",
     "HISTORY_DUPLICATE_WINDOW_S",
@@ -159,6 +171,7 @@ __all__ = [
     "WORKER_POLLS_MAX_AGE_S",
     "cancel_subject",
     "checkpoint_key",
+    "definition_ref_key",
     "history_subject",
     "journal_subject",
     "preview_subject",

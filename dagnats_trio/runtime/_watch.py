@@ -118,7 +118,9 @@ class RunWatch:
                     with trio.move_on_after(RESYNC_INTERVAL_S):
                         await waiter.event.wait()
                     if waiter.snapshot is not None:
-                        return waiter.snapshot  # the finished snapshot the watch saw
+                        # The finished snapshot the watch saw, with its definition as
+                        # ``get_run`` gives it (read once per definition, by reference).
+                        return await self._service.with_definition(waiter.snapshot)
                 finally:
                     waiting = self._waiters.get(run_id)
                     if waiting is not None:

@@ -119,7 +119,8 @@ async def wait_run(stack: Stack, run_id: str, ok: Callable[[RunSnapshot], bool])
                 if entry.key == key and entry.value is not None:
                     snap = decode_snapshot(entry.value)
                     if ok(snap):
-                        return snap
+                        # As ``get_run`` gives it: the definition the engine names by reference.
+                        return await stack.service.with_definition(snap)
     raise AssertionError("unreachable")
 
 
