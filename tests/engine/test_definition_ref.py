@@ -188,6 +188,37 @@ async def test_a_cold_engine_runs_the_definition_a_run_started_with(transport: T
     assert ref_key in defs_read and wf not in defs_read
 
 
+async def test_a_snapshot_holding_its_definition_runs_on_and_is_saved_by_reference(
+    transport: Transport,
+) -> None:
+    """A snapshot with the definition inline (the service's first one, as every snapshot of an
+    earlier release), read from the store by an engine that did not derive it: the run goes on,
+    and the engine's saves from then on name the definition by reference."""
+    service = Service(transport)
+    task, wf = uid("t"), uid("inline")
+    first = await service.register_workflow({"name": wf, "steps": [{"id": "a", "task": task}]})
+    run = await service.start_run(wf, "x")  # no engine yet: the event waits
+    # Registered again: the engine cannot derive the first snapshot, it reads the stored one.
+    await service.register_workflow({"name": wf, "steps": [{"id": "b", "task": task}]})
+    stored = await transport.kv_get(layout.RUNS_BUCKET, layout.run_key(run))
+    assert stored is not None and stored.value is not None
+    assert decode_snapshot(stored.value).definition == first
+    engine_tp = SavedSnapshots(transport)
+
+    async def echo(t: TaskMessage) -> LifecycleEvent:
+        return await complete_with(t, f"{t.step_id}:{t.input}")
+
+    with trio.fail_after(RUN_TIMEOUT_S):
+        engine = test_engine(cast(Transport, engine_tp))
+        async with running(engine, FakeWorker(transport, task, echo)):
+            done = await service.wait_for_run(run, RUN_TIMEOUT_S)
+    assert done.status is RunStatus.COMPLETED and done.output == "a:x"
+    assert done.definition == first and engine.stats.derived == 0
+    ours = [json.loads(d) for key, d in engine_tp.saved if key == layout.run_key(run)]
+    assert len(ours) == 2  # the start, the completion
+    assert all("definition" not in b and b["definition_ref"] == definition_ref(first) for b in ours)
+
+
 def _snapshot_naming(definition: WorkflowDef) -> RunSnapshot:
     snap = RunSnapshot("r1", RunStatus.RUNNING, "wf", definition=definition, started=True)
     return decode_snapshot(encode_snapshot(snap, definition_by_ref=True))
