@@ -508,6 +508,27 @@ GUARDS: tuple[Guard, ...] = (
             "test_a_definition_registered_again_since_the_start_is_not_derived"
         ],
     ),
+    _g(
+        "Engine: a definition is stored before a snapshot names it",
+        "EngineState._save: a save names the definition by reference without storing it first",
+        [
+            (
+                "if new.definition is not None and not self._refs.stored(new.definition):",
+                "if False:",
+            )
+        ],
+        [
+            "tests/engine/test_definition_ref.py::"
+            "test_a_cold_engine_runs_the_definition_a_run_started_with",
+            "tests/engine/test_definition_ref.py::test_each_save_names_the_definition_by_reference",
+        ],
+    ),
+    _g(
+        "A definition reference resolves only to its own bytes",
+        "DefinitionRefs._read: what is stored under a reference is taken without its hash checked",
+        [("if hashlib.sha256(entry.value).hexdigest() != ref:", "if False:")],
+        ["tests/engine/test_definition_ref.py::test_a_reference_that_names_other_bytes_is_refused"],
+    ),
 )
 
 

@@ -273,17 +273,24 @@ def encode_snapshot(snapshot: RunSnapshot, *, definition_by_ref: bool = False) -
     ~80 bytes instead of the definition's ~500); only for a caller that has stored it under
     that reference first (``engine.DefinitionRefs.store``)."""
     rest = _unstructure_rest(snapshot)
-    head = {name: rest.pop(name) for name in _BEFORE_DEFINITION}
-    parts = [dumps_json(head)[:-1]]
     definition, ref = snapshot.definition, snapshot.definition_ref
     if definition is not None and definition_by_ref:
-        ref = definition_ref(definition)
-    elif definition is not None:
-        parts.append(f',"definition":{_definition_text(definition)}')
-    if ref is not None:
-        parts.append(f',"definition_ref":{dumps_json(ref)}')
-    if rest:
-        parts.append(f",{dumps_json(rest)[1:-1]}")
+        # The engine's saves: the reference is a value like the others, so the run's own
+        # fields are one dict in field order and one encoding (the inline definition is
+        # spliced in as its memoised text, which needs the fields before it apart).
+        body = {name: rest.pop(name) for name in _BEFORE_DEFINITION}
+        body["definition_ref"] = definition_ref(definition)
+        body.update(rest)
+        parts = [dumps_json(body)[:-1]]
+    else:
+        head = {name: rest.pop(name) for name in _BEFORE_DEFINITION}
+        parts = [dumps_json(head)[:-1]]
+        if definition is not None:
+            parts.append(f',"definition":{_definition_text(definition)}')
+        if ref is not None:
+            parts.append(f',"definition_ref":{dumps_json(ref)}')
+        if rest:
+            parts.append(f",{dumps_json(rest)[1:-1]}")
     if snapshot.outbox:
         parts.append(',"outbox":[')
         parts.append(",".join([_outbox_entry_text(entry) for entry in snapshot.outbox]))

@@ -11,11 +11,14 @@ reference, so a run keeps the one it started with, through a cold engine too.
 from __future__ import annotations
 
 import cProfile
+import functools
 import json
+from collections.abc import Callable
 from typing import Any, Final, cast
 
 import pytest
 import trio
+from hypothesis import given
 
 from dagnats_trio.api import Service
 from dagnats_trio.dag import WorkflowDef
@@ -35,21 +38,29 @@ from dagnats_trio.protocol import (
     StepContinue,
     TaskMessage,
     layout,
+    to_json,
 )
 from dagnats_trio.testing import agent_workflow
 from dagnats_trio.transport import NatsTransport, Transport
 
 from ._fakes import RUN_TIMEOUT_S, FakeWorker, complete_with, running, test_engine, uid
+from .test_snapshot_codec import EARLIER_RELEASE_SNAPSHOT, SNAPSHOT_EXAMPLES, _snapshots
 
 #: The scripted agent's iterations (4 model calls, 3 tool calls: three continues, an answer):
 #: five compare-and-sets, as in ``just bench``.
 AGENT_ITERATIONS: Final = 4
-#: Bytes of each of those saves: 1,113 to 1,251 while every save carried the definition
-#: (~450 bytes of it here); 742 to 880 since it names it by reference (84 bytes).
+#: Bytes of each of those saves: 1,029 to 1,167 while every save carried the definition
+#: (~370 bytes of it here); 742 to 880 since it names it by reference (84 bytes).
 MAX_SNAPSHOT_BYTES_PER_CAS: Final = 950
+#: Calls (profiled) to encode one save of the scripted agent's snapshot (the bench's definition;
+#: its first save, ``EARLIER_RELEASE_SNAPSHOT``), memoised parts warm: 45 with the definition
+#: spliced in inline (the run's fields before it and after it encoded apart); 38 by reference
+#: (the reference one value among the run's fields: one encoding). And to decode it: 102 and 68.
+MAX_CALLS_PER_SAVE_ENCODE: Final = 40
+MAX_CALLS_PER_SAVE_DECODE: Final = 75
 #: Calls (profiled) to decode the agent's finished snapshot as the engine stores it (what
-#: ``Service.get_run`` and ``RunWatch`` decode when a run ends): 113 with the definition inline
-#: (its steps, retry policy and loop bounds structured on every decode); 78 by reference.
+#: ``Service.get_run`` and ``RunWatch`` decode when a run ends): 114 with the definition inline
+#: (its steps, retry policy and loop bounds structured on every decode); 79 by reference.
 MAX_CALLS_PER_FINISHED_DECODE: Final = 90
 
 
@@ -84,13 +95,48 @@ async def _agent_script(t: TaskMessage) -> LifecycleEvent:
     return await complete_with(t, {"answer": 42})
 
 
-def _calls_to_decode(data: bytes) -> int:
-    decode_snapshot(data)  # warm: the converter's structuring functions are made once
+def _calls(fn: Callable[[], object]) -> int:
+    fn()  # warm: the converter's functions are made once, the memoised texts spelled
     profile = cProfile.Profile()
     profile.enable()
-    decode_snapshot(data)
+    fn()
     profile.disable()
     return sum(int(row[1]) for row in profile.getstats())  # type: ignore[attr-defined]
+
+
+def _calls_to_decode(data: bytes) -> int:
+    return _calls(lambda: decode_snapshot(data))
+
+
+def test_a_save_by_reference_costs_fewer_calls_and_bytes() -> None:
+    snap = decode_snapshot(EARLIER_RELEASE_SNAPSHOT)
+    assert snap.definition is not None
+    inline, by_ref = encode_snapshot(snap), encode_snapshot(snap, definition_by_ref=True)
+    calls = [
+        _calls(functools.partial(encode_snapshot, snap, definition_by_ref=by))
+        for by in (False, True)
+    ]
+    decodes = [_calls_to_decode(data) for data in (inline, by_ref)]
+    print(
+        f"one save of the bench's agent: {len(inline)} -> {len(by_ref)} bytes, "
+        f"{calls[0]} -> {calls[1]} calls to encode, {decodes[0]} -> {decodes[1]} to decode"
+    )
+    assert calls[1] <= MAX_CALLS_PER_SAVE_ENCODE < calls[0]
+    assert decodes[1] <= MAX_CALLS_PER_SAVE_DECODE < decodes[0]
+    assert len(inline) - len(by_ref) >= len(definition_bytes(snap.definition)) - 100
+
+
+@SNAPSHOT_EXAMPLES
+@given(snap=_snapshots)
+def test_a_save_by_reference_is_the_converters_bytes_of_the_reference(snap: RunSnapshot) -> None:
+    """By reference, the bytes are the one converter's of the snapshot with its reference in
+    the definition's place (field order kept), and decode to it."""
+    data = encode_snapshot(snap, definition_by_ref=True)
+    named = snap  # no definition: nothing to name
+    if snap.definition is not None:
+        named = replace(snap, definition=None, definition_ref=definition_ref(snap.definition))
+    assert data == to_json(named)
+    assert decode_snapshot(data) == named
 
 
 async def test_each_save_names_the_definition_by_reference(
