@@ -8,6 +8,7 @@ a run listed exactly when its snapshot exists."""
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any, cast
 
 import attrs
@@ -16,7 +17,7 @@ import pytest
 from bench.latency import Step, TimingTransport, waited_in_a_row
 from dagnats_trio._env import RuntimeEnv
 from dagnats_trio.api import Service, WorkflowNotFound
-from dagnats_trio.protocol import layout
+from dagnats_trio.protocol import decode_run_index_entry, layout
 from dagnats_trio.transport import Transport, TrioNatsTransport
 
 from ._fakes import uid
@@ -190,3 +191,27 @@ async def test_a_start_alone_leaves_the_end_of_the_pass_unwatched(
         left.append(trio_transport.connection.stats().pending_bytes)
     print(f"bytes left for the end of the pass after each start: {left}")
     assert left == [0, 0, 0]  # three in flight made it busy: [0, >0, >0]
+
+
+async def test_a_definition_stored_under_another_name_is_indexed_under_its_own(
+    trio_transport: TrioNatsTransport,
+) -> None:
+    """The run takes the name its definition holds (as a start of a name never read does); a
+    run indexed early under the key's name is indexed again under it, never left listed under
+    the other."""
+    prefix = uid("run")
+    service = Service(trio_transport, _ids(prefix))
+    key, other, task = uid("wf"), uid("wf"), uid("t")
+    await service.register_workflow({"name": key, "steps": [{"id": "a", "task": task}]})
+    await service.get_workflow(key)  # read before: the next start indexes beside its read
+    renamed = {"name": other, "steps": [{"id": "a", "task": task}]}
+    await trio_transport.kv_put(layout.DEFS_BUCKET, key, json.dumps(renamed).encode())
+    run = await service.start_run(key)
+    assert run == f"{prefix}0"
+    assert (await service.get_run(run)).workflow == other
+    assert [r.run_id for r in (await service.list_runs(workflow=other)).runs] == [run]
+    assert (await service.list_runs(workflow=key)).runs == ()
+    entry = await trio_transport.get_last_msg(
+        layout.RUN_INDEX_STREAM, layout.run_index_subject(run)
+    )
+    assert entry is not None and decode_run_index_entry(entry.data).workflow == other
