@@ -200,11 +200,13 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
                                                                        before the snapshot, so a
                                                                        run never goes unlisted.
                                                                        A service's first start
-                                                                       of a workflow, or one with
-                                                                       an idempotency key, reads
-                                                                       before it writes: one more
-                                                                       waited, engine._store.
-                                                                       index_start)
+                                                                       of a workflow reads before
+                                                                       it writes: one more waited,
+                                                                       engine._store.index_start;
+                                                                       with an idempotency key:
+                                                                       the key's claim beside the
+                                                                       read, then the index, one
+                                                                       more too)
  engine  workflow.started: CAS + task                               2  (no snapshot read: the
                                                                        event names the revision
                                                                        the service created and

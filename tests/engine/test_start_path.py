@@ -83,9 +83,15 @@ async def test_a_start_of_a_workflow_read_before_waits_on_three_round_trips(
     # The first start reads the name before it writes anything (4 in a row: the read, the index
     # pair, the snapshot, the event); later ones index beside the read: 3 (main: 4, 4, 4).
     assert chains == [4, 3, 3]
-    # With an idempotency key the run id is the key's: read, claim, index, create, publish.
+    # With an idempotency key the run id is the key's: the key is claimed beside the read, then
+    # index, create, publish (main: read, claim, index, create, publish: 5). A name never read
+    # reads before it claims: 5.
     steps.clear()
     await service.start_run(wf, "k", idempotency_key=uid("key"))
+    assert waited_in_a_row(steps) == 4
+    fresh = Service(cast(Transport, TimingTransport(trio_transport, "client", steps)))
+    steps.clear()
+    await fresh.start_run(wf, "k", idempotency_key=uid("key"))
     assert waited_in_a_row(steps) == 5
 
 
@@ -215,3 +221,30 @@ async def test_a_definition_stored_under_another_name_is_indexed_under_its_own(
         layout.RUN_INDEX_STREAM, layout.run_index_subject(run)
     )
     assert entry is not None and decode_run_index_entry(entry.data).workflow == other
+
+
+async def test_a_keyed_start_refused_after_its_claim_is_completed_by_a_retry(
+    trio_transport: TrioNatsTransport,
+) -> None:
+    """A start with an idempotency key of a workflow deleted after this service read it: refused
+    as before, its key claimed beside the read (as a crash after the claim leaves it); once the
+    workflow is back, a retry with the key completes that very run, and a second retry returns
+    it: one run, never two."""
+    prefix = uid("run")
+    service = Service(trio_transport, _ids(prefix))
+    wf, task, key = uid("wf"), uid("t"), uid("key")
+    definition = {"name": wf, "steps": [{"id": "a", "task": task}]}
+    await service.register_workflow(definition)
+    await service.get_workflow(wf)
+    await trio_transport.kv_delete(layout.DEFS_BUCKET, wf)
+    with pytest.raises(WorkflowNotFound):
+        await service.start_run(wf, "x", idempotency_key=key)
+    claimed = f"{prefix}0"
+    assert await _indexed(trio_transport, claimed) == (False, False)  # nothing but the key
+    await service.register_workflow(definition)
+    again = Service(trio_transport, _ids(uid("other")))
+    assert await again.start_run(wf, "x", idempotency_key=key) == claimed
+    assert await again.start_run(wf, "x", idempotency_key=key) == claimed
+    assert (await again.get_run(claimed)).input == "x"
+    assert await _indexed(trio_transport, claimed) == (True, True)
+    assert [r.run_id for r in (await again.list_runs(workflow=wf)).runs] == [claimed]
