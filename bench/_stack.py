@@ -133,14 +133,19 @@ class Stack:
         run's last event is counted only after its run-end removals (``engine._run_end``: the
         active marker's and the tasks' purges, off the client's path) are done, so a count of
         stream writes that starts after this sees no trailing purge of an earlier run."""
+        with trio.fail_after(RUN_TIMEOUT_S):
+            await self.settled()
+
+    async def settled(self) -> None:
+        """:meth:`wait_settled` without a bound of its own (no cancel scope entered: a count of
+        them may span it); the caller bounds it."""
         assert self.engine is not None, "wait_settled needs the stack's engine running"
         engine = self.engine
         info = json.loads(
             await self.client_tp.request(f"$JS.API.STREAM.INFO.{HISTORY_STREAM}", b"")
         )
         stored = int(info["state"]["messages"])
-        with trio.fail_after(RUN_TIMEOUT_S):
-            await engine.wait_stats(lambda s: s.applied + s.dropped >= stored)
+        await engine.wait_stats(lambda s: s.applied + s.dropped >= stored)
 
     async def publish_floor_us(self) -> float:
         """The floor every ratio is taken against: the median of sequential raw JetStream

@@ -167,8 +167,9 @@ Per answer iteration (the last model call gives the final answer), the records p
                             its own, fenced on the claim, and the commit one more fenced on it.
          lifecycle event    WRITE 3 (step.completed), as above.
  engine  snapshot CAS (the run's end); no task. The active marker's purge and
-         the purge of the run's tasks follow the saved snapshot, at once, off the critical path
-         (engine._run_end).
+         the purge of the run's tasks follow the saved snapshot, off the critical path, sent
+         together by the engine's run-end task while its history loop goes on (engine._run_end,
+         engine._run_ends).
  => worker 3 round trips (claim, model record + commit, event: 3 writes; one write
     less than the 4 round trips and 4 writes of the answer's record stored alone), engine 1
     (the CAS).

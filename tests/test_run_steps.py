@@ -15,7 +15,7 @@ from typing import Final
 
 import trio
 
-from bench._stack import open_stack
+from bench._stack import RUN_TIMEOUT_S, open_stack
 from bench.agent import HEADLINE
 from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expected_answer
 
@@ -31,6 +31,13 @@ NOT_COUNTED: Final = ("dagnats_trio.nats.", "bench.")
 #: stored with its commit (then_complete: one request fewer). The bound leaves two steps for a
 #: fetch that finds its deliveries a read later on a loaded machine.
 MAX_STEPS_PER_RUN: Final = 67
+#: The engine's history loop's own steps per run: one per delivered event (5) and one per
+#: answer of its compare-and-set (5) and task publish (4). 16 while it made each run's end
+#: itself (the purges' answer, and their nursery's exit); none since the run-end task makes
+#: them (``engine._run_ends``), whose steps are counted in the total above.
+MAX_HISTORY_LOOP_STEPS_PER_RUN: Final = 14
+#: The history loop's task, as the instrument names it.
+HISTORY_LOOP: Final = "dagnats_trio.engine._shell.Engine._history_loop"
 
 
 class Steps(trio.abc.Instrument):
@@ -53,10 +60,16 @@ async def test_an_agent_run_costs_the_runtime_few_scheduler_steps() -> None:
     ) as stack:
         for _ in range(WARMUP_RUNS):
             await stack.run(WORKFLOW, {"task": "deploy"})
+        # The count spans exactly the runs' own work: the warm-up's run ends are done before
+        # it starts and the last run's before it stops (made after the client saw the run
+        # finished); the caller's steps of that last wait are counted (0.2 per run at most).
+        await stack.wait_settled()
         counter = Steps(trio.lowlevel.current_task())
         trio.lowlevel.add_instrument(counter)
         try:
-            answers = [(await stack.run(WORKFLOW, {"task": "deploy"})) for _ in range(RUNS)]
+            with trio.fail_after(RUNS * RUN_TIMEOUT_S):
+                answers = [(await stack.run(WORKFLOW, {"task": "deploy"})) for _ in range(RUNS)]
+                await stack.settled()
         finally:
             trio.lowlevel.remove_instrument(counter)
     assert all(snap.outputs().get("agent") == expected_answer() for snap in answers)
@@ -66,3 +79,4 @@ async def test_an_agent_run_costs_the_runtime_few_scheduler_steps() -> None:
     print(f"scheduler steps per agent run: {per_run:.1f} ({shown})")
     assert counted.get("caller", 0) > 0  # the count saw the runs
     assert per_run <= MAX_STEPS_PER_RUN
+    assert 0 < counter.by_name[HISTORY_LOOP] / RUNS <= MAX_HISTORY_LOOP_STEPS_PER_RUN

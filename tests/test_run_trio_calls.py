@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import trio
 
-from bench._stack import open_stack
+from bench._stack import RUN_TIMEOUT_S, open_stack
 from bench.agent import HEADLINE
 from dagnats_trio._seams import crash_point
 from dagnats_trio.protocol import check_json, dumps_json
@@ -65,12 +65,19 @@ async def _profiled_runs() -> dict[FuncKey, Any]:
     ) as stack:
         for _ in range(WARMUP_RUNS):
             await stack.run(WORKFLOW, {"task": "deploy"})
+        # The count spans exactly the runs' own work: the warm-up's run ends are done before it
+        # starts, and the last run's before it stops (the engine's run-end task makes them
+        # after the client has seen the run finished). The bound on that wait is entered
+        # before the count starts, so it is not one of the scopes counted.
+        await stack.wait_settled()
         profiler = cProfile.Profile()
-        profiler.enable()
-        try:
-            answers = [(await stack.run(WORKFLOW, {"task": "deploy"})) for _ in range(RUNS)]
-        finally:
-            profiler.disable()
+        with trio.fail_after(RUNS * RUN_TIMEOUT_S):
+            profiler.enable()
+            try:
+                answers = [(await stack.run(WORKFLOW, {"task": "deploy"})) for _ in range(RUNS)]
+                await stack.settled()
+            finally:
+                profiler.disable()
     assert all(snap.outputs().get("agent") == expected_answer() for snap in answers)
     profiler.create_stats()
     stats: dict[FuncKey, Any] = profiler.stats  # type: ignore[attr-defined]

@@ -16,10 +16,11 @@ snapshot is saved.
   snapshot says it armed one (``RunSnapshot.timers_armed``): for a run that armed none (the
   bench's scripted agent) it would remove nothing and still cost a round trip.
 
-They are sent at once, after the save, so a client (which sees the run end when the snapshot
-is saved) waits for none. A failure leaves a stale marker (the next listing that meets it
-checks the snapshot and removes it) or the messages (they go with the run's purge): never
-wrong, so it is logged, not raised.
+They are sent after the save, by the engine's run-end task (``_run_ends``), so neither a
+client (which sees the run end when the snapshot is saved) nor the engine's history loop (which
+goes on with other runs' events) waits for them; the two (three) go at once. A failure leaves
+a stale marker (the next listing that meets it checks the snapshot and removes it) or the
+messages (they go with the run's purge): never wrong, so it is logged, not raised.
 """
 
 from __future__ import annotations

@@ -126,6 +126,7 @@ class Engine(EngineState):
         )
         await self.transport.ensure_consumer(timer_consumer(self.timer_ack_wait_s))
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._run_ends.run)
             nursery.start_soon(self._history_loop)
             nursery.start_soon(self._timer_loop)
             task_status.started()
@@ -297,8 +298,8 @@ class Engine(EngineState):
                 self._counted()
                 self._cache.pop(run_id, None)
                 continue
-            self.stats.applied += 1
-            self._counted()
+            if not self._ends_run(out.snapshot, snap):  # a run end counts it (_save_and_end)
+                self._count_applied()
             if hook_installed():  # a test's crash seam; production installs none
                 await self._dispatch_saved(out.effects)
             await self._execute(out.effects)

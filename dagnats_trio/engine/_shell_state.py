@@ -25,6 +25,7 @@ from ..transport import Delivery, Transport, TransportError
 from ._definition_refs import DefinitionRefs
 from ._definitions import Definitions
 from ._run_end import end_run
+from ._run_ends import RunEnd, RunEnds
 from ._store import create_snapshot, started_with
 from .hooks import InputsHooks, NoInputs
 from .snapshot import RunSnapshot, decode_snapshot, encode_snapshot
@@ -105,6 +106,8 @@ class EngineState:
         self._cache: OrderedDict[str, tuple[RunSnapshot, int]] = OrderedDict()
         self._definitions = Definitions(transport)
         self._refs = DefinitionRefs(transport)
+        #: Finished runs' removals, made by a task of their own (``_run_ends``).
+        self._run_ends = RunEnds(transport)
 
     async def wait_stats(self, predicate: Callable[[EngineStats], bool]) -> None:
         """Return once ``predicate(self.stats)`` holds (the caller bounds the wait)."""
@@ -114,6 +117,16 @@ class EngineState:
     def _counted(self) -> None:
         self._stats_changed.set()
         self._stats_changed = trio.Event()
+
+    def _count_applied(self) -> None:
+        self.stats.applied += 1
+        self._counted()
+
+    @staticmethod
+    def _ends_run(new: RunSnapshot, old: RunSnapshot | None) -> bool:
+        """Whether saving ``new`` over ``old`` ends the run: its removals follow the save
+        (``_run_end``), and its event is counted applied once they are made."""
+        return old is not None and new.status.finished and not old.status.finished
 
     async def _derive_first(self, event: WorkflowStarted) -> tuple[RunSnapshot, int, bool] | None:
         """The run's first snapshot derived from the event that names it (``started_with``:
@@ -162,7 +175,7 @@ class EngineState:
             return self._store_definition_and_save(new, old, rev)
         data = encode_snapshot(new, definition_by_ref=True)
         update = self.transport.kv_update(layout.RUNS_BUCKET, layout.run_key(new.run_id), data, rev)
-        if new.status.finished and not old.status.finished:
+        if self._ends_run(new, old):
             return self._save_and_end(update, new)
         return update
 
@@ -172,9 +185,14 @@ class EngineState:
         return await self._save(new, old, rev)
 
     async def _save_and_end(self, update: Coroutine[Any, Any, int], new: RunSnapshot) -> int:
+        """Save a finished run, then hand its removals to the run-end task (``_run_ends``),
+        which counts the event applied once they are made; made here when it cannot take
+        them (not running, or its queue full)."""
         saved = await update
         # After the save (see _run_end).
-        await end_run(self.transport, new.run_id, timers_armed=new.timers_armed)
+        if not self._run_ends.hand_off(RunEnd(new.run_id, new.timers_armed, self._count_applied)):
+            await end_run(self.transport, new.run_id, timers_armed=new.timers_armed)
+            self._count_applied()
         return saved
 
     def _remember(self, snap: RunSnapshot, rev: int) -> None:
