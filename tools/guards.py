@@ -524,6 +524,34 @@ GUARDS: tuple[Guard, ...] = (
         ],
     ),
     _g(
+        "Engine: a finished run's last event is counted applied once its run end is made",
+        "Engine._handle: a run-ending event is counted applied by the history loop too",
+        [
+            (
+                "if not self._ends_run(out.snapshot, snap):  # a run end counts it (_save_and_end)",
+                "if True:",
+            )
+        ],
+        [
+            "tests/engine/test_run_ends.py::"
+            "test_a_held_run_end_holds_back_no_other_run_and_counts_once_made",
+        ],
+    ),
+    _g(
+        "Engine: a cancelled engine still makes the run ends it was handed",
+        "RunEnds.run: the drain after a cancel is not shielded (so it is cancelled at once)",
+        [
+            (
+                "trio.CancelScope(shield=True, deadline=trio.current_time() + RUN_ENDS_DRAIN_S)",
+                "trio.CancelScope(shield=False)",
+            )
+        ],
+        [
+            "tests/engine/test_run_ends.py::"
+            "test_a_cancelled_engine_still_makes_the_run_ends_it_was_handed",
+        ],
+    ),
+    _g(
         "A definition reference resolves only to its own bytes",
         "DefinitionRefs._read: what is stored under a reference is taken without its hash checked",
         [("if hashlib.sha256(entry.value).hexdigest() != ref:", "if False:")],
