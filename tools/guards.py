@@ -82,6 +82,7 @@ ADV = "tests/engine/test_advance.py"
 HC = "tests/guards/test_honour_chain.py"
 MX = "tests/matrix/test_matrix.py"
 PC = "tests/journal/test_predicted_claim.py"
+SP = "tests/engine/test_start_path.py"
 
 GUARDS: tuple[Guard, ...] = (
     _g(
@@ -556,6 +557,44 @@ GUARDS: tuple[Guard, ...] = (
         "DefinitionRefs._read: what is stored under a reference is taken without its hash checked",
         [("if hashlib.sha256(entry.value).hexdigest() != ref:", "if False:")],
         ["tests/engine/test_definition_ref.py::test_a_reference_that_names_other_bytes_is_refused"],
+    ),
+    _g(
+        "Run index: a start indexed beside its read is indexed before its snapshot",
+        "index_start: the run's index writes left out (only the definition's read is awaited)",
+        [
+            (
+                "writes = [*index_writes(transport, entry, active=True), guarded]",
+                "writes = [guarded]",
+            )
+        ],
+        [
+            f"{SP}::test_a_start_killed_between_two_writes_is_listed_iff_its_snapshot_exists"
+            "[nats-before-create]",
+            f"{SP}::test_a_start_killed_between_two_writes_is_listed_iff_its_snapshot_exists"
+            "[sim-before-started]",
+        ],
+    ),
+    _g(
+        "Run index: a start refused after its early index takes the index back",
+        "index_start: the unindex of a start whose definition read failed deleted",
+        [
+            (
+                "await unindex_run(transport, event.run_id)\n        raise failed[0]",
+                "raise failed[0]",
+            )
+        ],
+        [f"{SP}::test_a_refused_start_leaves_no_index_entry"],
+    ),
+    _g(
+        "Run index: an early index stands only for the entry it wrote",
+        "create_snapshot: an IndexedStart skips the index whatever entry it names",
+        [
+            (
+                "if indexed is None or indexed.entry != index_entry(snapshot):",
+                "if indexed is None:",
+            )
+        ],
+        [f"{SP}::test_a_definition_stored_under_another_name_is_indexed_under_its_own"],
     ),
 )
 

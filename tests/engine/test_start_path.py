@@ -157,6 +157,7 @@ class _Killed(Exception):
 @pytest.mark.parametrize(
     ("killed_before", "snapshot_written"),
     [("kv_create workflow_runs", False), ("publish history", True)],
+    ids=["before-create", "before-started"],
 )
 async def test_a_start_killed_between_two_writes_is_listed_iff_its_snapshot_exists(
     transport: Transport, killed_before: str, snapshot_written: bool
