@@ -27,6 +27,7 @@ from typing import Any, cast, final
 import attrs
 import trio
 
+from dagnats_trio.protocol import RECORD_TYPE_HEADER
 from dagnats_trio.testing import expected_answer
 from dagnats_trio.transport import (
     Delivery,
@@ -81,12 +82,21 @@ CHAIN_STREAMS = ("LAT_A", "LAT_B", "LAT_C", "LAT_D")
 @attrs.frozen
 class Step:
     """One timed call: which side made it, its kind, when it started and ended
-    (``time.perf_counter`` seconds)."""
+    (``time.perf_counter`` seconds), and for a journal append the records it stores (its
+    ``Dagnats-Record`` header: ``claim``, ``model+tool.intent``, ...; empty for any other)."""
 
     side: str
     kind: str
     start: float
     end: float
+    records: str = ""
+
+    @property
+    def name(self) -> str:
+        """``side kind``, and the records in brackets when it stores some (the gap table's
+        name of the step: which append a transition starts or ends at)."""
+        name = f"{self.side} {self.kind}"
+        return f"{name} [{self.records}]" if self.records else name
 
 
 def _kind(name: str, args: tuple[Any, ...]) -> str:
@@ -181,7 +191,9 @@ class TimingTransport:
                 if result:  # an empty fetch (its timeout) is idle, not a step of a run
                     steps.append(Step(side, f"fetch {args[0]}", start, end))
             else:
-                steps.append(Step(side, _kind(name, args), start, end))
+                headers = kwargs.get("headers") or {}
+                records = headers.get(RECORD_TYPE_HEADER, "") if name == "publish" else ""
+                steps.append(Step(side, _kind(name, args), start, end, records))
             return result
 
         setattr(self, name, timed)
@@ -240,25 +252,30 @@ class Gap:
 
 def gaps_by_transition(layout: RunLayout) -> list[Gap]:
     """The run's time (from ``start_run`` to the client seeing it finished) covered by no
-    waited step, cut at each uncovered interval and named by the transition it sits in: the
-    step whose end opened it (the last to end of those that covered the time before) and the
-    step whose beginning closed it, by ``"side kind"`` (a fetch begins at its delivery:
-    :func:`_begin`); the first is named from :data:`RUN_START`, the last (the finished save's
-    delivery to the client's watch, and the client's wake-up) to :data:`RUN_SEEN`. Steps are
-    clipped to the run, so the gaps sum to the run's wall time less the time its steps cover
-    (:func:`covered_s`)."""
+    waited step, cut at each uncovered interval and named by the transition it sits in: from
+    the step that ended before it to the step whose beginning closed it, by
+    :attr:`Step.name` (a fetch begins at its delivery: :func:`_begin`). The step before is the
+    last to end, before the gap, of the side that closed it (what that side waited on: the
+    claim's answer before the model's append, though the engine read its own answer later),
+    else the last to end of any side; the first gap is named from :data:`RUN_START`, the last
+    (the finished save's delivery to the client's watch, and the client's wake-up) to
+    :data:`RUN_SEEN`. Steps are clipped to the run, so the gaps sum to the run's wall time less
+    the time its steps cover (:func:`covered_s`)."""
     start, end = layout.start, layout.start + layout.wall
     ordered = sorted(layout.steps, key=lambda s: s.end)
-    spans = sorted((_begin(s, ordered), s.end, f"{s.side} {s.kind}") for s in ordered)
+    spans = sorted(((_begin(s, ordered), s.end, i) for i, s in enumerate(ordered)))
     out: list[Gap] = []
     last_end, last_name = start, RUN_START
-    for begin, stop, name in spans:
+    for begin, stop, i in spans:
         if begin >= end:
             break
+        step = ordered[i]
         if begin > last_end:
-            out.append(Gap(f"{last_name} -> {name}", last_end, begin))
+            before = [o for o in ordered if o.side == step.side and o.end <= begin]
+            opened = before[-1].name if before else last_name
+            out.append(Gap(f"{opened} -> {step.name}", last_end, begin))
         if stop > last_end:
-            last_end, last_name = min(stop, end), name
+            last_end, last_name = min(stop, end), step.name
     if end > last_end:
         out.append(Gap(f"{last_name} -> {RUN_SEEN}", last_end, end))
     return out
@@ -313,6 +330,8 @@ def gap_by_task(layouts: list[RunLayout], steps: TaskSteps) -> dict[str, dict[st
 #: What a gap's time not spent in any task step is charged to (Trio's run loop between steps,
 #: the wait for the socket to be readable).
 NO_TASK = "(scheduler, I/O wait)"
+#: Width of a transition's name in the gap table (the longest, tool intent -> result, fits).
+GAP_NAME_CHARS = 92
 #: Tasks shown per transition in the table of who ran in the gaps.
 GAP_TOP_TASKS = 4
 
@@ -326,11 +345,12 @@ def _gap_table(layouts: list[RunLayout], by_task: dict[str, dict[str, float]]) -
             per[gap.transition].append(gap.seconds)
     n = len(layouts)
     lines = ["    gap by transition (time no waited step covers: the step that ended -> the next)",
-             f"    {'':66} {'per run':>7} {'p50 us':>7} {'ms/run':>7}"]  # fmt: skip
+             f"    {'':{GAP_NAME_CHARS}} {'per run':>7} {'p50 us':>7} {'ms/run':>7}"]  # fmt: skip
     ranked = sorted(per, key=lambda k: -sum(per[k]))
     for name in ranked[:GAP_TOP_TRANSITIONS]:
         vals = per[name]
-        lines.append(f"    {name:66} {len(vals) / n:7.2f} {statistics.median(vals) * 1e6:7.0f} "
+        p50_us = statistics.median(vals) * 1e6
+        lines.append(f"    {name:{GAP_NAME_CHARS}} {len(vals) / n:7.2f} {p50_us:7.0f} "
                      f"{sum(vals) / n * 1000:7.2f}")  # fmt: skip
         tasks = by_task.get(name, {})
         shown = [t for t in sorted(tasks, key=lambda t: -tasks[t]) if tasks[t] >= 1e-6]
@@ -338,7 +358,9 @@ def _gap_table(layouts: list[RunLayout], by_task: dict[str, dict[str, float]]) -
             lines.append(f"        {tasks[task] * 1e6:6.0f} us/run in {task}")
     others = len(ranked) - len(ranked[:GAP_TOP_TRANSITIONS])
     rest = sum(sum(per[k]) for k in ranked[GAP_TOP_TRANSITIONS:]) / n * 1000
-    lines.append(f"    {f'({others} other transitions)':66} {'':7} {'':7} {rest:7.2f}")
+    lines.append(
+        f"    {f'({others} other transitions)':{GAP_NAME_CHARS}} {'':7} {'':7} {rest:7.2f}"
+    )
     return lines
 
 

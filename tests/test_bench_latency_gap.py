@@ -5,7 +5,8 @@ before it and the step that began after it, and charges each gap to the tasks th
 The cut is exact (the gaps of a run sum to its wall time less the time its steps cover, steps
 clipped to the run, overlaps counted once) on hand-made layouts; on a real nats-server the
 headline script's gaps fall in the transitions its steps allow, each where the derivation puts
-it (the model call and the tool between two journal publishes: 7 per run), and the instrument
+it (the model call and the tool between two appends: 7 per run, named by the records of each),
+and the instrument
 finds the worker's delivery task in them.
 """
 
@@ -32,9 +33,15 @@ from dagnats_trio.protocol.layout import WORKER_POLLS_BUCKET
 
 #: Sequential runs laid out on the server: the transitions are counted per run, so a few do.
 RUNS = 3
-#: Journal publishes of the headline script that follow another with the handler's own work
-#: between them (claim -> model + intent, 4; model + intent -> result + commit, 3).
-JOURNAL_TO_JOURNAL_PER_RUN = 7
+#: The headline script's appends that follow another with the handler's own work between them,
+#: per run, named by the records each stores: after each claim the model call (a tool call's
+#: response with its intent, 3; the answer with its complete commit, 1), after each response
+#: and intent the tool (its result with the continue commit, 3).
+JOURNAL_TO_JOURNAL = {
+    "worker publish journal [claim] -> worker publish journal [model+tool.intent]": 3,
+    "worker publish journal [claim] -> worker publish journal [model+commit]": 1,
+    "worker publish journal [model+tool.intent] -> worker publish journal [tool.result+commit]": 3,
+}
 #: The bucket of the worker's poll marks (``worker._polls``).
 POLLS = WORKER_POLLS_BUCKET
 
@@ -100,17 +107,23 @@ async def test_a_real_runs_gaps_sum_to_its_uncovered_time_by_the_derivations_tra
         assert 0 < covered_s(layout) < layout.wall
         names = _names(layout)
         assert names[0].startswith(f"{RUN_START} -> client ")
-        assert names[-1].endswith(f" -> {RUN_SEEN}")
-        # Between two journal publishes the handler's work (the model call, the tool) always
-        # leaves a gap, and only there is a journal publish followed by another.
-        journal = "worker publish journal -> worker publish journal"
-        assert names.count(journal) == JOURNAL_TO_JOURNAL_PER_RUN
+        # The time after the last step is the client's to see the run finished (unless a
+        # step's answer, the worker's last event publish's, was read only after that).
+        assert not any(n.endswith(f" -> {RUN_SEEN}") for n in names[:-1])
+        if gaps[-1].end == layout.start + layout.wall:
+            assert names[-1].endswith(f" -> {RUN_SEEN}")
+        # Between two appends the handler's work (the model call, the tool) always leaves a
+        # gap, named by the records of the append before and after, as the derivation has them;
+        # and only there is an append followed by another.
+        assert {n: names.count(n) for n in JOURNAL_TO_JOURNAL} == JOURNAL_TO_JOURNAL
+        appends = [n for n in names if n.count("worker publish journal") == 2]
+        assert len(appends) == sum(JOURNAL_TO_JOURNAL.values())
         # No transition names a step the run does not make (the run end's purges are off the
         # path, and left out of the layout).
         assert not any("purge" in name for name in names)
     print({name: {t: round(s * 1e6) for t, s in tasks.items()} for name, tasks in by_task.items()})
-    # The worker's delivery task ran in the gaps between journal publishes: its own CPU.
-    journal_tasks = by_task["worker publish journal -> worker publish journal"]
+    # The worker's delivery task ran in the gaps between appends: its own CPU.
+    journal_tasks = by_task[next(iter(JOURNAL_TO_JOURNAL))]
     assert journal_tasks["worker._worker.Worker._deliver"] > 0
     assert max(journal_tasks, key=lambda t: journal_tasks[t]) == "worker._worker.Worker._deliver"
     assert NO_TASK in journal_tasks
