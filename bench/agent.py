@@ -142,7 +142,7 @@ Per tool iteration of a journal step (model call + tool call), the records paire
          snapshot CAS       WRITE 5: the dispatch is saved before the task is published (the KV
                             bucket is a stream of its own: no message or batch with the task).
                             It names the run's definition by reference (stored once per
-                            definition, engine._definition_refs), not inline: ~0.4 KB less
+                            definition, engine._definition_refs), not inline: ~0.3 KB less
                             fsynced and delivered to each watch per save.
          task publish       WRITE 6: stored before the event is acked (else a crash after the
                             ack would lose the dispatch).

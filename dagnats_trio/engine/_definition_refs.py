@@ -1,7 +1,7 @@
 """Run definitions stored once by their content, and the snapshots that name them.
 
 Why: the engine saves a run's snapshot on every event (five times per scripted agent run), and a
-snapshot that holds its workflow definition inline carries ~500 bytes that never change through
+snapshot that holds its workflow definition inline carries ~370 bytes that never change through
 the run: paid again in every save's fsync (~30 us per KB with ``sync_interval: always``) and
 delivered to every watcher of the runs bucket. So the engine stores the definition once, under
 its content address (``snapshot.definition_ref``: a SHA-256 of its bytes) in ``workflow_defs``,

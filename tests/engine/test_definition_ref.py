@@ -3,7 +3,7 @@
 
 With ``sync_interval: always`` a save costs ~30 us more per KB (all of it in the fsync), and each
 save is delivered to every watcher of the runs bucket; the scripted agent's definition was
-~470 of a save's ~1,100 bytes, on each of its five saves. A reader resolves the reference once
+~370 of a save's ~1,100 bytes, on each of its five saves. A reader resolves the reference once
 per definition and process; a definition registered again under its name is another
 reference, so a run keeps the one it started with, through a cold engine too.
 """
@@ -50,7 +50,7 @@ from .test_snapshot_codec import EARLIER_RELEASE_SNAPSHOT, SNAPSHOT_EXAMPLES, _s
 #: five compare-and-sets, as in ``just bench``.
 AGENT_ITERATIONS: Final = 4
 #: Bytes of each of those saves: 1,029 to 1,167 while every save carried the definition
-#: (~370 bytes of it here); 742 to 880 since it names it by reference (84 bytes).
+#: (~370 bytes of it, with its key); 742 to 880 since it names it by reference (84 bytes).
 MAX_SNAPSHOT_BYTES_PER_CAS: Final = 950
 #: Calls (profiled) to encode one save of the scripted agent's snapshot (the bench's definition;
 #: its first save, ``EARLIER_RELEASE_SNAPSHOT``), memoised parts warm: 45 with the definition
