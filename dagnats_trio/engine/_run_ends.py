@@ -22,6 +22,7 @@ marker or leftover messages, which the next listing and the run's purge remove (
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Final, final
 
@@ -30,6 +31,8 @@ import trio
 
 from ..transport import Transport
 from ._run_end import end_run
+
+_log = logging.getLogger("dagnats_trio.engine.run_end")
 
 #: Run ends waiting for the run-end task before the history loop makes them itself.
 RUN_ENDS_QUEUED_MAX: Final = 1024
@@ -92,5 +95,12 @@ class RunEnds:
 
 
 async def _make(transport: Transport, end: RunEnd) -> None:
-    await end_run(transport, end.run_id, timers_armed=end.timers_armed)
+    """Make one run end and tell its ``done``. ``end_run`` logs a removal the server refused;
+    anything else it raises is logged here too, so one run's end cannot stop the task (in the
+    history loop it was the event's failure, naked and handled again: a run end left undone is
+    never wrong, see ``_run_end``)."""
+    try:
+        await end_run(transport, end.run_id, timers_armed=end.timers_armed)
+    except Exception:
+        _log.exception("run %s: its end's removals failed; left to the next listing", end.run_id)
     end.done()

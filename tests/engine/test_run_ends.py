@@ -121,3 +121,40 @@ async def test_a_cancelled_engine_still_makes_the_run_ends_it_was_handed(
             held.hold = False  # what the engine sends from now on goes through
         # The engine was cancelled with its run ends unmade: it made them before it stopped.
         assert [await _marker(any_transport, run) for run in runs] == [None, None]
+
+
+class FailingPurges(HeldPurges):
+    """The engine's transport whose purges of one run's end fail with a bug (not a transport
+    error), every purge of the others going through."""
+
+    def __init__(self, inner: Transport) -> None:
+        super().__init__(inner)
+        self.hold = False
+        self.failing_run: str | None = None
+
+    async def purge_subject(self, stream: str, subject: str) -> None:
+        if self.failing_run is not None and self.failing_run in subject:
+            raise RuntimeError(f"a bug in the purge of {subject}")
+        await super().purge_subject(stream, subject)
+
+
+async def test_a_run_end_that_fails_leaves_the_engine_making_the_next_ones(
+    any_transport: Transport, caplog: pytest.LogCaptureFixture
+) -> None:
+    service = Service(any_transport)
+    wf, task = await _one_step_workflow(service)
+    failing = FailingPurges(any_transport)
+    engine: Engine = test_engine(failing)  # type: ignore[arg-type]  # a Transport by its calls
+    with trio.fail_after(RUN_TIMEOUT_S):
+        async with running(engine, FakeWorker(any_transport, task, _complete)):
+            applied = engine.stats.applied
+            first = await service.start_run(wf)
+            failing.failing_run = first
+            await wait_until(service, first, lambda s: s.status.finished)
+            second = await service.start_run(wf)
+            await wait_until(service, second, lambda s: s.status.finished)
+            # Both runs' events counted: the failed run end too (logged, not retried).
+            await engine.wait_stats(lambda s: s.applied >= applied + 2 * EVENTS_PER_RUN)
+            assert await _marker(any_transport, first) is not None  # its removal failed
+            assert await _marker(any_transport, second) is None
+    assert f"run {first}: its end's removals failed" in caplog.text
