@@ -153,10 +153,7 @@ class Connection(ConnectionLifecycle):
         pass and shares its system call with what the connection queues after it (the pull
         request of the next fetch, the frames of other runs); at once otherwise."""
         data = self._encode_pub(subject, payload, reply, headers)
-        if not self._outbox.has_room(len(data)):
-            return False
-        self._queue(data, soon=soon)
-        return True
+        return self._queue(data, soon=soon, if_room=True)
 
     async def request(
         self,
@@ -182,9 +179,8 @@ class Connection(ConnectionLifecycle):
                 frames = [send(p.subject, bytes(p.payload), p.reply, p.headers) for p in preceding]
                 frames.append(data)
                 data = b"".join(frames)
-            if self._outbox.has_room(len(data)):
+            if self._queue(data, if_room=True):
                 # The common case: no cancel scope of our own (the mux times the request out).
-                self._queue(data)
                 await slot.wait()
             else:
                 with trio.move_on_at(deadline):

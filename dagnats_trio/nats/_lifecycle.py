@@ -122,11 +122,23 @@ class ConnectionLifecycle:
     ) -> bytes:
         if self._closed:  # _check_open, inline: once per frame
             raise ConnectionClosedError(self._close_reason)
-        block = Headers.of(headers) if isinstance(headers, dict) else headers
-        return self._wire.send_pub(subject, bytes(payload), reply, block)
+        # The common kinds (no headers or a block; bytes) are told by ``is``, without a call.
+        block = (
+            headers
+            if headers is None or type(headers) is Headers
+            else Headers.of(headers)
+            if isinstance(headers, dict)
+            else headers
+        )
+        data = payload if type(payload) is bytes else bytes(payload)
+        return self._wire.send_pub(subject, data, reply, block)
 
-    def _queue(self, data: bytes, *, soon: bool = False) -> None:
-        self._outbox.write(data, busy=self._mux.pending >= COALESCE_MIN_REQUESTS, soon=soon)
+    def _queue(self, data: bytes, *, soon: bool = False, if_room: bool = False) -> bool:
+        """Queue ``data`` (see :meth:`Outbox.write`; with ``if_room``, only if it fits: False
+        when not)."""
+        return self._outbox.write(
+            data, busy=self._mux.pending >= COALESCE_MIN_REQUESTS, soon=soon, if_room=if_room
+        )
 
     def _queue_ping(self, waiter: PongWaiter) -> None:
         self._pings.sent(waiter)
@@ -192,7 +204,7 @@ class ConnectionLifecycle:
         lost(None)
 
     def _dispatch(self, event: object) -> None:
-        if isinstance(event, Msg):
+        if type(event) is Msg:  # Msg is final: no isinstance call for every reply and delivery
             if event.sid == _MUX_SID:
                 self._mux.deliver(event)
                 return

@@ -67,7 +67,8 @@ class RequestMux:
         """The request is over (answered, timed out or cancelled): later replies are dropped."""
         del self._slots[token]
         self.pending -= 1
-        self._prune()
+        if len(self._deadlines) > 2 * (self.pending + self._alarms) + _HEAP_SLACK_ENTRIES:
+            self._prune()  # tested here: no call per request while the heap is small
 
     def alarm(self, deadline: float) -> tuple[str, ReplySlot]:
         """A slot woken at ``deadline`` (Trio clock) unless woken before, kept in the same heap
@@ -88,12 +89,13 @@ class RequestMux:
         """The alarm is over (rung, or its wait ended otherwise)."""
         del self._slots[token]
         self._alarms -= 1
-        self._prune()
+        if len(self._deadlines) > 2 * (self.pending + self._alarms) + _HEAP_SLACK_ENTRIES:
+            self._prune()
 
     def _prune(self) -> None:
-        if len(self._deadlines) > 2 * (self.pending + self._alarms) + _HEAP_SLACK_ENTRIES:
-            self._deadlines = [entry for entry in self._deadlines if entry[1] in self._slots]
-            heapq.heapify(self._deadlines)
+        """Drop the stale entries (called once they pass the slack the callers test)."""
+        self._deadlines = [entry for entry in self._deadlines if entry[1] in self._slots]
+        heapq.heapify(self._deadlines)
 
     def deliver(self, msg: Msg) -> None:
         """A reply from the mux subscription; the first for a token wins, strays are dropped."""

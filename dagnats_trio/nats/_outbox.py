@@ -154,29 +154,38 @@ class Outbox:
         """The socket is gone: queue everything until the next one."""
         self._fd = None
 
-    def write(self, data: bytes, *, busy: bool = False, soon: bool = False) -> None:
-        """Queue ``data`` whole. On a plain socket with nothing queued and the writer idle it
-        goes out now, or, when the connection is ``busy``, at the end of this scheduler pass
-        with the other frames of the pass (at once past :data:`COALESCE_MAX_BYTES`); what the
-        socket does not take goes to the writer. A frame nobody waits on (an ack) may go
-        ``soon``: at the end of the pass too while the end of the pass is watched anyway (some
-        connection was busy lately), so it shares a write with the frames queued after it in
-        the pass; at once otherwise (watching the end of every pass for it would cost more
-        than the write it saves)."""
-        self._out += data
+    def write(
+        self, data: bytes, *, busy: bool = False, soon: bool = False, if_room: bool = False
+    ) -> bool:
+        """Queue ``data`` whole and return True; with ``if_room``, only if :meth:`has_room`
+        says it fits (False, nothing queued, when not): the test made in this call, for a
+        request or a ``try_publish``, where a call of :meth:`has_room` was one more per frame.
+        On a plain socket with nothing queued and the writer idle it goes out now, or, when the
+        connection is ``busy``, at the end of this scheduler pass with the other frames of the
+        pass (at once past :data:`COALESCE_MAX_BYTES`); what the socket does not take goes to
+        the writer. A frame nobody waits on (an ack) may go ``soon``: at the end of the pass
+        too while the end of the pass is watched anyway (some connection was busy lately), so
+        it shares a write with the frames queued after it in the pass; at once otherwise
+        (watching the end of every pass for it would cost more than the write it saves)."""
+        out = self._out
+        was_empty = not out  # (no call: what ``len(out) == len(data)`` after told, with one)
+        if if_room and not was_empty and len(out) + len(data) > MAX_PENDING_BYTES:
+            return False  # not has_room(len(data))
+        out += data
         if self._fd is None or self._writing:
             self._ready.set()
         elif self._due:
-            if len(self._out) >= COALESCE_MAX_BYTES:
+            if len(out) >= COALESCE_MAX_BYTES:
                 self.write_now()
         elif busy or (soon and self._pass_end is not None and self._pass_end.installed):
             self._due = True
             assert self._pass_end is not None
             self._pass_end.add(self, busy=busy)
-        elif len(self._out) == len(data):
+        elif was_empty:
             self.write_now()
         else:
             self._ready.set()
+        return True
 
     def write_ping(self) -> None:
         """A PING; counted while it sits in the buffer (see :attr:`pings_queued`)."""

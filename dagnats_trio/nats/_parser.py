@@ -149,11 +149,51 @@ class Parser:
     def _next(self) -> Event | Literal[NeedData.NEED_DATA]:
         buf = self._buf
         size = len(buf)  # once: nothing below adds to the buffer
-        if self._pending is None:
+        pending = self._pending
+        if pending is None:
             pos = self._pos
             if pos == size:
                 return NEED_DATA  # all consumed (the reader's every last call): nothing to scan
-            if not self._fast_msg(buf, pos):
+            # The hot path, in this frame (no call per message): a well-formed ``MSG``/``HMSG``
+            # line (every reply and delivery) matched where it lies in the buffer, in one
+            # regular expression (no copy of the line, no split). Anything else, or anything
+            # odd about it (a lower-case op, a tab or two spaces between arguments, a wrong
+            # argument count, a size that is no plain count, a bound passed, a token that is
+            # not UTF-8, a line not yet whole), leaves ``pending`` None and :meth:`_parse_line`
+            # parses it, raising its own errors; so this only skips work, never a check.
+            first = buf[pos]
+            match = None
+            header_bytes: int | None = None
+            total = 0
+            if first == _M:
+                match = _MSG_LINE.match(buf, pos)
+                if match is not None:
+                    total = int(match[4])
+            elif first == _H:
+                match = _HMSG_LINE.match(buf, pos)
+                if match is not None:
+                    header_bytes = int(match[4])
+                    total = int(match[5])
+                    if header_bytes > total or header_bytes > MAX_HEADER_BYTES:
+                        match = None
+            if match is not None:
+                end = match.end()
+                if total <= self.max_payload_bytes and end - pos - 2 <= self.max_control_line_bytes:
+                    reply = match[3]  # the groups by subscript: no call, unlike groups()
+                    try:
+                        pending = (
+                            True,
+                            match[1].decode(),
+                            match[2].decode(),
+                            None if reply is None else reply.decode(),
+                            header_bytes,
+                            total,
+                        )
+                    except UnicodeDecodeError:
+                        pass
+                    else:
+                        self._pos = end  # the payload follows
+            if pending is None:
                 end = buf.find(_CRLF, pos)
                 if end < 0:
                     self._check_partial_line()
@@ -166,20 +206,21 @@ class Parser:
                 event = self._parse_line(line)
                 if event is not None:
                     return event
-        pending = self._pending
-        assert pending is not None
-        is_msg, subject, sid, reply, header_bytes, total_bytes = pending
+                pending = self._pending
+                assert pending is not None
+        is_msg, subject, sid, reply_text, header_size, total_bytes = pending
         start = self._pos
         stop = start + total_bytes
         if size < stop + 2:
+            self._pending = pending  # the payload is awaited
             return NEED_DATA
         if buf[stop : stop + 2] != _CRLF:
-            op = ("H" if header_bytes is not None else "") + ("MSG" if is_msg else "PUB")
+            op = ("H" if header_size is not None else "") + ("MSG" if is_msg else "PUB")
             raise ProtocolError(f"{op}: payload of {total_bytes} bytes not followed by CRLF")
         headers = None
         body_start = start
-        if header_bytes is not None:
-            body_start = start + header_bytes
+        if header_size is not None:
+            body_start = start + header_size
             headers = parse_headers(bytes(buf[start:body_start]))
         payload = bytes(buf[body_start:stop])
         self._pos = stop + 2
@@ -188,53 +229,8 @@ class Parser:
             self._pos = 0
         self._pending = None
         if is_msg:
-            return Msg(subject, sid, payload, reply, headers)
-        return Pub(subject, payload, reply, headers)
-
-    def _fast_msg(self, buf: bytearray, pos: int) -> bool:
-        """The hot path: a well-formed ``MSG``/``HMSG`` line (every reply and delivery) matched
-        where it lies in the buffer, in one regular expression (no copy of the line, no split),
-        its payload then awaited. Anything else, or anything odd about it (a lower-case op, a
-        tab or two spaces between arguments, a wrong argument count, a size that is no plain
-        count, a bound passed, a token that is not UTF-8, a line not yet whole), returns False
-        and :meth:`_parse_line` parses it, raising its own errors; so this only skips work,
-        never a check."""
-        first = buf[pos]
-        if first == _M:
-            match = _MSG_LINE.match(buf, pos)
-            if match is None:
-                return False
-            subject, sid, reply = match[1], match[2], match[3]  # no call, unlike groups()
-            header_bytes = None
-            total = int(match[4])
-        elif first == _H:
-            match = _HMSG_LINE.match(buf, pos)
-            if match is None:
-                return False
-            subject, sid, reply = match[1], match[2], match[3]
-            header_bytes = int(match[4])
-            total = int(match[5])
-            if header_bytes > total or header_bytes > MAX_HEADER_BYTES:
-                return False
-        else:
-            return False
-        end = match.end()
-        if total > self.max_payload_bytes or end - pos - 2 > self.max_control_line_bytes:
-            return False
-        try:
-            pending = (
-                True,
-                subject.decode(),
-                sid.decode(),
-                None if reply is None else reply.decode(),
-                header_bytes,
-                total,
-            )
-        except UnicodeDecodeError:
-            return False
-        self._pending = pending
-        self._pos = end  # the payload follows: the buffer is cleared once it is taken
-        return True
+            return Msg(subject, sid, payload, reply_text, headers)
+        return Pub(subject, payload, reply_text, headers)
 
     def _check_partial_line(self) -> None:
         waiting = len(self._buf) - self._pos

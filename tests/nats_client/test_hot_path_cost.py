@@ -34,8 +34,10 @@ ROUND_TRIPS: Final = 50
 #: built once (``_echo.echo_client``), not by a ``Headers.of`` per round trip; 24 since a read
 #: that leaves nothing buffered ends without one more parser call and a PUB reads the payload
 #: limit from an attribute, not a property; 20 since a parsed control line waits for its
-#: payload as a tuple (no ``__init__`` call) and a read's bytes go to the parser directly.
-MAX_CORE_CALLS_PER_ROUND_TRIP: Final = 22
+#: payload as a tuple (no ``__init__`` call) and a read's bytes go to the parser directly; 19
+#: measured at f059acb, 17 since a MSG/HMSG line is matched in the parser's own frame (no
+#: ``_fast_msg`` call per message).
+MAX_CORE_CALLS_PER_ROUND_TRIP: Final = 18
 #: The sans-IO modules that frame and parse every message.
 CORE_MODULES: Final = (
     "nats/_parser.py",
@@ -50,22 +52,27 @@ CORE_MODULES: Final = (
 #: subject and reply are tested and encoded as one string and a plain header block is spelled
 #: as one text (its names checked once, its values without calls) and encoded once; 67 since a
 #: match's groups are read by subscript (no ``groups()`` call); 61 since the parser measures
-#: its buffer once per event and empties it with ``del`` (no ``len``/``clear`` calls).
-MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 63
+#: its buffer once per event and empties it with ``del`` (no ``len``/``clear`` calls); 61
+#: measured at f059acb, 59 since.
+MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 60
 #: Python calls into the connection's own modules per round trip (the request and the
 #: responder's publish queued, written, read, routed and woken): 36 before a frame checked the
 #: connection inline and the request mux kept its count of requests in flight as an attribute
 #: (both read once per frame), 32 since; 31 since a reply slot's wait has no coroutine frame of
 #: its own; 27 since the reader task runs read_events itself (no frames of ours around it, each
 #: passed through again on every read); 28 measured at 8c927c1, 26 since read_events handles the
-#: socket's errors itself (the guard coroutine around it was resumed on every read).
-MAX_CONNECTION_CALLS_PER_ROUND_TRIP: Final = 27
+#: socket's errors itself (the guard coroutine around it was resumed on every read); 24 since
+#: the outbox tests a frame's room in the write (no ``has_room`` call per request) and the mux
+#: tests its heap's slack itself (no ``_prune`` call per answered request).
+MAX_CONNECTION_CALLS_PER_ROUND_TRIP: Final = 25
 #: The same with the built-in calls they make: 62 while the request mux made each token with
 #: ``format(next(...))``, counted the requests in flight with ``len`` and read its alarm's
 #: deadline through the scope's property, and a reply slot's wait was a coroutine of its own;
 #: 56 since; 52 since the reader task runs read_events itself; 53 measured at 8c927c1, 51 since
-#: read_events handles the socket's errors itself.
-MAX_CONNECTION_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 52
+#: read_events handles the socket's errors itself; 40 since (as above, and a frame's kinds
+#: told by ``type(...) is``: no ``isinstance``, ``bytes`` or ``len`` call per frame in the
+#: common case).
+MAX_CONNECTION_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 44
 #: The Trio shell around the core: connection (its calls, its lifecycle), request mux, outbox,
 #: reply slots, reader.
 CONNECTION_MODULES: Final = (
