@@ -85,6 +85,10 @@ class ConnectionLifecycle:
             max_rounds=max_reconnect_rounds,
             rng=rng,
         )
+        # The clock of the Trio run the connection is opened in (it is made inside one, by
+        # open_connection), read directly: ``trio.current_time()`` reads the same clock through
+        # two more frames, and a request reads it once for its deadline.
+        self._clock = trio.lowlevel.current_clock()
         self._wire = ClientProtocol()
         self._outbox = Outbox()
         self._pings = Pings(max_outstanding_pings)

@@ -136,6 +136,49 @@ async def test_a_request_costs_the_core_few_calls(nats_url: str) -> None:
     assert connection < connection_all <= MAX_CONNECTION_CALLS_WITH_BUILTINS_PER_ROUND_TRIP
 
 
+#: Calls of ``trio.current_time`` (the public wrapper, which reads the run's clock through two
+#: more frames) per round trip: 1 at f059acb (the request's deadline), 0 since the connection
+#: reads the clock of its run directly.
+MAX_TRIO_CURRENT_TIME_CALLS_PER_ROUND_TRIP: Final = 0
+
+
+def _python_calls(profiler: cProfile.Profile, *, named: str, in_file: str = "") -> int:
+    """Calls of the Python functions ``named``, in a file whose path ends with ``in_file``."""
+    profiler.create_stats()
+    stats: dict[tuple[str, int, str], tuple[int, int, float, float, dict[Any, Any]]]
+    stats = profiler.stats  # type: ignore[attr-defined]
+    return sum(
+        v[1]
+        for (filename, _line, name), v in stats.items()
+        if filename != "~"
+        and name == named
+        and filename.replace("\\", "/").endswith(in_file)
+    )
+
+
+async def test_a_request_reads_the_clock_without_the_wrapper(nats_url: str) -> None:
+    subject = f"nc.clock.{uuid.uuid4().hex[:12]}"
+    async with echo_client(nats_url, subject) as client:
+        with trio.fail_after(WAIT_S):
+            await client.request(subject, b"warm")
+            profiler = cProfile.Profile()
+            profiler.enable()
+            try:
+                for i in range(ROUND_TRIPS):
+                    msg = await client.request(subject, b"c%d" % i)
+                    assert msg.payload == b"c%d" % i
+            finally:
+                profiler.disable()
+    wrapper = _python_calls(profiler, named="current_time", in_file="trio/_core/_generated_run.py")
+    clock = _python_calls(profiler, named="current_time")
+    print(
+        f"per round trip: trio.current_time calls {wrapper / ROUND_TRIPS:.1f}, clock reads "
+        f"(any current_time, the scheduler's included) {clock / ROUND_TRIPS:.1f}"
+    )
+    assert wrapper / ROUND_TRIPS <= MAX_TRIO_CURRENT_TIME_CALLS_PER_ROUND_TRIP
+    assert clock >= ROUND_TRIPS  # the deadline is still read from the clock, once per request
+
+
 async def test_try_publish_queues_at_once_and_refuses_what_publish_refuses(nats_url: str) -> None:
     subject = f"nc.try.{uuid.uuid4().hex[:12]}"
     async with open_connection(nats_url) as client, client.subscribe(subject) as sub:
