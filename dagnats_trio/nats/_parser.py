@@ -132,8 +132,10 @@ class Parser:
         out: list[Event] = []
         try:
             while True:
-                if self._pending is None and self._pos == len(self._buf):
-                    return out  # all consumed (how a read usually ends): no call to find out
+                if self._pending is None and not self._buf:
+                    # All consumed (how a read usually ends; a whole event that ends the
+                    # buffer empties it): no call to find out, not even ``len``.
+                    return out
                 event = self._next()
                 if event is NEED_DATA:
                     return out

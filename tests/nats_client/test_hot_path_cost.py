@@ -53,8 +53,9 @@ CORE_MODULES: Final = (
 #: as one text (its names checked once, its values without calls) and encoded once; 67 since a
 #: match's groups are read by subscript (no ``groups()`` call); 61 since the parser measures
 #: its buffer once per event and empties it with ``del`` (no ``len``/``clear`` calls); 61
-#: measured at f059acb, 59 since.
-MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 60
+#: measured at f059acb, 59 since; 55 since a read's last look at the buffer tests it empty
+#: without ``len`` (a whole event that ends the buffer empties it).
+MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 57
 #: Python calls into the connection's own modules per round trip (the request and the
 #: responder's publish queued, written, read, routed and woken): 36 before a frame checked the
 #: connection inline and the request mux kept its count of requests in flight as an attribute
