@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final, Literal, final
 
 from ._errors import ProtocolError
@@ -78,14 +78,21 @@ _Pending = tuple[bool, str, str, str | None, int | None, int]
 @final
 class Parser:
     """Incremental NATS parser. ``max_payload_bytes`` may be raised or lowered at any time (the
-    client protocol sets it from the server's INFO)."""
+    client protocol sets it from the server's INFO).
+
+    ``on_control``, if given, is called with each event that is not a :class:`Msg` as soon as
+    :meth:`next_events` parses it, before it parses on (the client protocol checks the event
+    and takes an INFO's limits there); a :class:`ProtocolError` it raises fails the parser like
+    its own. Without it :meth:`next_events` stops after such an event."""
 
     def __init__(
         self,
         *,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         max_control_line_bytes: int = MAX_CONTROL_LINE_BYTES,
+        on_control: Callable[[Event], None] | None = None,
     ) -> None:
+        self._on_control = on_control
         self.max_payload_bytes = max_payload_bytes
         self.max_control_line_bytes = max_control_line_bytes
         self._buf = bytearray()
@@ -124,9 +131,10 @@ class Parser:
             raise
 
     def next_events(self) -> list[Event]:
-        """The whole events buffered, in order, up to and including the first that is not a
-        :class:`Msg` (a caller may act on it, an INFO changing the limits, before the rest is
-        parsed); empty when none is whole. One call per read instead of one per event."""
+        """The whole events buffered, in order; empty when none is whole. One call per read
+        instead of one per event. An event that is not a :class:`Msg` goes to ``on_control``
+        before the rest is parsed (an INFO may change the limits); without ``on_control`` the
+        list ends with it, for the caller to act on before it calls again."""
         if self._error is not None:
             raise self._error
         out: list[Event] = []
@@ -141,7 +149,9 @@ class Parser:
                     return out
                 out.append(event)
                 if type(event) is not Msg:
-                    return out
+                    if self._on_control is None:
+                        return out
+                    self._on_control(event)
         except ProtocolError as exc:
             self._error = exc
             raise

@@ -25,10 +25,14 @@ class ClientProtocol:
     """Protocol state of a client: the last INFO, the server's limits, the parser."""
 
     def __init__(self) -> None:
-        self._parser = Parser()
+        self._parser = Parser(on_control=self._check_server_event)
         #: Add bytes read from the server: the parser's own method (no call in between, on
         #: every read).
         self.receive_data: Callable[[bytes | bytearray], None] = self._parser.receive_data
+        #: Every whole event from the server buffered, in order (empty when none is whole): the
+        #: parser's own method, one call per read; an event that is not a MSG is checked (and
+        #: an INFO's limits taken) as it is parsed, before the events after it.
+        self.events: Callable[[], list[Event]] = self._parser.next_events
         self._info: Info | None = None
         # Kept as a plain attribute (read on every PUB): the INFO's limit once one came.
         self._max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
@@ -57,20 +61,6 @@ class ClientProtocol:
             return event
         self._check_server_event(event)
         return event
-
-    def events(self) -> list[Event]:
-        """Every whole event from the server buffered, in order (``next_event`` until
-        ``NEED_DATA``, in one call: the reader makes one per read)."""
-        out: list[Event] = []
-        while True:
-            events = self._parser.next_events()
-            if not events:
-                return out
-            out += events
-            last = events[-1]
-            if type(last) is Msg:
-                return out  # the parser stopped for want of data
-            self._check_server_event(last)
 
     def _check_server_event(self, event: Event) -> None:
         if not isinstance(event, SERVER_EVENTS):

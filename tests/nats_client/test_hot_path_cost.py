@@ -36,8 +36,10 @@ ROUND_TRIPS: Final = 50
 #: limit from an attribute, not a property; 20 since a parsed control line waits for its
 #: payload as a tuple (no ``__init__`` call) and a read's bytes go to the parser directly; 19
 #: measured at f059acb, 17 since a MSG/HMSG line is matched in the parser's own frame (no
-#: ``_fast_msg`` call per message).
-MAX_CORE_CALLS_PER_ROUND_TRIP: Final = 18
+#: ``_fast_msg`` call per message); 15 since a read's events come from the parser's own
+#: method (the client protocol checks a non-MSG event through the parser's ``on_control``,
+#: with no ``events`` frame of its own around it).
+MAX_CORE_CALLS_PER_ROUND_TRIP: Final = 16
 #: The sans-IO modules that frame and parse every message.
 CORE_MODULES: Final = (
     "nats/_parser.py",
@@ -54,8 +56,8 @@ CORE_MODULES: Final = (
 #: match's groups are read by subscript (no ``groups()`` call); 61 since the parser measures
 #: its buffer once per event and empties it with ``del`` (no ``len``/``clear`` calls); 61
 #: measured at f059acb, 59 since; 55 since a read's last look at the buffer tests it empty
-#: without ``len`` (a whole event that ends the buffer empties it).
-MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 57
+#: without ``len`` (a whole event that ends the buffer empties it); 53 since (as above).
+MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 54
 #: Python calls into the connection's own modules per round trip (the request and the
 #: responder's publish queued, written, read, routed and woken): 36 before a frame checked the
 #: connection inline and the request mux kept its count of requests in flight as an attribute

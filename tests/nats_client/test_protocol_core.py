@@ -478,3 +478,27 @@ def test_the_core_imports_no_io_library() -> None:
             else:
                 continue
             assert not roots & forbidden, (name, roots & forbidden)
+
+
+def test_events_of_one_read_take_an_info_s_limits_before_the_messages_after_it() -> None:
+    # The reader's path (one events() call per read): an INFO in the middle of what was read
+    # is checked and its limits taken before the messages after it are parsed.
+    proto = ClientProtocol()
+    proto.receive_data(
+        encode(Msg("a", "1", b"x" * 20)) + encode(Info(max_payload=16)) + b"MSG a 1 3\r\nxyz\r\n"
+    )
+    assert proto.events() == [Msg("a", "1", b"x" * 20), Info(max_payload=16), Msg("a", "1", b"xyz")]
+    assert proto.max_payload_bytes == 16
+    assert proto.events() == []
+    proto.receive_data(encode(Info(max_payload=8)) + b"MSG a 1 9\r\n123456789\r\n")
+    with pytest.raises(ProtocolError, match="MSG: 9 bytes of payload, over max_payload 8"):
+        proto.events()
+
+
+def test_events_refuse_a_client_operation_from_the_server_and_stay_failed() -> None:
+    proto = ClientProtocol()
+    proto.receive_data(encode(Msg("a", "1", b"ok")) + encode(Pub("a", b"x")) + encode(Ping()))
+    with pytest.raises(ProtocolError, match="PUB: not sent by a server"):
+        proto.events()
+    with pytest.raises(ProtocolError, match="PUB: not sent by a server"):
+        proto.events()  # the stream's framing is not trusted again
