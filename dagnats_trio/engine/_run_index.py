@@ -15,7 +15,10 @@ marker is removed only *after* the snapshot says finished. A crash between the t
 leaves either an entry without a snapshot (the reader skips it; a retried start finds it in
 place, as the publish expects the subject to be empty) or a marker of a finished run (the reader
 checks the snapshot, leaves the run out and removes the stale marker). So the filters are right
-after any crash, and the leftovers disappear the first time a listing meets them.
+after any crash. A stale marker disappears the first time a listing meets it; an entry (and
+marker) without a snapshot stays, skipped by every listing, until a retried start creates the
+snapshot or a purge removes it: a listing cannot tell it from a start still under way, whose
+snapshot may yet be created, so removing it could hide that run (docs/listing.md).
 
 Writers are :func:`index_run` (called by the one function that creates snapshots, or by the
 service through ``engine._store.index_start`` while it reads the definition: then, should the
