@@ -54,6 +54,7 @@ RUNS_ATTRIBUTED_QUICK = 30
 TIMED_CALLS = frozenset(
     {
         "publish",
+        "publish_many",
         "publish_batch",
         "kv_create",
         "kv_update",
@@ -101,7 +102,9 @@ class Step:
 
 def _kind(name: str, args: tuple[Any, ...]) -> str:
     """A call's kind, named by what it writes or reads (the first argument: subject, stream or
-    bucket)."""
+    bucket; for ``publish_many``, its first message's subject)."""
+    if name == "publish_many":
+        return f"{name} {args[0][0].subject.split('.', 1)[0]}"
     first = str(args[0]) if args else ""
     if name in {"publish", "publish_batch"}:
         target = first.split(".", 1)[0] if name == "publish" else "batch"

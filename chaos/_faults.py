@@ -35,6 +35,7 @@ from dagnats_trio.transport import (
     Feed,
     Headers,
     KvEntry,
+    PublishMsg,
     Puller,
     SimFaults,
     StoredMsg,
@@ -322,6 +323,16 @@ class FaultyTransport:
         if self._faults.take_lost_ack(subject):
             raise TransportTimeout(f"publish to {subject!r}: ack lost (chaos)")
         return seq
+
+    async def publish_many(self, msgs: Sequence[PublishMsg]) -> list[int | TransportError]:
+        """A lost ack applies to each message as to a publish: stored, then its answer lost."""
+        results = await self._inner.publish_many(msgs)
+        return [
+            TransportTimeout(f"publish to {m.subject!r}: ack lost (chaos)")
+            if isinstance(r, int) and self._faults.take_lost_ack(m.subject)
+            else r
+            for m, r in zip(msgs, results, strict=True)
+        ]
 
     async def publish_batch(
         self, msgs: Sequence[BatchMsg], *, expected_last_subject_seq: int | None = None

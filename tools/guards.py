@@ -563,8 +563,8 @@ GUARDS: tuple[Guard, ...] = (
         "index_start: the run's index writes left out (only the definition's read is awaited)",
         [
             (
-                "writes = [*index_writes(transport, entry, active=True), guarded]",
-                "writes = [guarded]",
+                "await run_all([index, guarded], in_flight_max=2)",
+                "await guarded()",
             )
         ],
         [

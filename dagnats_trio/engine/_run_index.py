@@ -29,10 +29,8 @@ index existed get it once from :func:`ensure_run_index`.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
 
 from .._concurrency import run_all
 from ..protocol import (
@@ -42,7 +40,7 @@ from ..protocol import (
     encode_run_index_entry,
     layout,
 )
-from ..transport import Transport, WrongLastSequence
+from ..transport import PublishMsg, Transport, TransportError, WrongLastSequence
 from .snapshot import RunSnapshot, decode_snapshot
 
 log = logging.getLogger("dagnats_trio.engine.run_index")
@@ -57,31 +55,27 @@ def index_entry(snapshot: RunSnapshot) -> RunIndexEntry:
     return RunIndexEntry(snapshot.run_id, snapshot.workflow, snapshot.created_at_ms)
 
 
-async def _publish_once(transport: Transport, subject: str, data: bytes) -> None:
-    """Publish to a subject that must be empty; a message already there is this one (the run
+async def write_index(transport: Transport, entry: RunIndexEntry, *, active: bool) -> None:
+    """Publish the run's index entry and, when ``active``, its active marker, the two at once
+    (``Transport.publish_many``: one round trip of latency, one socket write and no task on
+    the native client), each only where none is: a message already there is this one (the run
     was indexed before: a retried start, a redelivered event, a second backfill)."""
-    with contextlib.suppress(WrongLastSequence):
-        await transport.publish(subject, data, expected_last_subject_seq=0)
-
-
-def index_writes(
-    transport: Transport, entry: RunIndexEntry, *, active: bool
-) -> list[Callable[[], Awaitable[None]]]:
-    """The publishes that index a run: its entry and, when ``active``, its active marker (to
-    be awaited together, :func:`~dagnats_trio._concurrency.run_all`: one round trip of
-    latency)."""
     data = encode_run_index_entry(entry)
     subjects = [layout.run_index_subject(entry.run_id)]
     if active:
         subjects.append(layout.run_active_subject(entry.run_id))
-    return [functools.partial(_publish_once, transport, s, data) for s in subjects]
+    results = await transport.publish_many(
+        [PublishMsg(s, data, expected_last_subject_seq=0) for s in subjects]
+    )
+    for result in results:
+        if isinstance(result, TransportError) and not isinstance(result, WrongLastSequence):
+            raise result
 
 
 async def index_run(transport: Transport, snapshot: RunSnapshot) -> None:
     """Write the run's index entry and, unless the snapshot is finished, its active marker (the
     two at once: one round trip of latency). Call it before the snapshot is created."""
-    writes = index_writes(transport, index_entry(snapshot), active=not snapshot.status.finished)
-    await run_all(writes, in_flight_max=len(writes))
+    await write_index(transport, index_entry(snapshot), active=not snapshot.status.finished)
 
 
 async def unindex_run(transport: Transport, run_id: str) -> None:

@@ -10,6 +10,7 @@ the same call, or, for the service's start, beside the definition's read (:func:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import final
 
@@ -19,7 +20,7 @@ from .._concurrency import run_all
 from ..dag import WorkflowDef
 from ..protocol import RunIndexEntry, WorkflowStarted, layout
 from ..transport import KeyExists, Transport
-from ._run_index import drop_active_if_finished, index_entry, index_run, index_writes, unindex_run
+from ._run_index import drop_active_if_finished, index_entry, index_run, unindex_run, write_index
 from .core import new_run_snapshot
 from .snapshot import RunSnapshot, encode_snapshot
 
@@ -57,8 +58,8 @@ async def index_start(
         except Exception as exc:
             failed.append(exc)
 
-    writes = [*index_writes(transport, entry, active=True), guarded]
-    await run_all(writes, in_flight_max=len(writes))
+    index = functools.partial(write_index, transport, entry, active=True)
+    await run_all([index, guarded], in_flight_max=2)
     if failed:
         await unindex_run(transport, event.run_id)
         raise failed[0]

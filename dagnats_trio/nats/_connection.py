@@ -33,9 +33,9 @@ from ._headers import NO_RESPONDERS_STATUS, Headers
 from ._lifecycle import _MUX_SID, ConnectionLifecycle
 from ._nuid import new_inbox
 from ._servers import parse_servers
-from ._shell_errors import NatsTimeoutError, NoRespondersError
+from ._shell_errors import NatsError, NatsTimeoutError, NoRespondersError
 from ._subscription import SUBSCRIPTION_BUFFER_MSGS, Subscription
-from ._waiters import PongWaiter
+from ._waiters import PongWaiter, ReplySlot
 
 
 @final
@@ -196,6 +196,53 @@ class Connection(ConnectionLifecycle):
         if not msg.payload and msg.status == NO_RESPONDERS_STATUS:
             raise NoRespondersError(f"request on {subject!r}: no responders")
         return msg
+
+    async def request_each(
+        self, requests: Sequence[Pub], *, timeout_s: float = REQUEST_TIMEOUT_S
+    ) -> list[Msg | NatsError]:
+        """Send each of ``requests`` (their ``reply`` is replaced by one on the connection's
+        inbox) in one write to the socket, and wait for every answer in this task: no task per
+        request, one system call. Per request its answer, or the :class:`NoRespondersError` /
+        :class:`NatsTimeoutError` it got (``timeout_s`` counts for all of them at once); a
+        closed connection raises. Cancelled, it leaves no reply slot behind."""
+        if not requests:
+            await trio.lowlevel.checkpoint()
+            return []
+        await trio.lowlevel.checkpoint_if_cancelled()
+        deadline = trio.current_time() + timeout_s
+        opened: list[tuple[str, ReplySlot]] = []
+        try:
+            frames = []
+            for r in requests:
+                token, reply, slot = self._mux.open(deadline)
+                opened.append((token, slot))
+                frames.append(self._encode_pub(r.subject, r.payload, reply, r.headers))
+            data = b"".join(frames)
+            if not self._outbox.has_room(len(data)):
+                with trio.move_on_at(deadline):
+                    await self._outbox.wait_for_room(len(data), self._check_open)
+            if self._outbox.has_room(len(data)):
+                # No cancel scope of our own: the mux wakes each slot at its deadline.
+                self._queue(data)
+                for _, slot in opened:
+                    if not slot.woken:
+                        await slot.wait()
+        finally:
+            for token, _ in opened:
+                self._mux.forget(token)
+        answers: list[Msg | NatsError] = []
+        for r, (_, slot) in zip(requests, opened, strict=True):
+            msg = slot.msg
+            if msg is None:
+                self._check_open()
+                answers.append(
+                    NatsTimeoutError(f"request on {r.subject!r}: no answer within {timeout_s} s")
+                )
+            elif not msg.payload and msg.status == NO_RESPONDERS_STATUS:
+                answers.append(NoRespondersError(f"request on {r.subject!r}: no responders"))
+            else:
+                answers.append(msg)
+        return answers
 
     async def next_msg_before(self, sub: Subscription, deadline: float) -> Msg | None:
         """The next message of ``sub`` (a subscription of this connection), or ``None`` once

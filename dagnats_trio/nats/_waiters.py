@@ -42,6 +42,11 @@ class ReplySlot:
         self._task: trio.lowlevel.Task | None = None
         self._woken = False
 
+    @property
+    def woken(self) -> bool:
+        """Whether :meth:`wake` was called (its reply, deadline or close came)."""
+        return self._woken
+
     def wake(self) -> None:
         """Wake the waiting caller (again: nothing; before it waits: it will not wait)."""
         if self._woken:

@@ -49,6 +49,7 @@ from ._values import (
     CoreMsg,
     Headers,
     KvEntry,
+    PublishMsg,
     StoredMsg,
     StreamSpec,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "NatsTransport",
     "NotFound",
     "NotProvisioned",
+    "PublishMsg",
     "Puller",
     "RevisionMismatch",
     "SimDelivery",

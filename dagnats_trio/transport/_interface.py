@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
+from ._errors import TransportError
 from ._values import (
     DEFAULT_REQUEST_TIMEOUT_S,
     BatchAck,
@@ -23,6 +24,7 @@ from ._values import (
     CoreMsg,
     Headers,
     KvEntry,
+    PublishMsg,
     StoredMsg,
     StreamSpec,
 )
@@ -147,6 +149,14 @@ class Transport(Protocol):
         :class:`WrongLastSequence` when the subject's last sequence differs. A repeated ``msg_id``
         inside the duplicate window stores nothing and returns the original sequence.
         """
+
+    async def publish_many(self, msgs: Sequence[PublishMsg]) -> list[int | TransportError]:
+        """Publish each of ``msgs`` as :meth:`publish` would, all sent at once: one round trip
+        of latency, and on the native client one socket write and no task per message. Per
+        message, in order, its stream sequence or the error its publish got (a
+        :class:`WrongLastSequence` among them); other failures (closed, not connected) raise.
+        Not atomic: each is stored or not on its own, in any streams (:meth:`publish_batch`
+        is all or nothing, in one stream)."""
 
     async def publish_batch(
         self, msgs: Sequence[BatchMsg], *, expected_last_subject_seq: int | None = None

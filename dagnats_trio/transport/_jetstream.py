@@ -10,16 +10,19 @@ pure conventions they follow (error codes, subject and key rules, stream configs
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 import trio
 
+from .._concurrency import run_all
 from ..protocol import loads_json
 from ._errors import (
+    Closed,
     KeyExists,
     NotFound,
     NotProvisioned,
@@ -54,6 +57,7 @@ from ._values import (
     ConsumerConfig,
     Headers,
     KvEntry,
+    PublishMsg,
     StoredMsg,
     StreamSpec,
 )
@@ -64,6 +68,16 @@ _log = logging.getLogger(__name__)
 KV_KEYS_MAX_MESSAGES = 1_000_000
 
 # --- the operations ----------------------------------------------------------------------------
+
+
+def _json_pub_ack(answer: bytes, subject: str) -> tuple[int | TransportError, str]:
+    """A publish's answer that is not a plain ack (``plain_pub_ack_seq``): its sequence or the
+    error it carries, and the stream it names."""
+    ack = loads_json(answer)
+    err = ack.get("error")
+    if err is not None:
+        return json_error(err, f"publish to {subject!r}"), str(ack.get("stream"))
+    return int(ack["seq"]), str(ack.get("stream"))
 
 
 class JetStreamOverRequests(ABC):
@@ -123,20 +137,65 @@ class JetStreamOverRequests(ABC):
         seq = plain_pub_ack_seq(answer)
         if seq is not None:
             return seq
-        ack = loads_json(answer)
-        err = ack.get("error")
-        if err is not None:
-            error = json_error(err, f"publish to {subject!r}")
-            if isinstance(error, WrongLastSequence) and hdrs and MSG_ID in hdrs:
-                # nats-server checks the expected sequence before the duplicate window, so a
-                # retry whose first attempt was stored (ack lost) looks fenced. If the subject
-                # ends with that very message, the retry is a duplicate: return its sequence.
-                last = await self.get_last_msg(str(ack.get("stream")), subject)
-                if last is not None and last.headers.get(MSG_ID) == hdrs[MSG_ID]:
-                    return last.seq
-            raise error
-        acked: int = ack["seq"]
-        return acked
+        result, stream = _json_pub_ack(answer, subject)
+        if isinstance(result, int):
+            return result
+        if isinstance(result, WrongLastSequence) and hdrs and MSG_ID in hdrs:
+            # nats-server checks the expected sequence before the duplicate window, so a
+            # retry whose first attempt was stored (ack lost) looks fenced. If the subject
+            # ends with that very message, the retry is a duplicate: return its sequence.
+            last = await self.get_last_msg(stream, subject)
+            if last is not None and last.headers.get(MSG_ID) == hdrs[MSG_ID]:
+                return last.seq
+        raise result
+
+    async def publish_many(self, msgs: Sequence[PublishMsg]) -> list[int | TransportError]:
+        requests = [
+            (
+                m.subject,
+                m.data,
+                None
+                if m.expected_last_subject_seq is None
+                else {EXPECTED_LAST_SUBJECT_SEQ: str(m.expected_last_subject_seq)},
+            )
+            for m in msgs
+        ]
+        results: list[int | TransportError] = []
+        for m, answer in zip(msgs, await self._js_requests(requests, "publish"), strict=True):
+            if isinstance(answer, NoResponders):
+                results.append(await self._why_no_stream(m.subject))
+            elif isinstance(answer, TransportError):
+                results.append(answer)
+            elif (seq := plain_pub_ack_seq(answer)) is not None:
+                results.append(seq)
+            else:
+                results.append(_json_pub_ack(answer, m.subject)[0])
+        return results
+
+    async def _js_requests(
+        self, requests: Sequence[tuple[str, bytes, Mapping[str, str] | None]], what: str
+    ) -> list[bytes | TransportError]:
+        """Each request's answer, or the error it got (not connected and closed raise), the
+        requests made at once: a task each (a transport that can send them in one write
+        overrides this)."""
+        answers: list[bytes | TransportError] = [b""] * len(requests)
+
+        async def one(i: int) -> None:
+            subject, payload, headers = requests[i]
+            try:
+                answers[i] = await self._js_request(subject, payload, headers, what)
+            except NoResponders as exc:
+                answers[i] = exc
+            except (TemporarilyUnavailable, Closed):
+                raise
+            except TransportError as exc:
+                answers[i] = exc
+
+        await run_all(
+            [functools.partial(one, i) for i in range(len(requests))],
+            in_flight_max=max(1, len(requests)),
+        )
+        return answers
 
     async def _why_no_stream(self, subject: str) -> TransportError:
         """No responders to a publish: no stream for the subject, or its leader is missing."""

@@ -15,7 +15,14 @@ from collections.abc import Sequence
 
 import trio
 
-from ._errors import NotFound, TransportTimeout, WrongLastSequence
+from ._errors import (
+    Closed,
+    NotFound,
+    TemporarilyUnavailable,
+    TransportError,
+    TransportTimeout,
+    WrongLastSequence,
+)
 from ._sim_batch import MSG_ID_HEADER, batch_from, check_batch_streams, last_msgs, store_batch
 from ._sim_faults import SimFaults
 from ._sim_server import SimServer
@@ -24,6 +31,7 @@ from ._values import (
     BatchAck,
     BatchMsg,
     Headers,
+    PublishMsg,
     StoredMsg,
     check_batch,
     check_get_batch,
@@ -80,6 +88,22 @@ class SimStreams(ABC):
         if server.faults._spend_lost_ack(subject):
             raise TransportTimeout(f"publish to {subject!r}: ack lost (simulated)")
         return seq
+
+    async def publish_many(self, msgs: Sequence[PublishMsg]) -> list[int | TransportError]:
+        """Each publish in turn (the simulated store answers each at once)."""
+        results: list[int | TransportError] = []
+        for m in msgs:
+            try:
+                results.append(
+                    await self.publish(
+                        m.subject, m.data, expected_last_subject_seq=m.expected_last_subject_seq
+                    )
+                )
+            except (Closed, TemporarilyUnavailable):
+                raise
+            except TransportError as exc:
+                results.append(exc)
+        return results
 
     async def publish_batch(
         self, msgs: Sequence[BatchMsg], *, expected_last_subject_seq: int | None = None

@@ -15,7 +15,7 @@ from typing import final
 
 import trio
 
-from ..nats import Connection, NatsError, ProtocolError, Pub
+from ..nats import Connection, Msg, NatsError, ProtocolError, Pub
 from ._errors import Closed, TemporarilyUnavailable, TransportError
 from ._interface import Delivery, Feed, Puller
 from ._jetstream import JetStreamOverRequests
@@ -115,6 +115,20 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
         except (NatsError, ProtocolError) as exc:
             raise map_error(exc, what) from None
         return msg.payload
+
+    async def _js_requests(
+        self, requests: Sequence[tuple[str, bytes, Mapping[str, str] | None]], what: str
+    ) -> list[bytes | TransportError]:
+        # One write to the socket and no task per request (``Connection.request_each``).
+        if self._closed or not self._conn.is_connected:
+            await self._check_connected(what)
+        self._round_trips += len(requests)
+        pubs = [Pub(s, p, None, wire_headers(h) if h else None) for s, p, h in requests]
+        try:
+            answers = await self._conn.request_each(pubs, timeout_s=self._timeout_s)
+        except (NatsError, ProtocolError) as exc:
+            raise map_error(exc, what) from None
+        return [a.payload if isinstance(a, Msg) else map_error(a, what) for a in answers]
 
     async def _js_batch(self, wire: Sequence[WireMsg], what: str) -> bytes:
         # The messages before the commit go out in the commit request's own write: the server

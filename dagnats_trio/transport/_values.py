@@ -51,6 +51,17 @@ class StoredMsg:
 
 @final
 @attrs.frozen
+class PublishMsg:
+    """One of the independent publishes of :meth:`Transport.publish_many`."""
+
+    subject: str
+    data: bytes
+    #: As :meth:`Transport.publish`'s (0: the subject must be empty).
+    expected_last_subject_seq: int | None = None
+
+
+@final
+@attrs.frozen
 class BatchMsg:
     """One message of an atomic batch (:meth:`Transport.publish_batch`)."""
 

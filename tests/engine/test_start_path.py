@@ -25,8 +25,7 @@ from ._fakes import uid
 #: The start's calls that wait on the server, in the order they are made.
 START_CALLS = (
     "kv_get workflow_defs",
-    "publish runindex",
-    "publish runactive",
+    "publish_many runindex",
     "kv_create workflow_runs",
     "publish history",
 )
@@ -74,7 +73,7 @@ async def test_a_start_of_a_workflow_read_before_waits_on_three_round_trips(
         print(f"start {n} (kind, start us, end us): {spans}")
         assert _kinds(steps) == sorted(START_CALLS)  # the same 5 requests on both paths
         # The index before the snapshot, the definition read before it, then the event.
-        for before in ("kv_get workflow_defs", "publish runindex", "publish runactive"):
+        for before in ("kv_get workflow_defs", "publish_many runindex"):
             assert _ended_before(steps, before, "kv_create workflow_runs")
         assert _ended_before(steps, "kv_create workflow_runs", "publish history")
         chains.append(waited_in_a_row(steps))
@@ -111,7 +110,7 @@ async def test_a_refused_start_leaves_no_index_entry(trio_transport: TrioNatsTra
     with pytest.raises(WorkflowNotFound):
         await service.start_run(wf)
     refused = f"{prefix}1"
-    assert {"publish runindex", "publish runactive"} <= set(_kinds(steps))
+    assert "publish_many runindex" in _kinds(steps)
     assert await _indexed(trio_transport, refused) == (False, False)
     # The name is forgotten: a further start reads, is refused, and writes nothing.
     steps.clear()

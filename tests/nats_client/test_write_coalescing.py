@@ -15,7 +15,15 @@ from typing import Final
 import pytest
 import trio
 
-from dagnats_trio.nats import Connection, ProtocolError, Pub, Subscription, open_connection
+from dagnats_trio.nats import (
+    Connection,
+    Msg,
+    NoRespondersError,
+    ProtocolError,
+    Pub,
+    Subscription,
+    open_connection,
+)
 from dagnats_trio.transport import BatchMsg, ConsumerConfig, StreamSpec
 from dagnats_trio.transport._trio_nats import TrioNatsTransport
 from dagnats_trio.transport._trio_nats_connect import open_trio_nats_transport
@@ -284,3 +292,26 @@ async def test_an_ack_left_for_the_pass_end_reaches_the_server_when_the_connecti
     assert delivery.data == b"job"
     assert left_for_pass_end > 0
     assert pending == 0
+
+
+async def test_requests_sent_each_at_once_are_one_write(nats_url: str) -> None:
+    """``request_each``: the frames of several requests in one socket write (were one each, or
+    the end of the pass: the requests in flight made the connection busy), every answer waited
+    in the caller's task; one without a responder answers alone, the others are kept."""
+    subject = f"nc.each.{uuid.uuid4().hex[:12]}"
+    async with echo_client(nats_url, subject) as client:
+        with trio.fail_after(WAIT_S):
+            await client.request(subject, b"warm")
+            before = client.stats().writes
+            answers = await client.request_each(
+                [Pub(subject, b"one"), Pub(f"nobody.{subject}", b"x"), Pub(subject, b"three")]
+            )
+            writes = client.stats().writes - before
+            assert await client.request_each([]) == []
+        stats = client.stats()
+    print(f"socket writes for three requests sent each at once: {writes}")
+    assert writes == 1
+    assert isinstance(answers[0], Msg) and answers[0].payload == b"one"
+    assert isinstance(answers[1], NoRespondersError)
+    assert isinstance(answers[2], Msg) and answers[2].payload == b"three"
+    assert stats.pending_requests == 0 and stats.pending_bytes == 0

@@ -30,6 +30,7 @@ from dagnats_trio.transport import (
     KeyExists,
     NotFound,
     NotProvisioned,
+    PublishMsg,
     RevisionMismatch,
     StreamSpec,
     TemporarilyUnavailable,
@@ -92,6 +93,31 @@ async def test_fencing_with_expected_last_subject_seq(
     assert third > other
     page = await transport.read_subject(JOURNAL_STREAM, subject, 0, 10)
     assert [(m.seq, m.data) for m in page] == [(first, b"a"), (second, b"b"), (third, b"d")]
+
+
+async def test_publish_many_answers_each_message_on_its_own(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    """Independent publishes sent at once, to two streams: each stored or refused on its own
+    (a fenced one does not stop the others), each answered in order; no stream, an error."""
+    journal, history = journal_subject(uid, "step"), history_subject(uid)
+    first = await transport.publish(journal, b"a", expected_last_subject_seq=0)
+    results = await transport.publish_many(
+        [
+            PublishMsg(journal, b"stale", expected_last_subject_seq=0),
+            PublishMsg(history, b"h", expected_last_subject_seq=0),
+            PublishMsg(journal, b"b", expected_last_subject_seq=first),
+            PublishMsg(f"nostream.{uid}", b"x"),
+        ]
+    )
+    assert isinstance(results[0], WrongLastSequence)
+    assert isinstance(results[1], int) and isinstance(results[2], int)
+    assert results[2] > first
+    assert isinstance(results[3], NotProvisioned)
+    page = await transport.read_subject(JOURNAL_STREAM, journal, 0, 10)
+    assert [(m.seq, m.data) for m in page] == [(first, b"a"), (results[2], b"b")]
+    assert [m.data for m in await transport.read_subject(HISTORY_STREAM, history, 0, 10)] == [b"h"]
+    assert await transport.publish_many([]) == []
 
 
 async def test_duplicate_msg_id_returns_original_sequence(
