@@ -8,45 +8,49 @@ exception is :meth:`Service.purge_run`, which removes a finished run (see :mod:`
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any, final
 
 import attrs
 import trio
 
-from .._concurrency import run_all
 from .._env import DEFAULT_ENV, RuntimeEnv
 from ..dag import WorkflowDef
 from ..engine import (
     DefinitionRefs,
-    IndexedStart,
     RunSnapshot,
     decode_snapshot,
     ensure_run_index,
-    index_start,
-    write_first_snapshot,
 )
 from ..protocol import (
     CancelRequested,
     DecodedByBytes,
     DecodeError,
     InvalidId,
-    JsonPolicyError,
     JsonValue,
     RunStatus,
     SignalSent,
-    WorkflowStarted,
     check_id,
     encode_event,
-    encode_json,
     from_json,
     layout,
 )
-from ..transport import KeyExists, Transport
+from ..transport import Transport
 from ._purge import collect_tree, execute_plan, plan_purge, purge_orphan
 from ._rest_views import NoWorker
 from ._run_list import BadCursor, check_cursor, list_runs_page
+from ._service_errors import InvalidRequest as InvalidRequest
+from ._service_errors import RunNotFound as RunNotFound
+from ._service_errors import RunRunning as RunRunning
+from ._service_errors import RunWaitTimeout as RunWaitTimeout
+from ._service_errors import ServiceError as ServiceError
+from ._service_errors import WorkflowNotFound as WorkflowNotFound
+from ._service_errors import json_bytes
+from ._start import IDEMPOTENCY_KEY_MAX_CHARS as IDEMPOTENCY_KEY_MAX_CHARS
+from ._start import IDEMPOTENCY_KEY_PREFIX as IDEMPOTENCY_KEY_PREFIX
+from ._start import START_RUNS_IN_FLIGHT as START_RUNS_IN_FLIGHT
+from ._start import RunStarts
+from ._start import idempotency_kv_key as idempotency_kv_key
 from ._unserved import UNSERVED_AFTER_S, unserved_steps
 
 #: Most runs one ``list_runs`` call returns.
@@ -62,66 +66,8 @@ WAIT_FOR_RUN_MAX_S = 3_600.0
 WAIT_FOR_RUN_RESYNC_S = 5.0
 #: Prefix of the run snapshot keys in ``workflow_runs``.
 RUN_KEY_PREFIX = "run."
-#: Prefix of idempotency keys in ``workflow_runs`` (value: the run id they started).
-IDEMPOTENCY_KEY_PREFIX = "idem."
-#: Longest idempotency key accepted.
-IDEMPOTENCY_KEY_MAX_CHARS = 512
 #: Longest signal payload accepted, in bytes of JSON.
 SIGNAL_PAYLOAD_MAX_BYTES = 1_048_576
-#: Most run starts one service has in NATS at once; the others wait their turn in the process.
-#: Each NATS request has a deadline (the transport's request timeout) counted from when it is
-#: sent: a burst of hundreds of starts sent at once queued behind each other's durable writes on
-#: the server, and on a loaded machine the last ones timed out and were answered 503. Waiting
-#: here costs no deadline, so a burst is slow under load but refuses no start.
-START_RUNS_IN_FLIGHT = 32
-
-
-class ServiceError(Exception):
-    """Base of the errors a caller can act on (the endpoints map each to a status code)."""
-
-
-@final
-class WorkflowNotFound(ServiceError):
-    def __init__(self, name: str) -> None:
-        self.name = name
-        super().__init__(f"workflow {name!r} is not registered")
-
-
-@final
-class RunNotFound(ServiceError):
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        super().__init__(f"run {run_id!r} does not exist")
-
-
-@final
-class InvalidRequest(ServiceError, ValueError):
-    """A malformed argument. (A malformed id is :class:`dagnats_trio.protocol.InvalidId`,
-    which names the field that carried it.)"""
-
-
-@final
-class RunRunning(ServiceError):
-    """The run (or a child run of it) has not finished, so it cannot be purged."""
-
-    def __init__(self, run_id: str, running: str | None = None) -> None:
-        self.run_id = run_id
-        self.running = running or run_id
-        if self.running == run_id:
-            message = f"run {run_id!r} is still running; only a finished run can be purged"
-        else:
-            message = (
-                f"run {run_id!r} has a child run {self.running!r} that is still running; "
-                "only a finished run can be purged"
-            )
-        super().__init__(message)
-
-
-@final
-class RunWaitTimeout(ServiceError):
-    def __init__(self, run_id: str, timeout_s: float) -> None:
-        self.run_id = run_id
-        super().__init__(f"run {run_id!r} did not finish within {timeout_s} s")
 
 
 @final
@@ -152,7 +98,6 @@ class Service:
         # at start, this is for services embedded without one.
         self._index_ready = False
         self._index_lock = trio.Lock()
-        self._starts_in_flight = trio.CapacityLimiter(START_RUNS_IN_FLIGHT)
         #: The definitions read, decoded once per stored bytes (every start reads its
         #: definition; a frozen WorkflowDef is shared by the starts that read the same bytes).
         self.definitions: DecodedByBytes[WorkflowDef] = DecodedByBytes(
@@ -160,6 +105,7 @@ class Service:
         )
         #: The definitions that the engine's snapshots name by reference, read once each.
         self._definition_refs = DefinitionRefs(transport)
+        self._starts = RunStarts(transport, env, self.definitions, self._workflow_and_revision)
 
     # --- workflows -----------------------------------------------------------------------------
 
@@ -209,132 +155,7 @@ class Service:
         as soon as this returns. Every step is idempotent, so a caller that retries after a
         failure (with its key) completes a half-done start instead of making a second run.
         """
-        _json_bytes(input, "input")
-        limiter = self._starts_in_flight
-        try:
-            # A free place costs no scheduler step of its own: the start's requests (the first
-            # one is the definition's read) wait on the server, which is the checkpoint.
-            limiter.acquire_nowait()
-        except trio.WouldBlock:
-            await limiter.acquire()
-        try:
-            return await self._start_run(workflow, input, idempotency_key)
-        finally:
-            limiter.release()
-
-    async def _start_run(self, workflow: str, input: JsonValue, idempotency_key: str | None) -> str:
-        known = self.definitions.kept(workflow)
-        if known is not None and known.name == workflow:
-            if idempotency_key is None:
-                return await self._start_indexed_early(workflow, input)
-            return await self._start_claimed_early(workflow, input, idempotency_key)
-        definition, definition_revision = await self._workflow_and_revision(workflow, "workflow")
-        run_id = check_id("run_id", self.env.new_id())
-        if idempotency_key is not None:
-            run_id = await self._claim_idempotency_key(idempotency_key, run_id)
-        event = WorkflowStarted(
-            run_id=run_id,
-            workflow=definition.name,
-            input=input,
-            idempotency_key=idempotency_key,
-            started_at_ms=self.env.wall_ms(),
-        )
-        return await self._create_and_announce(event, definition, definition_revision)
-
-    async def _start_indexed_early(self, workflow: str, input: JsonValue) -> str:
-        """A start of a workflow this service has read before: the run is indexed while the
-        definition is read (``engine.index_start``), one waited round trip fewer.
-
-        Only for a name read before, so a start of a name never registered (a fuzzer's) writes
-        nothing; one deleted since is refused as before, its index writes taken back. Not with
-        an idempotency key: the run id is known only once the key is claimed.
-        """
-        event = WorkflowStarted(
-            run_id=check_id("run_id", self.env.new_id()),
-            workflow=workflow,
-            input=input,
-            started_at_ms=self.env.wall_ms(),
-        )
-        read: list[tuple[WorkflowDef, int]] = []
-
-        async def read_definition() -> None:
-            read.append(await self._workflow_and_revision(workflow, "workflow"))
-
-        indexed = await index_start(self.transport, event, read_definition)
-        definition, definition_revision = read[0]
-        if definition.name != workflow:
-            # The name stored in the definition is the run's (as on the other path); the run
-            # is then indexed again, under it, by ``write_first_snapshot``.
-            event = attrs.evolve(event, workflow=definition.name)
-        return await self._create_and_announce(event, definition, definition_revision, indexed)
-
-    async def _start_claimed_early(self, workflow: str, input: JsonValue, key: str) -> str:
-        """A start with an idempotency key of a workflow this service has read before: the key
-        is claimed while the definition is read, one waited round trip fewer.
-
-        A definition deleted since refuses the start as before but leaves the key claimed, as a
-        crash after the claim does: a retry with the key (once the workflow is back) completes
-        that run. Only starts in flight when a workflow is deleted can leave one (the name is
-        forgotten then), and a name never read reads first and claims nothing.
-        """
-        claimed: list[str] = []
-        read: list[tuple[WorkflowDef, int]] = []
-
-        async def claim() -> None:
-            run_id = check_id("run_id", self.env.new_id())
-            claimed.append(await self._claim_idempotency_key(key, run_id))
-
-        async def read_definition() -> None:
-            read.append(await self._workflow_and_revision(workflow, "workflow"))
-
-        await run_all([claim, read_definition], in_flight_max=2)
-        (definition, definition_revision), (run_id,) = read[0], claimed
-        event = WorkflowStarted(
-            run_id=run_id,
-            workflow=definition.name,
-            input=input,
-            idempotency_key=key,
-            started_at_ms=self.env.wall_ms(),
-        )
-        return await self._create_and_announce(event, definition, definition_revision)
-
-    async def _create_and_announce(
-        self,
-        event: WorkflowStarted,
-        definition: WorkflowDef,
-        definition_revision: int,
-        indexed: IndexedStart | None = None,
-    ) -> str:
-        """Write the run's first snapshot, then publish its ``workflow.started``."""
-        run_id = event.run_id
-        # The engine's function writes it; on a retry with the same idempotency key the run is
-        # already recorded and its snapshot is left as it is. When this start wrote it, the
-        # event names its revision and the definition's, so the engine derives the snapshot
-        # instead of reading it (``engine._store.started_with``).
-        revision = await write_first_snapshot(self.transport, event, definition, indexed=indexed)
-        if revision is not None:
-            event = attrs.evolve(
-                event, snapshot_revision=revision, definition_revision=definition_revision
-            )
-        await self.transport.publish(
-            layout.history_subject(run_id), encode_event(event), msg_id=f"{run_id}.started"
-        )
-        return run_id
-
-    async def _claim_idempotency_key(self, key: str, run_id: str) -> str:
-        if not key or len(key) > IDEMPOTENCY_KEY_MAX_CHARS:
-            raise InvalidRequest(
-                f"idempotency key must be 1-{IDEMPOTENCY_KEY_MAX_CHARS} characters"
-            )
-        kv_key = idempotency_kv_key(key)
-        try:
-            await self.transport.kv_create(layout.RUNS_BUCKET, kv_key, run_id.encode())
-            return run_id
-        except KeyExists:
-            entry = await self.transport.kv_get(layout.RUNS_BUCKET, kv_key)
-            if entry is None or entry.value is None:  # deleted between the two calls
-                return await self._claim_idempotency_key(key, run_id)
-            return entry.value.decode()
+        return await self._starts.start(workflow, input, idempotency_key)
 
     async def get_run(self, run_id: str) -> RunSnapshot:
         """The run's snapshot; :class:`InvalidId` when ``run_id`` is no id."""
@@ -407,7 +228,7 @@ class Service:
     async def send_signal(self, run_id: str, name: str, payload: JsonValue = None) -> None:
         """Store the signal in KV ``signals`` (where handlers read it) and record it in history."""
         check_id("name", name)
-        stored = _json_bytes(payload, "payload")
+        stored = json_bytes(payload, "payload")
         await self.get_run(run_id)
         data = encode_event(SignalSent(run_id, name, payload))
         if len(data) > SIGNAL_PAYLOAD_MAX_BYTES:
@@ -493,15 +314,3 @@ class Service:
                 if snap.status.finished:
                     return await self.with_definition(snap)
         return None
-
-
-def idempotency_kv_key(key: str) -> str:
-    """Where ``workflow_runs`` keeps the run an idempotency key started (hashed: any length)."""
-    return IDEMPOTENCY_KEY_PREFIX + hashlib.sha256(key.encode()).hexdigest()
-
-
-def _json_bytes(value: JsonValue, what: str) -> bytes:
-    try:
-        return encode_json(value, where=what)
-    except JsonPolicyError as exc:
-        raise InvalidRequest(str(exc)) from None
