@@ -4,13 +4,16 @@ No asyncio, no trio-asyncio, no private attribute of any other package: JetStrea
 with plain requests to ``$JS.API.*`` on one :class:`~dagnats_trio.nats.Connection`, whose calls
 are cancellation-safe at every await. The JetStream shapes (configs, error codes, KV
 conventions) are the ones ``NatsTransport`` uses, so both pass one conformance suite.
+
+This module holds the requests (each counted, its errors mapped), the fetch and the pull
+consumers' inboxes; core NATS and the KV watch are in ``_trio_nats_core`` (a base class), a
+``consume`` feed in ``_trio_nats_feed``, a worker's puller in ``_trio_nats_pulls``.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import final
 
 import trio
@@ -20,32 +23,26 @@ from ._errors import Closed, TemporarilyUnavailable, TransportError
 from ._interface import Delivery, Feed, Puller
 from ._jetstream import JetStreamOverRequests
 from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
-from ._jetstream_wire import api_error, check_name, json_error, kv_stream, ns, watch_filter
+from ._jetstream_wire import api_error, check_name, ns
 from ._trio_nats_batch import gather
+from ._trio_nats_core import CLOSE_TIMEOUT_S, TrioNatsCore
 from ._trio_nats_feed import FEED_BUFFER_MSGS, StandingPull
-from ._trio_nats_msgs import CoreMessages, KvEntries, Pull, map_error, wire_headers
+from ._trio_nats_msgs import Pull, map_error, wire_headers
 from ._trio_nats_pulls import PULLER_BUFFER_MSGS, TrioNatsPuller
-from ._values import DEFAULT_REQUEST_TIMEOUT_S, CoreMsg, Headers, KvEntry
 
-#: Bound on cleanup (deleting a watch consumer, closing) run shielded.
-CLOSE_TIMEOUT_S = 5.0
 #: How long a fetch waits past its own timeout for the server's end-of-request status.
 FETCH_GRACE_S = 1.0
 #: Taken off a pull request's ``expires`` so the server answers before our deadline.
 PULL_EXPIRES_MARGIN_NS = 100_000
 #: Deliveries a pull inbox buffers (more than any batch the runtime asks for).
 PULL_BUFFER_MSGS = 4096
-#: Entries a KV watch buffers before the newest are dropped (the reader never blocks).
-WATCH_BUFFER_ENTRIES = 4096
-#: A watch's ephemeral consumer is removed by the server this long after its client went away.
-WATCH_INACTIVE_THRESHOLD_S = 60.0
 
 #: Pull request ends: no messages (404), expired (408), a limit or leadership change (409).
 _PULL_END_STATUSES = frozenset({404, 408})
 
 
 @final
-class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
+class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches, TrioNatsCore):
     """The :class:`~dagnats_trio.transport.Transport` on the native client."""
 
     def __init__(self, conn: Connection, request_timeout_s: float) -> None:
@@ -167,45 +164,6 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
             )
         except (NatsError, ProtocolError) as exc:
             raise map_error(exc, what) from None
-
-    # --- key-value -----------------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def kv_watch(
-        self, bucket: str, prefix: str = ""
-    ) -> AsyncIterator[AsyncIterator[KvEntry]]:
-        """An ephemeral push consumer (deliver new, no acks) on an inbox of our own."""
-        stream = kv_stream(bucket)
-        what = f"watch {bucket!r}"
-        self._check_open(what)
-        inbox = self._conn.new_inbox()
-        async with self._conn.subscribe(inbox, max_buffered_msgs=WATCH_BUFFER_ENTRIES) as sub:
-            config = {
-                "deliver_subject": inbox,
-                "filter_subject": watch_filter(bucket, prefix),
-                "deliver_policy": "new",
-                "ack_policy": "none",
-                "max_deliver": 1,
-                "mem_storage": True,
-                "num_replicas": 1,
-                "inactive_threshold": ns(WATCH_INACTIVE_THRESHOLD_S),
-            }
-            answer = await self._api(
-                f"$JS.API.CONSUMER.CREATE.{stream}",
-                {"stream_name": stream, "config": config},
-                what,
-            )
-            name = answer["name"]
-
-            try:
-                yield KvEntries(sub, bucket, prefix)
-            finally:
-                with (
-                    trio.CancelScope(shield=True),
-                    trio.move_on_after(CLOSE_TIMEOUT_S),
-                    suppress(TransportError),
-                ):
-                    await self._api(f"$JS.API.CONSUMER.DELETE.{stream}.{name}", {}, what)
 
     # --- durable pull consumers ----------------------------------------------------------------
 
@@ -335,69 +293,6 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches):
                 yield puller
             finally:
                 await puller.leave()
-
-    # --- core NATS -----------------------------------------------------------------------------
-
-    async def core_publish(self, subject: str, data: bytes, headers: Headers | None = None) -> None:
-        what = f"publish {subject!r}"
-        self._check_open(what)
-        try:
-            await self._conn.publish(subject, data, headers=wire_headers(headers))
-        except (NatsError, ProtocolError) as exc:
-            raise map_error(exc, what) from None
-
-    def core_publish_soon(self, subject: str, data: bytes, *, reply: str | None = None) -> bool:
-        """Queue a core publish and return at once, no scheduler pass (``ack_nowait``, an ack
-        with next): it goes out at once, or on busy connections at the end of this scheduler
-        pass with the frames queued after it (``try_publish(soon=True)``). Dropped (False) when
-        the outgoing buffer is full (a message whose loss is harmless; waiting for room is what
-        :meth:`core_publish` does)."""
-        what = f"publish {subject!r}"
-        self._check_open(what)
-        try:
-            return self._conn.try_publish(subject, data, reply=reply, soon=True)
-        except (NatsError, ProtocolError) as exc:
-            raise map_error(exc, what) from None
-
-    @asynccontextmanager
-    async def subscribe(
-        self, subject: str, queue: str | None = None
-    ) -> AsyncIterator[AsyncIterator[CoreMsg]]:
-        what = f"subscribe {subject!r}"
-        self._check_open(what)
-        async with self._conn.subscribe(subject, queue=queue) as sub:
-            self._round_trips += 1  # the flush that makes the subscription live
-            try:
-                await self._conn.flush(timeout_s=self._timeout_s)
-            except NatsError as exc:
-                raise map_error(exc, what) from None
-
-            yield CoreMessages(sub)
-
-    async def respond(self, msg: CoreMsg, data: bytes) -> None:
-        if msg.reply is None:
-            raise ValueError(f"message on {msg.subject!r} was not a request; nothing to respond to")
-        await self.core_publish(msg.reply, data)
-
-    async def request(
-        self,
-        subject: str,
-        data: bytes,
-        timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-        headers: Headers | None = None,
-    ) -> bytes:
-        return await self._js_request(subject, data, headers, f"request {subject!r}", timeout_s)
-
-    async def ping(self, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
-        what = "ping"
-        self._check_open(what)
-        if not self._conn.stats().connected:
-            await trio.lowlevel.checkpoint()
-            raise TemporarilyUnavailable(f"{what}: not connected to NATS")
-        answer = await self._js_request("$JS.API.INFO", b"", None, what, timeout_s)
-        err = json.loads(answer).get("error")
-        if err is not None:
-            raise json_error(err, what)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
