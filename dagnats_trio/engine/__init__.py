@@ -45,7 +45,7 @@ from .snapshot import (
 if TYPE_CHECKING:
     from ._definition_refs import DEFINITION_REFS_KEPT_MAX, DefinitionRefs
     from ._run_index import drop_active, ensure_run_index, index_entry, index_run
-    from ._shell import TIMER_DUE_HEADER, TIMER_ID_HEADER, Engine, arm_timer, timer_consumer
+    from ._shell import Engine
     from ._shell_state import (
         ENGINE_ACK_WAIT_S,
         LEGACY_ENV_VAR,
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         legacy_from_env,
     )
     from ._store import IndexedStart, create_snapshot, index_start, write_first_snapshot
+    from ._timer_stream import TIMER_DUE_HEADER, TIMER_ID_HEADER, arm_timer, timer_consumer
 else:
     # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
     __getattr__, __dir__ = lazy_exports(
@@ -63,13 +64,7 @@ else:
             "._definition_refs": ("DEFINITION_REFS_KEPT_MAX", "DefinitionRefs"),
             "._store": ("IndexedStart", "create_snapshot", "index_start", "write_first_snapshot"),
             "._run_index": ("drop_active", "ensure_run_index", "index_entry", "index_run"),
-            "._shell": (
-                "TIMER_DUE_HEADER",
-                "TIMER_ID_HEADER",
-                "Engine",
-                "arm_timer",
-                "timer_consumer",
-            ),
+            "._shell": ("Engine",),
             "._shell_state": (
                 "ENGINE_ACK_WAIT_S",
                 "LEGACY_ENV_VAR",
@@ -77,6 +72,12 @@ else:
                 "LOOP_ERROR_BACKOFF_S",
                 "EngineStats",
                 "legacy_from_env",
+            ),
+            "._timer_stream": (
+                "TIMER_DUE_HEADER",
+                "TIMER_ID_HEADER",
+                "arm_timer",
+                "timer_consumer",
             ),
         },
     )

@@ -5,7 +5,10 @@ written only with compare-and-set on the revision this process last saw, and a l
 decides again. The hot path keeps the revision it wrote in a small cache, so an agent-loop
 iteration costs one KV write and one task publish that wait for the server, and one ack that does
 not (see :meth:`Engine._settle`). What the loops share (options, counters, the snapshot cache and
-store, settling) is the base class, :class:`~dagnats_trio.engine._shell_state.EngineState`.
+store, settling) is the base class, :class:`~dagnats_trio.engine._shell_state.EngineState`; the
+effects are carried out by ``_execute``, and the timer stream's conventions (headers, arming,
+the consumer) are ``_timer_stream``'s. Here are the loops: the history loop and its acceptance
+of events, and the timer loop that turns a due timer into its ``timer.fired``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from .._seams import Seam, SeamContext, crash_point, hook_installed
 from ..dag import WorkflowDef
 from ..protocol import (
     DecodeError,
-    InputSubmitted,
     RunEvent,
     StepCompleted,
     StepContinue,
@@ -29,34 +31,14 @@ from ..protocol import (
     TimerFired,
     WorkflowStarted,
     decode_event,
-    encode_event,
-    encode_task,
     layout,
 )
-from ..transport import (
-    ConsumerConfig,
-    Delivery,
-    KeyExists,
-    RevisionMismatch,
-    Transport,
-    TransportError,
-)
+from ..transport import ConsumerConfig, Delivery, KeyExists, RevisionMismatch, TransportError
+from ._execute import execute_effects
 from ._shell_state import LEGACY_ENV_VAR, EngineState, log
+from ._timer_stream import TIMER_DUE_HEADER, TIMER_ID_HEADER, timer_consumer
 from .core import AdvanceContext, decide
-from .effects import (
-    AnnounceCancel,
-    ArmTimer,
-    CheckQueuedInputs,
-    Effect,
-    PublishEvent,
-    PublishTask,
-    SettleInputs,
-)
-
-#: Header of a timer message: its due time in wall-clock epoch milliseconds.
-TIMER_DUE_HEADER = "Dagnats-Due-Ms"
-#: Header of a timer message: its id, used as the msg id of the ``timer.fired`` it becomes.
-TIMER_ID_HEADER = "Dagnats-Timer-Id"
+from .effects import Effect, PublishTask
 
 #: Compare-and-set attempts on one event before giving it back to the server.
 CAS_ATTEMPTS_MAX = 25
@@ -68,42 +50,6 @@ MISSING_RUN_MAX_DELIVERIES = 50
 ERROR_NAK_DELAY_S = 0.5
 #: Shortest nak delay for a not-yet-due timer (the server's own granularity is coarser anyway).
 TIMER_MIN_NAK_S = 0.001
-
-
-def timer_consumer(ack_wait_s: float) -> ConsumerConfig:
-    """The engines' one durable consumer of the timer stream, with no ``max_ack_pending``.
-
-    The timer loop naks a timer that is not yet due with the time left as the delay, and the
-    server counts a nakked message as pending until it comes back and is acked: every armed
-    timer not yet due (a step timeout of an hour, a wait of a day) is pending. Under the server's
-    default limit (1000) a thousand such timers would stop the consumer delivering anything
-    *new*: a timer due now (a retry's backoff, another run's short wait) would fire only when one
-    of the far ones came due. Unlimited (-1) because the pending timers are already bounded by
-    the runs' timers (each is stored in the stream until its run ends, which purges them), and
-    what each costs the server is one entry in its memory and in the consumer's state file
-    (docs/jetstream.md, "The timer stream"). Rejected: a larger fixed limit (the same stall,
-    later, at a size no operator chooses), and timers that are not held pending until due
-    (the server's message schedules: a new stream layout for every store).
-    """
-    return ConsumerConfig(
-        stream=layout.TIMER_STREAM,
-        durable=layout.TIMER_DURABLE,
-        filter_subject=layout.timer_subject("*", "*"),
-        ack_wait_s=ack_wait_s,
-        max_ack_pending=-1,
-    )
-
-
-async def arm_timer(transport: Transport, effect: ArmTimer) -> None:
-    """Store ``effect``'s timer on ``sleep.{run}.{step}``: its ``timer.fired`` as the body, its
-    due time and id as headers, its id as the msg id (an armed timer published again is one)."""
-    ev = effect.event
-    await transport.publish(
-        layout.timer_subject(ev.run_id, ev.step_id),
-        encode_event(ev),
-        headers={TIMER_DUE_HEADER: str(effect.due_ms), TIMER_ID_HEADER: effect.timer_id},
-        msg_id=effect.timer_id,
-    )
 
 
 @final
@@ -282,7 +228,7 @@ class Engine(EngineState):
                 if out.replayed:
                     self.stats.replayed += 1
                     self._counted()
-                    await self._execute(out.effects)
+                    await execute_effects(self.transport, self.inputs, out.effects)
                 elif out.dropped is not None:
                     self.stats.dropped += 1
                     self._counted()
@@ -302,7 +248,7 @@ class Engine(EngineState):
                 self._count_applied()
             if hook_installed():  # a test's crash seam; production installs none
                 await self._dispatch_saved(out.effects)
-            await self._execute(out.effects)
+            await execute_effects(self.transport, self.inputs, out.effects)
             # Kept only now that its effects are stored: the next event decided on this copy
             # drops them from its outbox entry (AdvanceContext.outbox_stored). A failure above
             # drops the run's cached copy (_handle_group); so does a compare-and-set on the
@@ -345,38 +291,6 @@ class Engine(EngineState):
             await self._settle(d.term)
         else:
             await self._settle(d.nak, MISSING_RUN_NAK_DELAY_S)
-
-    # --- effects -------------------------------------------------------------------------------
-
-    async def _execute(self, effects: tuple[Effect, ...]) -> None:
-        t = self.transport
-        for effect in effects:
-            if isinstance(effect, PublishTask):
-                task = effect.task
-                await t.publish(
-                    layout.task_subject(task.task, task.run_id),
-                    encode_task(task),
-                    msg_id=effect.msg_id,
-                )
-            elif isinstance(effect, ArmTimer):
-                await arm_timer(t, effect)
-            elif isinstance(effect, AnnounceCancel):
-                await t.core_publish(layout.cancel_subject(effect.run_id), effect.run_id.encode())
-            elif isinstance(effect, PublishEvent):
-                await t.publish(
-                    layout.history_subject(effect.run_id),
-                    encode_event(effect.event),
-                    msg_id=effect.msg_id,
-                )
-            elif isinstance(effect, CheckQueuedInputs):
-                if await self.inputs.has_queued(effect.run_id, effect.step_id):
-                    await t.publish(
-                        layout.history_subject(effect.run_id),
-                        encode_event(InputSubmitted(effect.run_id, effect.step_id)),
-                        msg_id=effect.msg_id,
-                    )
-            elif isinstance(effect, SettleInputs):
-                await self.inputs.settle_step(effect.run_id, effect.step_id)
 
     # --- timers --------------------------------------------------------------------------------
 

@@ -1,0 +1,60 @@
+"""Carrying out a decision's effects: the I/O half of ``engine.core``'s pure answer.
+
+The engine calls :func:`execute_effects` after a decision's snapshot is saved (and again for a
+replayed event, whose effects the outbox gives back), awaited in the task handling it: each
+effect is stored before the next is sent, and all of them before the event is acked. A
+redelivered event carries them out again: tasks, events and timers carry msg ids, and the
+inputs hooks must be idempotent (``hooks.InputsHooks``).
+"""
+
+from __future__ import annotations
+
+from ..protocol import InputSubmitted, encode_event, encode_task, layout
+from ..transport import Transport
+from ._timer_stream import arm_timer
+from .effects import (
+    AnnounceCancel,
+    ArmTimer,
+    CheckQueuedInputs,
+    Effect,
+    PublishEvent,
+    PublishTask,
+    SettleInputs,
+)
+from .hooks import InputsHooks
+
+
+async def execute_effects(
+    transport: Transport, inputs: InputsHooks, effects: tuple[Effect, ...]
+) -> None:
+    """Carry ``effects`` out in order, each awaited. No checkpoint of its own: with no effects
+    it returns at once (the caller's handling of the event goes on to its ack)."""
+    for effect in effects:
+        if isinstance(effect, PublishTask):
+            task = effect.task
+            await transport.publish(
+                layout.task_subject(task.task, task.run_id),
+                encode_task(task),
+                msg_id=effect.msg_id,
+            )
+        elif isinstance(effect, ArmTimer):
+            await arm_timer(transport, effect)
+        elif isinstance(effect, AnnounceCancel):
+            await transport.core_publish(
+                layout.cancel_subject(effect.run_id), effect.run_id.encode()
+            )
+        elif isinstance(effect, PublishEvent):
+            await transport.publish(
+                layout.history_subject(effect.run_id),
+                encode_event(effect.event),
+                msg_id=effect.msg_id,
+            )
+        elif isinstance(effect, CheckQueuedInputs):
+            if await inputs.has_queued(effect.run_id, effect.step_id):
+                await transport.publish(
+                    layout.history_subject(effect.run_id),
+                    encode_event(InputSubmitted(effect.run_id, effect.step_id)),
+                    msg_id=effect.msg_id,
+                )
+        elif isinstance(effect, SettleInputs):
+            await inputs.settle_step(effect.run_id, effect.step_id)
