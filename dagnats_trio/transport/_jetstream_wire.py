@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from ._errors import (
     NotFound,
@@ -73,6 +73,13 @@ def check_key(key: str) -> str:
 def ns(seconds: float) -> int:
     """Seconds as the nanoseconds JetStream's API speaks."""
     return int(seconds * 1_000_000_000)
+
+
+#: Taken off a pull request's ``expires`` so the server ends it before the fetch's (or the
+#: worker's) own wait does (nats-py does the same).
+PULL_EXPIRES_MARGIN_NS: Final = 100_000
+#: How long a fetch waits past its own timeout for the server's end-of-request status.
+FETCH_GRACE_S: Final = 1.0
 
 
 def plain_pub_ack_seq(answer: bytes) -> int | None:

@@ -36,6 +36,8 @@ from ._interface import Delivery, Feed, Puller
 from ._jetstream import JetStreamOverRequests
 from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
 from ._jetstream_wire import (
+    FETCH_GRACE_S,
+    PULL_EXPIRES_MARGIN_NS,
     check_name,
     is_delete_marker,
     json_error,
@@ -60,11 +62,6 @@ SUBSCRIBE_BUFFER_MSGS = 256
 WATCH_BUFFER_ENTRIES = 256
 #: How long an unused watch consumer lingers on the server after its subscriber vanished.
 WATCH_INACTIVE_THRESHOLD_S = 60.0
-#: Extra time a fetch may take beyond its own timeout before the Trio side gives up on it.
-FETCH_GRACE_S = 1.0
-#: Taken off a pull request's ``expires`` so the server ends it before the fetch's own deadline
-#: (nats-py does the same).
-PULL_EXPIRES_MARGIN_NS = 100_000
 
 
 @final

@@ -23,17 +23,13 @@ from ._errors import Closed, TemporarilyUnavailable, TransportError
 from ._interface import Delivery, Feed, Puller
 from ._jetstream import JetStreamOverRequests
 from ._jetstream_batch import DirectReply, JetStreamBatches, WireMsg
-from ._jetstream_wire import api_error, check_name, ns
+from ._jetstream_wire import FETCH_GRACE_S, PULL_EXPIRES_MARGIN_NS, api_error, check_name, ns
 from ._trio_nats_batch import gather
 from ._trio_nats_core import CLOSE_TIMEOUT_S, TrioNatsCore
 from ._trio_nats_feed import FEED_BUFFER_MSGS, StandingPull
 from ._trio_nats_msgs import Pull, map_error, wire_headers
 from ._trio_nats_pulls import PULLER_BUFFER_MSGS, TrioNatsPuller
 
-#: How long a fetch waits past its own timeout for the server's end-of-request status.
-FETCH_GRACE_S = 1.0
-#: Taken off a pull request's ``expires`` so the server answers before our deadline.
-PULL_EXPIRES_MARGIN_NS = 100_000
 #: Deliveries a pull inbox buffers (more than any batch the runtime asks for).
 PULL_BUFFER_MSGS = 4096
 

@@ -39,7 +39,7 @@ import trio
 from ..nats import Msg, NatsError, ProtocolError, Subscription
 from ._errors import Closed, TemporarilyUnavailable, TransportError
 from ._interface import Delivery
-from ._jetstream_wire import api_error, ns
+from ._jetstream_wire import PULL_EXPIRES_MARGIN_NS, api_error, ns
 from ._trio_nats_feed import GIVE_BACK_TIMEOUT_S, STANDING_PULL_GRACE_S
 from ._trio_nats_msgs import TrioNatsDelivery, map_error
 
@@ -48,8 +48,6 @@ if TYPE_CHECKING:
 
 #: Deliveries a puller's inbox buffers (more than any worker's places).
 PULLER_BUFFER_MSGS = 4096
-#: Taken off a request's ``expires`` so the server ends it before the worker's own wait does.
-PULL_EXPIRES_MARGIN_NS = 100_000
 #: Most requests one puller keeps waiting: an ack with next beyond it acks plainly (its place
 #: goes back to the worker). Each request waiting holds one of the consumer's ``max_waiting``
 #: (512 by default, shared by every worker of the task type), and an ack asks for one place,
