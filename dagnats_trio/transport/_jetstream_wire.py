@@ -119,6 +119,26 @@ def api_error(code: Any, err_code: Any, description: Any, what: str) -> Transpor
     return TransportError(text)
 
 
+#: Pull request ends that are no error: no messages (404), expired or requests pending (408).
+PULL_QUIET_ENDS: Final = frozenset({404, 408})
+#: 409s that end a pull request for the server's own reasons, not the request's (what nats.go's
+#: ``Consume`` asks again after). Other 409s (a limit of the consumer's exceeded, the consumer
+#: deleted) would come back on every request.
+PULL_ASK_AGAIN_409: Final = frozenset({"leadership change", "server shutdown"})
+#: A status the server sends unasked on an idle pull request (heartbeats are not asked for).
+PULL_IDLE_HEARTBEAT: Final = 100
+
+
+def pull_end_error(status: int, description: str, what: str) -> TransportError | None:
+    """The error a pull request's end stands for; None for an end after which a standing
+    request is simply asked again (:data:`PULL_QUIET_ENDS`, :data:`PULL_ASK_AGAIN_409`)."""
+    if status in PULL_QUIET_ENDS:
+        return None
+    if status == 409 and description.lower() in PULL_ASK_AGAIN_409:
+        return None
+    return api_error(status, None, description, what)
+
+
 def json_error(err: Mapping[str, Any], what: str) -> TransportError:
     """:func:`api_error` for the ``error`` object of a JSON answer."""
     return api_error(err.get("code"), err.get("err_code"), err.get("description"), what)

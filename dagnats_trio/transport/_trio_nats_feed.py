@@ -26,7 +26,7 @@ import trio
 from ..nats import Msg, NatsError, ProtocolError, Subscription
 from ._errors import Closed
 from ._interface import Delivery
-from ._jetstream_wire import api_error, ns
+from ._jetstream_wire import PULL_IDLE_HEARTBEAT, ns, pull_end_error
 from ._trio_nats_msgs import TrioNatsDelivery, map_error
 
 if TYPE_CHECKING:
@@ -42,14 +42,6 @@ GIVE_BACK_TIMEOUT_S = 1.0
 #: Deliveries a feed's inbox buffers; a request asks for no more than half of it, so the
 #: stragglers of a request taken as lost cannot overflow it.
 FEED_BUFFER_MSGS = 4096
-#: Pull request ends the feed asks again after without a word: no messages (404), expired (408).
-_QUIET_ENDS = frozenset({404, 408})
-#: 409s that end a request for the server's own reasons, not the request's: asked again
-#: without a word too (what nats.go's ``Consume`` does). Other 409s (a limit of the consumer's
-#: exceeded, the consumer deleted) would come back on every request: raised.
-_ASK_AGAIN_409 = frozenset({"leadership change", "server shutdown"})
-#: A status the server sends unasked on an idle request (heartbeats are not asked for).
-_IDLE_HEARTBEAT = 100
 
 
 @final
@@ -149,16 +141,16 @@ class StandingPull:
                     if self._owed == 0:
                         self._token = None  # used up: the next fetch with nothing asks again
             return
-        if msg.subject != self._token or msg.status == _IDLE_HEARTBEAT:
+        if msg.subject != self._token or msg.status == PULL_IDLE_HEARTBEAT:
             return  # the end of an earlier request
         self._token = None
         self._owed = 0
+        if self._taken:
+            return
         description = msg.headers.description if msg.headers else ""
-        if msg.status in _QUIET_ENDS or self._taken:
-            return
-        if msg.status == 409 and description.lower() in _ASK_AGAIN_409:
-            return
-        raise api_error(msg.status, None, description, self._what)
+        error = pull_end_error(msg.status, description, self._what)
+        if error is not None:
+            raise error
 
     def _hand_out(self) -> list[Delivery]:
         out: list[Delivery] = []

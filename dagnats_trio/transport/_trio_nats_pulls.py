@@ -39,7 +39,7 @@ import trio
 from ..nats import Msg, NatsError, ProtocolError, Subscription
 from ._errors import Closed, TemporarilyUnavailable, TransportError
 from ._interface import Delivery
-from ._jetstream_wire import PULL_EXPIRES_MARGIN_NS, api_error, ns
+from ._jetstream_wire import PULL_EXPIRES_MARGIN_NS, PULL_IDLE_HEARTBEAT, ns, pull_end_error
 from ._trio_nats_feed import GIVE_BACK_TIMEOUT_S, STANDING_PULL_GRACE_S
 from ._trio_nats_msgs import TrioNatsDelivery, map_error
 
@@ -53,12 +53,6 @@ PULLER_BUFFER_MSGS = 4096
 #: (512 by default, shared by every worker of the task type), and an ack asks for one place,
 #: so a worker of many places could otherwise take them all.
 MAX_WAITING_REQUESTS = 32
-#: Request ends that are no error: no messages (404), expired or requests pending (408).
-_QUIET_ENDS = frozenset({404, 408})
-#: 409s the server sends for its own reasons (what nats.go's ``Consume`` asks again after).
-_ASK_AGAIN_409 = frozenset({"leadership change", "server shutdown"})
-#: A status the server sends unasked on an idle request.
-_IDLE_HEARTBEAT = 100
 
 
 @final
@@ -214,15 +208,13 @@ class TrioNatsPuller:
                 queue.rotate(-1)  # what nats-server does with a request that has places left
             return
         token = msg.subject
-        if msg.status == _IDLE_HEARTBEAT or token not in self._requests:
+        if msg.status == PULL_IDLE_HEARTBEAT or token not in self._requests:
             return
         self._end(token)
         description = msg.headers.description if msg.headers else ""
-        if msg.status in _QUIET_ENDS:
-            return
-        if msg.status == 409 and description.lower() in _ASK_AGAIN_409:
-            return
-        self._error = api_error(msg.status, None, description, self._what)
+        error = pull_end_error(msg.status, description, self._what)
+        if error is not None:
+            self._error = error
 
     def _end(self, token: str) -> None:
         request = self._requests.pop(token)
