@@ -33,6 +33,8 @@ it (a file created and one removed per run's end, on the disk the next run's wri
 
 from __future__ import annotations
 
+import functools
+
 from dagnats_trio.protocol.layout import (
     CHECKPOINTS_BUCKET,
     DEFS_BUCKET,
@@ -57,6 +59,7 @@ from dagnats_trio.protocol.layout import (
 
 from ._errors import WrongLastSequence
 from ._interface import Transport
+from ._retry import retry_transient
 from ._values import BucketSpec, StreamSpec
 
 STREAMS: tuple[StreamSpec, ...] = (
@@ -84,19 +87,28 @@ BUCKETS: tuple[BucketSpec, ...] = (
 
 
 async def provision(transport: Transport, replicas: int = 1) -> None:
-    """Create or update every stream and bucket of the layout; safe to run at every start."""
+    """Create or update every stream and bucket of the layout; safe to run at every start. Each
+    call is retried while it fails transiently (no leader, timeout: ``retry_transient``), as a
+    cluster electing its leaders answers: every call is a create-or-update, so a retry after a
+    lost answer finds its work done."""
     for stream in STREAMS:
-        await transport.ensure_stream(stream, replicas=replicas)
+        await retry_transient(functools.partial(transport.ensure_stream, stream, replicas))
         if stream.name in SENTINEL_STREAMS:
             await ensure_sentinel(transport, stream.name)
     for bucket in BUCKETS:
-        await transport.ensure_bucket(bucket, replicas=replicas)
+        await retry_transient(functools.partial(transport.ensure_bucket, bucket, replicas))
 
 
 async def ensure_sentinel(transport: Transport, stream: str) -> None:
     """Store ``stream``'s sentinel unless its subject holds one already (see the module
-    docstring); a retry after a lost answer finds it stored."""
-    try:
-        await transport.publish(sentinel_subject(stream), b"", expected_last_subject_seq=0)
-    except WrongLastSequence:
-        return
+    docstring). A transient failure is retried (``retry_transient``): a stream just created
+    with replicas may not have elected its leader yet (the cluster soak, on a loaded machine,
+    saw provisioning refused so), and a retry after a lost answer finds the sentinel stored."""
+
+    async def store() -> None:
+        try:
+            await transport.publish(sentinel_subject(stream), b"", expected_last_subject_seq=0)
+        except WrongLastSequence:
+            return
+
+    await retry_transient(store)
