@@ -18,12 +18,13 @@ from __future__ import annotations
 import itertools
 import json
 from collections import deque
+from collections.abc import Iterable
 from contextlib import suppress
 from typing import TYPE_CHECKING, final
 
 import trio
 
-from ..nats import Msg, NatsError, ProtocolError, Subscription
+from ..nats import Connection, Msg, NatsError, ProtocolError, Subscription
 from ._errors import Closed
 from ._interface import Delivery
 from ._jetstream_wire import PULL_IDLE_HEARTBEAT, ns, pull_end_error
@@ -165,24 +166,38 @@ class StandingPull:
         flush first: what the server sent before its answer is then in the inbox, not lost on
         the way (it would wait for its AckWait). Then the inbox is left, which ends the waiting
         request (the server drops a request nobody listens on), and what it holds is nakked."""
-        conn = self._conn
-        if self._token is not None and conn.is_connected:
-            with (
-                trio.CancelScope(shield=True),
-                trio.move_on_after(GIVE_BACK_TIMEOUT_S),
-                suppress(NatsError),
-            ):
-                await conn.flush(timeout_s=GIVE_BACK_TIMEOUT_S)
+        if self._token is not None:
+            await flush_before_leaving(self._conn)
         self._sub.unsubscribe()
         sub = self._sub
         while sub.buffered:
             msg = sub.next_msg_nowait()
             if msg.status is None and msg.reply is not None:
                 self._taken.append(msg)
-        for msg in self._taken:
-            assert msg.reply is not None
-            try:
-                conn.try_publish(msg.reply, b"-NAK")
-            except (NatsError, ProtocolError):
-                break  # closed: the server redelivers them after their AckWait
+        nak_each(self._conn, self._taken)
         self._taken.clear()
+
+
+async def flush_before_leaving(conn: Connection) -> None:
+    """Flush ``conn`` on the way out of a pull loop while its request waits, maybe cancelled
+    (shielded, bounded by :data:`GIVE_BACK_TIMEOUT_S`): what the server sent before the flush's
+    answer is then in the inbox, not lost on the way (it would wait for its AckWait)."""
+    if not conn.is_connected:
+        return
+    with (
+        trio.CancelScope(shield=True),
+        trio.move_on_after(GIVE_BACK_TIMEOUT_S),
+        suppress(NatsError),
+    ):
+        await conn.flush(timeout_s=GIVE_BACK_TIMEOUT_S)
+
+
+def nak_each(conn: Connection, msgs: Iterable[Msg]) -> None:
+    """Nak each delivery (redelivered at once, to whichever loop asks); on a closed connection
+    the rest are left to the server, which redelivers them after their AckWait."""
+    for msg in msgs:
+        assert msg.reply is not None
+        try:
+            conn.try_publish(msg.reply, b"-NAK")
+        except (NatsError, ProtocolError):
+            break

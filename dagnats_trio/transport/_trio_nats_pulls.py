@@ -40,7 +40,7 @@ from ..nats import Msg, NatsError, ProtocolError, Subscription
 from ._errors import Closed, TemporarilyUnavailable, TransportError
 from ._interface import Delivery
 from ._jetstream_wire import PULL_EXPIRES_MARGIN_NS, PULL_IDLE_HEARTBEAT, ns, pull_end_error
-from ._trio_nats_feed import GIVE_BACK_TIMEOUT_S, STANDING_PULL_GRACE_S
+from ._trio_nats_feed import STANDING_PULL_GRACE_S, flush_before_leaving, nak_each
 from ._trio_nats_msgs import TrioNatsDelivery, map_error
 
 if TYPE_CHECKING:
@@ -238,25 +238,14 @@ class TrioNatsPuller:
         AckWait). Then the inbox is left, which ends the waiting requests (the server drops a
         request nobody listens on), and what it holds is nakked."""
         self._left = True
-        conn = self._conn
-        if self._requests and conn.is_connected:
-            with (
-                trio.CancelScope(shield=True),
-                trio.move_on_after(GIVE_BACK_TIMEOUT_S),
-                suppress(NatsError),
-            ):
-                await conn.flush(timeout_s=GIVE_BACK_TIMEOUT_S)
+        if self._requests:
+            await flush_before_leaving(self._conn)
         self._sub.unsubscribe()
         sub = self._sub
         while sub.buffered:
             self._take(sub.next_msg_nowait())
         taken = len(self._taken)
-        for msg in self._taken:
-            assert msg.reply is not None
-            try:
-                conn.try_publish(msg.reply, b"-NAK")
-            except (NatsError, ProtocolError):
-                break  # closed: the server redelivers them after their AckWait
+        nak_each(self._conn, self._taken)
         self._taken.clear()
         if taken:
             self._on_release(taken)
