@@ -106,7 +106,7 @@ class Parser:
         return len(self._buf) - self._pos
 
     def receive_data(self, data: bytes | bytearray) -> None:
-        """Add bytes read from the peer."""
+        """Add bytes read from the peer (:meth:`feed` adds them and parses, in one call)."""
         if self._pos >= _COMPACT_AFTER_BYTES:
             del self._buf[: self._pos]
             self._pos = 0
@@ -121,128 +121,144 @@ class Parser:
             yield event
 
     def next_event(self) -> Event | Literal[NeedData.NEED_DATA]:
-        """The next whole event, or :data:`NEED_DATA`."""
-        if self._error is not None:
-            raise self._error
-        try:
-            return self._next()
-        except ProtocolError as exc:
-            self._error = exc
-            raise
+        """The next whole event, or :data:`NEED_DATA` (``on_control`` is not called: the
+        caller acts on the event)."""
+        events = self.feed(first_only=True)
+        return events[0] if events else NEED_DATA
 
     def next_events(self) -> list[Event]:
         """The whole events buffered, in order; empty when none is whole. One call per read
         instead of one per event. An event that is not a :class:`Msg` goes to ``on_control``
         before the rest is parsed (an INFO may change the limits); without ``on_control`` the
         list ends with it, for the caller to act on before it calls again."""
+        return self.feed()
+
+    def feed(self, data: bytes | bytearray = b"", *, first_only: bool = False) -> list[Event]:
+        """Add ``data`` (bytes read from the peer) and return the whole events buffered, as
+        :meth:`receive_data` then :meth:`next_events` do: the reader's one call per read, with
+        every message of the read parsed in this frame (no call per message). ``first_only``
+        returns at most one event, and calls no ``on_control`` (:meth:`next_event`)."""
         if self._error is not None:
             raise self._error
+        if data:
+            if self._pos >= _COMPACT_AFTER_BYTES:
+                del self._buf[: self._pos]
+                self._pos = 0
+            self._buf += data
         out: list[Event] = []
+        buf = self._buf
         try:
             while True:
-                if self._pending is None and not self._buf:
+                pending = self._pending
+                if pending is None and not buf:
                     # All consumed (how a read usually ends; a whole event that ends the
                     # buffer empties it): no call to find out, not even ``len``.
                     return out
-                event = self._next()
-                if event is NEED_DATA:
+                size = len(buf)  # once per event: nothing below adds to the buffer
+                if pending is None:
+                    pos = self._pos
+                    if pos == size:
+                        return out  # all consumed: nothing to scan
+                    # The hot path, in this frame: a well-formed ``MSG``/``HMSG`` line (every
+                    # reply and delivery) matched where it lies in the buffer, in one regular
+                    # expression (no copy of the line, no split). Anything else, or anything
+                    # odd about it (a lower-case op, a tab or two spaces between arguments, a
+                    # wrong argument count, a size that is no plain count, a bound passed, a
+                    # token that is not UTF-8, a line not yet whole), leaves ``pending`` None
+                    # and :meth:`_parse_line` parses it, raising its own errors; so this only
+                    # skips work, never a check.
+                    first = buf[pos]
+                    match = None
+                    header_bytes: int | None = None
+                    total = 0
+                    if first == _M:
+                        match = _MSG_LINE.match(buf, pos)
+                        if match is not None:
+                            total = int(match[4])
+                    elif first == _H:
+                        match = _HMSG_LINE.match(buf, pos)
+                        if match is not None:
+                            header_bytes = int(match[4])
+                            total = int(match[5])
+                            if header_bytes > total or header_bytes > MAX_HEADER_BYTES:
+                                match = None
+                    if match is not None:
+                        end = match.end()
+                        if (
+                            total <= self.max_payload_bytes
+                            and end - pos - 2 <= self.max_control_line_bytes
+                        ):
+                            reply = match[3]  # the groups by subscript: no call, unlike groups()
+                            try:
+                                pending = (
+                                    True,
+                                    match[1].decode(),
+                                    match[2].decode(),
+                                    None if reply is None else reply.decode(),
+                                    header_bytes,
+                                    total,
+                                )
+                            except UnicodeDecodeError:
+                                pass
+                            else:
+                                self._pos = end  # the payload follows
+                    if pending is None:
+                        end = buf.find(_CRLF, pos)
+                        if end < 0:
+                            self._check_partial_line()
+                            return out
+                        line = bytes(buf[pos:end])
+                        self._pos = end + 2
+                        if self._pos == size:
+                            del buf[:]  # a statement, not a call: emptied in place
+                            self._pos = size = 0
+                        event = self._parse_line(line)
+                        if event is None:
+                            pending = self._pending
+                            assert pending is not None
+                        else:
+                            out.append(event)
+                            if first_only or self._on_control is None:
+                                return out
+                            self._on_control(event)
+                            continue
+                is_msg, subject, sid, reply_text, header_size, total_bytes = pending
+                start = self._pos
+                stop = start + total_bytes
+                if size < stop + 2:
+                    self._pending = pending  # the payload is awaited
                     return out
-                out.append(event)
-                if type(event) is not Msg:
-                    if self._on_control is None:
+                if buf[stop : stop + 2] != _CRLF:
+                    op = ("H" if header_size is not None else "") + ("MSG" if is_msg else "PUB")
+                    raise ProtocolError(
+                        f"{op}: payload of {total_bytes} bytes not followed by CRLF"
+                    )
+                headers = None
+                body_start = start
+                if header_size is not None:
+                    body_start = start + header_size
+                    headers = parse_headers(bytes(buf[start:body_start]))
+                payload = bytes(buf[body_start:stop])
+                self._pos = stop + 2
+                if self._pos == size:
+                    del buf[:]
+                    self._pos = 0
+                self._pending = None
+                if is_msg:
+                    out.append(Msg(subject, sid, payload, reply_text, headers))
+                else:
+                    pub = Pub(subject, payload, reply_text, headers)
+                    out.append(pub)
+                    if first_only or self._on_control is None:
                         return out
-                    self._on_control(event)
+                    self._on_control(pub)
+                if first_only:
+                    return out
         except ProtocolError as exc:
             self._error = exc
             raise
 
     # --- internals ------------------------------------------------------------------------
-
-    def _next(self) -> Event | Literal[NeedData.NEED_DATA]:
-        buf = self._buf
-        size = len(buf)  # once: nothing below adds to the buffer
-        pending = self._pending
-        if pending is None:
-            pos = self._pos
-            if pos == size:
-                return NEED_DATA  # all consumed (the reader's every last call): nothing to scan
-            # The hot path, in this frame (no call per message): a well-formed ``MSG``/``HMSG``
-            # line (every reply and delivery) matched where it lies in the buffer, in one
-            # regular expression (no copy of the line, no split). Anything else, or anything
-            # odd about it (a lower-case op, a tab or two spaces between arguments, a wrong
-            # argument count, a size that is no plain count, a bound passed, a token that is
-            # not UTF-8, a line not yet whole), leaves ``pending`` None and :meth:`_parse_line`
-            # parses it, raising its own errors; so this only skips work, never a check.
-            first = buf[pos]
-            match = None
-            header_bytes: int | None = None
-            total = 0
-            if first == _M:
-                match = _MSG_LINE.match(buf, pos)
-                if match is not None:
-                    total = int(match[4])
-            elif first == _H:
-                match = _HMSG_LINE.match(buf, pos)
-                if match is not None:
-                    header_bytes = int(match[4])
-                    total = int(match[5])
-                    if header_bytes > total or header_bytes > MAX_HEADER_BYTES:
-                        match = None
-            if match is not None:
-                end = match.end()
-                if total <= self.max_payload_bytes and end - pos - 2 <= self.max_control_line_bytes:
-                    reply = match[3]  # the groups by subscript: no call, unlike groups()
-                    try:
-                        pending = (
-                            True,
-                            match[1].decode(),
-                            match[2].decode(),
-                            None if reply is None else reply.decode(),
-                            header_bytes,
-                            total,
-                        )
-                    except UnicodeDecodeError:
-                        pass
-                    else:
-                        self._pos = end  # the payload follows
-            if pending is None:
-                end = buf.find(_CRLF, pos)
-                if end < 0:
-                    self._check_partial_line()
-                    return NEED_DATA
-                line = bytes(buf[pos:end])
-                self._pos = end + 2
-                if self._pos == size:
-                    del buf[:]  # a statement, not a call: emptied in place
-                    self._pos = size = 0
-                event = self._parse_line(line)
-                if event is not None:
-                    return event
-                pending = self._pending
-                assert pending is not None
-        is_msg, subject, sid, reply_text, header_size, total_bytes = pending
-        start = self._pos
-        stop = start + total_bytes
-        if size < stop + 2:
-            self._pending = pending  # the payload is awaited
-            return NEED_DATA
-        if buf[stop : stop + 2] != _CRLF:
-            op = ("H" if header_size is not None else "") + ("MSG" if is_msg else "PUB")
-            raise ProtocolError(f"{op}: payload of {total_bytes} bytes not followed by CRLF")
-        headers = None
-        body_start = start
-        if header_size is not None:
-            body_start = start + header_size
-            headers = parse_headers(bytes(buf[start:body_start]))
-        payload = bytes(buf[body_start:stop])
-        self._pos = stop + 2
-        if self._pos == size:
-            del buf[:]
-            self._pos = 0
-        self._pending = None
-        if is_msg:
-            return Msg(subject, sid, payload, reply_text, headers)
-        return Pub(subject, payload, reply_text, headers)
 
     def _check_partial_line(self) -> None:
         waiting = len(self._buf) - self._pos

@@ -33,6 +33,9 @@ class ClientProtocol:
         #: parser's own method, one call per read; an event that is not a MSG is checked (and
         #: an INFO's limits taken) as it is parsed, before the events after it.
         self.events: Callable[[], list[Event]] = self._parser.next_events
+        #: :attr:`receive_data` then :attr:`events`, in one call of the parser's own method:
+        #: the reader's, once per read.
+        self.feed: Callable[[bytes | bytearray], list[Event]] = self._parser.feed
         self._info: Info | None = None
         # Kept as a plain attribute (read on every PUB): the INFO's limit once one came.
         self._max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES

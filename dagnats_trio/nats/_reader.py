@@ -34,19 +34,21 @@ async def read_events(
     Trio's wait is passed through again on every read (a wrapper that caught the errors was one
     more, twice per request round trip)."""
     try:
+        # What the handshake read past its INFO, then each read's events: the bytes added and
+        # every whole event parsed in one call (``feed``).
+        for event in protocol.events():
+            dispatch(event)
+        feed = protocol.feed
         fd = direct_fd(stream)
         if fd is None:
             while True:
-                for event in protocol.events():
-                    dispatch(event)
                 data = await stream.receive_some(READ_CHUNK_BYTES)
                 if not data:
                     raise ConnectionLostError("the server closed the connection")
-                protocol.receive_data(data)
+                for event in feed(data):
+                    dispatch(event)
         full = False
         while True:
-            for event in protocol.events():
-                dispatch(event)
             if not full:
                 await trio.lowlevel.wait_readable(fd)
             try:
@@ -57,7 +59,8 @@ async def read_events(
             if not data:
                 raise ConnectionLostError("the server closed the connection")
             full = len(data) == READ_CHUNK_BYTES
-            protocol.receive_data(data)
+            for event in feed(data):
+                dispatch(event)
             if full:
                 # A busy socket must not starve the other tasks: a checkpoint per chunk.
                 await trio.lowlevel.checkpoint()

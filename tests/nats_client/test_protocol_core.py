@@ -203,13 +203,15 @@ server_events: st.SearchStrategy[Event] = st.one_of(
     st.lists(st.integers(0, 4000), max_size=12),
 )
 def test_events_in_one_call_are_next_event_one_by_one(batch: list[Event], cuts: list[int]) -> None:
-    """``events()`` (the reader's one call per read) gives what ``next_event`` until
-    ``NEED_DATA`` gives, INFO's new limits applied to what follows it, and the same error."""
+    """``events()`` and ``feed(data)`` (the reader's one call per read: the bytes added and
+    parsed) give what ``next_event`` until ``NEED_DATA`` gives, INFO's new limits applied to
+    what follows it, and the same error."""
     data = b"".join(encode(event) for event in batch)
-    one, bulk = ClientProtocol(), ClientProtocol()
+    one, bulk, fed = ClientProtocol(), ClientProtocol(), ClientProtocol()
     got_one: list[Event] = []
     got_bulk: list[Event] = []
-    error_one = error_bulk = None
+    got_fed: list[Event] = []
+    error_one = error_bulk = error_fed = None
     for piece in split_at(data, cuts):
         one.receive_data(piece)
         bulk.receive_data(piece)
@@ -223,11 +225,19 @@ def test_events_in_one_call_are_next_event_one_by_one(batch: list[Event], cuts: 
                 got_bulk += bulk.events()
             except ProtocolError as exc:
                 error_bulk = str(exc)
-    assert error_bulk == error_one
+        if error_fed is None:
+            try:
+                got_fed += fed.feed(piece)
+            except ProtocolError as exc:
+                error_fed = str(exc)
+    assert error_bulk == error_one == error_fed
     if error_one is None:
-        assert got_bulk == got_one == batch
+        assert got_fed == got_bulk == got_one == batch
     else:  # the events of the failed read before the error are not handed out
-        assert got_one[: len(got_bulk)] == got_bulk
+        assert got_one[: len(got_bulk)] == got_bulk == got_fed
+    if error_fed is not None:  # failed for good: the framing is lost
+        with pytest.raises(ProtocolError):
+            fed.feed(b"PING\r\n")
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
