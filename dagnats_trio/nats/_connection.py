@@ -170,7 +170,7 @@ class Connection(ConnectionLifecycle):
         before the request, in the same write to the socket; a message the server would refuse
         raises :class:`ProtocolError` before any of them is queued."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        deadline = self._clock.current_time() + timeout_s  # trio.current_time(), 2 calls fewer
+        deadline = self.current_time() + timeout_s
         token, reply, slot = self._mux.open(deadline)
         try:
             data = self._encode_pub(subject, payload, reply, headers)
@@ -209,7 +209,7 @@ class Connection(ConnectionLifecycle):
             await trio.lowlevel.checkpoint()
             return []
         await trio.lowlevel.checkpoint_if_cancelled()
-        deadline = trio.current_time() + timeout_s
+        deadline = self.current_time() + timeout_s
         opened: list[tuple[str, ReplySlot]] = []
         try:
             frames = []
@@ -267,7 +267,7 @@ class Connection(ConnectionLifecycle):
                 self._mux.disarm(token)
             if sub.buffered:
                 return sub.next_msg_nowait()
-            if not sub.closed and self._clock.current_time() >= deadline:
+            if not sub.closed and self.current_time() >= deadline:
                 return None
             # Woken for a message another waiter took: wait again.
 

@@ -85,10 +85,11 @@ class ConnectionLifecycle:
             max_rounds=max_reconnect_rounds,
             rng=rng,
         )
-        # The clock of the Trio run the connection is opened in (it is made inside one, by
-        # open_connection), read directly: ``trio.current_time()`` reads the same clock through
-        # two more frames, and a request reads it once for its deadline.
-        self._clock = trio.lowlevel.current_clock()
+        #: ``trio.current_time()`` without its two frames: the clock of the Trio run the
+        #: connection is opened in (it is made inside one, by open_connection), read directly.
+        #: Every request reads it for its deadline, and every fetch of a pull consumer on
+        #: this connection for its own.
+        self.current_time: Callable[[], float] = trio.lowlevel.current_clock().current_time
         self._wire = ClientProtocol()
         self._outbox = Outbox()
         self._pings = Pings(max_outstanding_pings)

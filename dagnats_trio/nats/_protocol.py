@@ -9,8 +9,9 @@ them. The caller owns the socket, the clock and every wait.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Literal, final
+from typing import Literal, Protocol, final
 
 from ._encoder import encode, encode_pub
 from ._errors import ProtocolError
@@ -18,6 +19,14 @@ from ._events import CLIENT_EVENTS, SERVER_EVENTS, Event, Info, Msg, Pub
 from ._headers import Headers
 from ._limits import DEFAULT_MAX_PAYLOAD_BYTES
 from ._parser import NeedData, Parser
+
+
+class _SendPub(Protocol):
+    """What :attr:`ClientProtocol.send_pub` is: the bytes of a PUB/HPUB from its fields."""
+
+    def __call__(
+        self, subject: str, payload: bytes, reply: str | None, headers: Headers | None, /
+    ) -> bytes: ...
 
 
 @final
@@ -39,6 +48,7 @@ class ClientProtocol:
         self._info: Info | None = None
         # Kept as a plain attribute (read on every PUB): the INFO's limit once one came.
         self._max_payload_bytes = DEFAULT_MAX_PAYLOAD_BYTES
+        self._bind_send_pub()
 
     @property
     def info(self) -> Info | None:
@@ -72,6 +82,7 @@ class ClientProtocol:
             self._info = event
             self._max_payload_bytes = event.max_payload
             self._parser.max_payload_bytes = event.max_payload
+            self._bind_send_pub()
 
     def send(self, event: Event) -> bytes:
         """The bytes that send ``event`` to the server."""
@@ -86,11 +97,22 @@ class ClientProtocol:
             raise ProtocolError("HPUB: the server does not support headers")
         return encode(event, max_payload_bytes=self.max_payload_bytes)
 
-    def send_pub(
+    def _bind_send_pub(self) -> None:
+        """Set :attr:`send_pub` for the limits known now (at start and on every INFO): while
+        the server takes headers (or has not said), :func:`encode_pub` itself with the
+        server's ``max_payload`` bound (a ``functools.partial``: no Python frame of this class
+        on every request and publish); else :meth:`_send_pub_checked`, which refuses HPUB."""
+        if self._info is None or self._info.headers:
+            self.send_pub: _SendPub = functools.partial(
+                encode_pub, max_payload_bytes=self._max_payload_bytes
+            )
+        else:
+            self.send_pub = self._send_pub_checked
+
+    def _send_pub_checked(
         self, subject: str, payload: bytes, reply: str | None, headers: Headers | None
     ) -> bytes:
-        """The bytes of a PUB/HPUB: :meth:`send` of a :class:`Pub`, without making one (every
-        request and publish comes this way)."""
-        if headers is not None and self._info is not None and not self._info.headers:
+        """:attr:`send_pub` for a server that does not take headers."""
+        if headers is not None:
             raise ProtocolError("HPUB: the server does not support headers")
         return encode_pub(subject, payload, reply, headers, self._max_payload_bytes)

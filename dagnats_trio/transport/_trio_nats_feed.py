@@ -89,12 +89,11 @@ class StandingPull:
             await trio.lowlevel.checkpoint()
             return self._hand_out()
         conn = self._conn
-        deadline = trio.current_time() + timeout_s
+        now = conn.current_time  # trio.current_time() without its two frames
+        deadline = now() + timeout_s
         while True:
             if conn.is_connected and (
-                self._token is None
-                or conn.reconnects != self._reconnects
-                or trio.current_time() >= self._lost_at
+                self._token is None or conn.reconnects != self._reconnects or now() >= self._lost_at
             ):
                 await self._ask()
             wait_until = deadline if self._token is None else min(deadline, self._lost_at)
@@ -107,7 +106,7 @@ class StandingPull:
                 self._drain()
                 if self._taken:
                     return self._hand_out()
-            elif trio.current_time() >= deadline:
+            elif now() >= deadline:
                 return []
 
     async def _ask(self) -> None:
@@ -125,7 +124,7 @@ class StandingPull:
         self._token = token
         self._owed = self._asked
         self._reconnects = conn.reconnects
-        self._lost_at = trio.current_time() + STANDING_PULL_EXPIRES_S + STANDING_PULL_GRACE_S
+        self._lost_at = conn.current_time() + STANDING_PULL_EXPIRES_S + STANDING_PULL_GRACE_S
 
     def _drain(self) -> None:
         """Take what the inbox buffered, without a scheduler pass per message."""

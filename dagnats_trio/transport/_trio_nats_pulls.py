@@ -130,7 +130,7 @@ class TrioNatsPuller:
         self._open(token, n)
 
     def _open(self, token: str, n: int) -> None:
-        lost_at = trio.current_time() + self._expires_s + STANDING_PULL_GRACE_S
+        lost_at = self._conn.current_time() + self._expires_s + STANDING_PULL_GRACE_S
         self._requests[token] = _Request(n, self._conn.reconnects, lost_at)
         self._queue.append(token)
         self._asked += n
@@ -141,7 +141,8 @@ class TrioNatsPuller:
         if self._taken or not self._asked:
             await trio.lowlevel.checkpoint()
             return self._hand_out()
-        deadline = trio.current_time() + timeout_s
+        now = self._conn.current_time  # trio.current_time() without its two frames
+        deadline = now() + timeout_s
         while True:
             oldest = next(iter(self._requests.values()), None)
             wait_until = deadline if oldest is None else min(deadline, oldest.lost_at)
@@ -152,7 +153,7 @@ class TrioNatsPuller:
             if msg is not None:
                 self._take(msg)
             self._drain()
-            if self._taken or not self._asked or trio.current_time() >= deadline:
+            if self._taken or not self._asked or now() >= deadline:
                 return self._hand_out()
 
     def ack_next(self, delivery: Delivery) -> bool:
@@ -179,7 +180,7 @@ class TrioNatsPuller:
         while sub.buffered:
             self._take(sub.next_msg_nowait())
         if self._requests:
-            now = trio.current_time()
+            now = self._conn.current_time()
             reconnects = self._conn.reconnects
             for token, request in list(self._requests.items()):
                 if request.reconnects == reconnects and now < request.lost_at:

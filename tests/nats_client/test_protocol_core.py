@@ -469,6 +469,24 @@ def test_roles_client_sends_client_ops_and_receives_server_ops() -> None:
     assert proto.send(Ping()) == b"PING\r\n"
 
 
+def test_send_pub_follows_each_info_s_headers_and_max_payload() -> None:
+    # send_pub is bound anew on every INFO: its limit and whether HPUB may go out.
+    proto = ClientProtocol()
+    assert proto.send_pub("a", b"x" * 20, None, Headers.of(K="v")).startswith(b"HPUB a ")
+    proto.receive_data(encode(Info(headers=False, max_payload=16)))
+    proto.next_event()
+    with pytest.raises(ProtocolError, match="HPUB: the server does not support headers"):
+        proto.send_pub("a", b"x", None, Headers.of(K="v"))
+    with pytest.raises(ProtocolError, match="over max_payload 16"):
+        proto.send_pub("a", b"x" * 17, None, None)
+    assert proto.send_pub("a", b"x" * 16, "r", None) == b"PUB a r 16\r\n" + b"x" * 16 + b"\r\n"
+    proto.receive_data(encode(Info(headers=True, max_payload=32)))
+    assert proto.events() == [Info(headers=True, max_payload=32)]
+    with pytest.raises(ProtocolError, match="over max_payload 32"):
+        proto.send_pub("a", b"x" * 33, None, None)
+    assert proto.send_pub("a", b"x" * 10, None, Headers.of(K="v")).startswith(b"HPUB a ")
+
+
 def test_headers_lookup_is_case_insensitive_and_keeps_repeats() -> None:
     headers = Headers(fields=(("Nats-Msg-Id", "1"), ("nats-msg-id", "2")))
     assert headers.get("NATS-MSG-ID") == "1"
