@@ -41,8 +41,13 @@ class Subscription:
         self._on_close = on_close
         self._dropped = 0
         self._delivered = 0
-        self._taken = 0
-        self._closed_flag = False
+        #: Messages waiting in the buffer: :meth:`next_msg_nowait` returns one while this is
+        #: positive (a check without the ``WouldBlock`` raised and caught when it is zero). A
+        #: plain attribute, kept by the calls that put and take (read by every fetch's loop,
+        #: where a property was a call each time); read it, never set it.
+        self.buffered = 0
+        #: Whether the subscription is closed (no more messages will arrive); read only.
+        self.closed = False
         # Slots of callers waiting with a deadline (Connection.next_msg_before): woken by the
         # next delivery and by the close.
         self._waiters: list[ReplySlot] = []
@@ -57,28 +62,17 @@ class Subscription:
         """Messages put in the buffer."""
         return self._delivered
 
-    @property
-    def buffered(self) -> int:
-        """Messages waiting in the buffer: :meth:`next_msg_nowait` returns one while this is
-        positive (a check without the ``WouldBlock`` raised and caught when it is zero)."""
-        return self._delivered - self._taken
-
-    @property
-    def closed(self) -> bool:
-        """Whether the subscription is closed (no more messages will arrive)."""
-        return self._closed_flag
-
     async def next_msg(self) -> Msg:
         """The next message; ``trio.EndOfChannel`` once closed and emptied. Cancel-safe: a
         cancelled wait takes no message."""
         msg = await self._receive.receive()
-        self._taken += 1
+        self.buffered -= 1
         return msg
 
     def next_msg_nowait(self) -> Msg:
         """A buffered message, or ``trio.WouldBlock`` (``trio.EndOfChannel`` once closed)."""
         msg = self._receive.receive_nowait()
-        self._taken += 1
+        self.buffered -= 1
         return msg
 
     def __aiter__(self) -> Subscription:
@@ -89,12 +83,12 @@ class Subscription:
             msg = await self._receive.receive()
         except trio.EndOfChannel:
             raise StopAsyncIteration from None
-        self._taken += 1
+        self.buffered -= 1
         return msg
 
     def unsubscribe(self) -> None:
         """Stop delivery now (UNSUB is queued); buffered messages stay readable."""
-        if not self._closed_flag:
+        if not self.closed:
             self._on_close(self)
 
     # --- called by the connection ------------------------------------------------------------
@@ -108,11 +102,12 @@ class Subscription:
             pass
         else:
             self._delivered += 1
+            self.buffered += 1
             if self._waiters:
                 self._wake_waiters()
 
     def _close(self) -> None:
-        self._closed_flag = True
+        self.closed = True
         self._send.close()
         self._wake_waiters()
 
