@@ -130,7 +130,7 @@ class Connection(ConnectionLifecycle):
         await trio.lowlevel.checkpoint_if_cancelled()
         data = self._encode_pub(subject, payload, reply, headers)
         await self._outbox.wait_for_room(len(data), self._check_open)
-        self._queue(data)
+        self._outbox.write(data)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     def try_publish(
@@ -153,7 +153,7 @@ class Connection(ConnectionLifecycle):
         pass and shares its system call with what the connection queues after it (the pull
         request of the next fetch, the frames of other runs); at once otherwise."""
         data = self._encode_pub(subject, payload, reply, headers)
-        return self._queue(data, soon=soon, if_room=True)
+        return self._outbox.write(data, soon=soon, if_room=True)
 
     async def request(
         self,
@@ -179,13 +179,13 @@ class Connection(ConnectionLifecycle):
                 frames = [send(p.subject, bytes(p.payload), p.reply, p.headers) for p in preceding]
                 frames.append(data)
                 data = b"".join(frames)
-            if self._queue(data, if_room=True):
+            if self._outbox.write(data, if_room=True):
                 # The common case: no cancel scope of our own (the mux times the request out).
                 await slot.wait()
             else:
                 with trio.move_on_at(deadline):
                     await self._outbox.wait_for_room(len(data), self._check_open)
-                    self._queue(data)
+                    self._outbox.write(data)
                     await slot.wait()
         finally:
             self._mux.forget(token)
@@ -223,7 +223,7 @@ class Connection(ConnectionLifecycle):
                     await self._outbox.wait_for_room(len(data), self._check_open)
             if self._outbox.has_room(len(data)):
                 # No cancel scope of our own: the mux wakes each slot at its deadline.
-                self._queue(data)
+                self._outbox.write(data)
                 for _, slot in opened:
                     if not slot.woken:
                         await slot.wait()
@@ -312,7 +312,7 @@ class Connection(ConnectionLifecycle):
             on_close=self._unsubscribe,
         )
         self._subs[sid] = sub
-        self._queue(data)
+        self._outbox.write(data)
         try:
             yield sub
         finally:
@@ -326,7 +326,7 @@ class Connection(ConnectionLifecycle):
             return
         for sub in list(self._subs.values()):
             if sub.sid != _MUX_SID:
-                self._queue(self._wire.send(Unsub(sub.sid)))
+                self._outbox.write(self._wire.send(Unsub(sub.sid)))
         with trio.move_on_after(timeout_s):
             await self.flush(timeout_s=timeout_s)
         self._close("the connection was drained and closed")

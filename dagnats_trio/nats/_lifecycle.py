@@ -43,13 +43,6 @@ from ._waiters import PongWaiter
 
 #: The request mux's subscription id (user subscriptions count up from 2).
 _MUX_SID = "1"
-#: Requests in flight on a connection from which its frames are written together at the end
-#: of the scheduler pass (see :class:`Outbox`); with fewer, each goes out at once. Four: one
-#: agent run at a time has three in flight on a connection once a run (a start's definition
-#: read beside its two index publishes, ``engine.index_start``), and the instrument that writes
-#: at the end of the pass would then stay installed, costing every pass a call (at three, about
-#: 230 Python calls per sequential agent run, ``bench --profile``).
-COALESCE_MIN_REQUESTS = 4
 
 
 class ConnectionLifecycle:
@@ -91,11 +84,12 @@ class ConnectionLifecycle:
         #: this connection for its own.
         self.current_time: Callable[[], float] = trio.lowlevel.current_clock().current_time
         self._wire = ClientProtocol()
-        self._outbox = Outbox()
+        self._mux = RequestMux()
+        # Reads the mux's count of requests in flight to tell a busy connection.
+        self._outbox = Outbox(self._mux)
         self._pings = Pings(max_outstanding_pings)
         self._subs: dict[str, Subscription] = {}
         self._sids = itertools.count(int(_MUX_SID) + 1)
-        self._mux = RequestMux()
         # The request mux's subscription: resubscribed like any other; the reader routes its
         # messages to the mux instead of this buffer.
         self._subs[_MUX_SID] = Subscription(
@@ -138,20 +132,13 @@ class ConnectionLifecycle:
         data = payload if type(payload) is bytes else bytes(payload)
         return self._wire.send_pub(subject, data, reply, block)
 
-    def _queue(self, data: bytes, *, soon: bool = False, if_room: bool = False) -> bool:
-        """Queue ``data`` (see :meth:`Outbox.write`; with ``if_room``, only if it fits: False
-        when not)."""
-        return self._outbox.write(
-            data, busy=self._mux.pending >= COALESCE_MIN_REQUESTS, soon=soon, if_room=if_room
-        )
-
     def _queue_ping(self, waiter: PongWaiter) -> None:
         self._pings.sent(waiter)
         self._outbox.write_ping()
 
     def _unsubscribe(self, sub: Subscription) -> None:
         if self._subs.pop(sub.sid, None) is not None and not self._closed:
-            self._queue(self._wire.send(Unsub(sub.sid)))
+            self._outbox.write(self._wire.send(Unsub(sub.sid)))
         sub._close()
 
     # --- internals: one socket ---------------------------------------------------------------
@@ -220,7 +207,7 @@ class ConnectionLifecycle:
             if self._server is not None:
                 self._servers.learn(event.connect_urls, self._server)
         elif isinstance(event, Ping):
-            self._queue(PONG_BYTES)
+            self._outbox.write(PONG_BYTES)
         elif isinstance(event, Pong):
             self._pings.pong()
         elif isinstance(event, Err):

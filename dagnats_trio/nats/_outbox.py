@@ -4,8 +4,8 @@ the socket does not take queued for one writer task that sends it with ``send_al
 
 Callers never await the socket. On a plain TCP socket on POSIX, :meth:`Outbox.write` makes one
 non-blocking ``os.write`` when nothing is queued and the writer is not sending, so bytes keep
-their order; whatever the socket does not take is queued whole. A busy connection (the caller
-says so: other requests in flight) instead leaves its frames to the end of the scheduler pass,
+their order; whatever the socket does not take is queued whole. A busy connection (its request
+mux says so: other requests in flight) instead leaves its frames to the end of the scheduler pass,
 where one Trio instrument's ``before_io_wait`` (called once per pass, just before Trio waits
 for I/O) writes each socket's frames with one ``os.write``: 50 runs at once queue about ten
 frames per pass on a connection, which then cost one system call and one read by the server
@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
-from typing import Final, final
+from typing import Final, Protocol, final
 
 import trio
 
@@ -37,6 +37,20 @@ COALESCE_MAX_BYTES: Final = 64 * 1024
 #: Passes in a row without a busy connection's frames left for their end before the instrument
 #: removes itself.
 PASS_END_IDLE_PASSES: Final = 256
+#: Requests in flight on a connection from which its frames are written together at the end
+#: of the scheduler pass; with fewer, each goes out at once. Four: one agent run at a time has
+#: three in flight on a connection once a run (a start's definition read beside its two index
+#: publishes, ``engine.index_start``), and the instrument that writes at the end of the pass
+#: would then stay installed, costing every pass a call (at three, about 230 Python calls per
+#: sequential agent run, ``bench --profile``).
+COALESCE_MIN_REQUESTS: Final = 4
+
+
+class InFlight(Protocol):
+    """What tells the outbox how busy its connection is: the request mux."""
+
+    #: Requests waiting for their reply.
+    pending: int
 
 
 def direct_fd(stream: trio.abc.Stream) -> int | None:
@@ -107,9 +121,12 @@ def _pass_end() -> _PassEnd:
 
 @final
 class Outbox:
-    """One connection's outgoing buffer and its writer."""
+    """One connection's outgoing buffer and its writer. ``in_flight`` (the connection's
+    request mux) says whether the connection is busy (:data:`COALESCE_MIN_REQUESTS`), read by
+    :meth:`write` itself: no frame of the connection's around every write."""
 
-    def __init__(self) -> None:
+    def __init__(self, in_flight: InFlight) -> None:
+        self._in_flight = in_flight
         self._out = bytearray()
         self._ready = trio.Event()
         self._room = trio.Event()
@@ -154,19 +171,18 @@ class Outbox:
         """The socket is gone: queue everything until the next one."""
         self._fd = None
 
-    def write(
-        self, data: bytes, *, busy: bool = False, soon: bool = False, if_room: bool = False
-    ) -> bool:
+    def write(self, data: bytes, *, soon: bool = False, if_room: bool = False) -> bool:
         """Queue ``data`` whole and return True; with ``if_room``, only if :meth:`has_room`
         says it fits (False, nothing queued, when not): the test made in this call, for a
         request or a ``try_publish``, where a call of :meth:`has_room` was one more per frame.
         On a plain socket with nothing queued and the writer idle it goes out now, or, when the
-        connection is ``busy``, at the end of this scheduler pass with the other frames of the
-        pass (at once past :data:`COALESCE_MAX_BYTES`); what the socket does not take goes to
-        the writer. A frame nobody waits on (an ack) may go ``soon``: at the end of the pass
-        too while the end of the pass is watched anyway (some connection was busy lately), so
-        it shares a write with the frames queued after it in the pass; at once otherwise
-        (watching the end of every pass for it would cost more than the write it saves)."""
+        connection is busy (:data:`COALESCE_MIN_REQUESTS` requests in flight), at the end of
+        this scheduler pass with the other frames of the pass (at once past
+        :data:`COALESCE_MAX_BYTES`); what the socket does not take goes to the writer. A frame
+        nobody waits on (an ack) may go ``soon``: at the end of the pass too while the end of
+        the pass is watched anyway (some connection was busy lately), so it shares a write
+        with the frames queued after it in the pass; at once otherwise (watching the end of
+        every pass for it would cost more than the write it saves)."""
         out = self._out
         was_empty = not out  # (no call: what ``len(out) == len(data)`` after told, with one)
         if if_room and not was_empty and len(out) + len(data) > MAX_PENDING_BYTES:
@@ -177,7 +193,9 @@ class Outbox:
         elif self._due:
             if len(out) >= COALESCE_MAX_BYTES:
                 self.write_now()
-        elif busy or (soon and self._pass_end is not None and self._pass_end.installed):
+        elif (busy := self._in_flight.pending >= COALESCE_MIN_REQUESTS) or (
+            soon and self._pass_end is not None and self._pass_end.installed
+        ):
             self._due = True
             assert self._pass_end is not None
             self._pass_end.add(self, busy=busy)

@@ -69,16 +69,17 @@ MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 48
 #: passed through again on every read); 28 measured at 8c927c1, 26 since read_events handles the
 #: socket's errors itself (the guard coroutine around it was resumed on every read); 24 since
 #: the outbox tests a frame's room in the write (no ``has_room`` call per request) and the mux
-#: tests its heap's slack itself (no ``_prune`` call per answered request).
-MAX_CONNECTION_CALLS_PER_ROUND_TRIP: Final = 25
+#: tests its heap's slack itself (no ``_prune`` call per answered request); 22 since the
+#: outbox reads the mux's count of requests in flight itself (no ``_queue`` frame per frame).
+MAX_CONNECTION_CALLS_PER_ROUND_TRIP: Final = 23
 #: The same with the built-in calls they make: 62 while the request mux made each token with
 #: ``format(next(...))``, counted the requests in flight with ``len`` and read its alarm's
 #: deadline through the scope's property, and a reply slot's wait was a coroutine of its own;
 #: 56 since; 52 since the reader task runs read_events itself; 53 measured at 8c927c1, 51 since
 #: read_events handles the socket's errors itself; 40 since (as above, and a frame's kinds
 #: told by ``type(...) is``: no ``isinstance``, ``bytes`` or ``len`` call per frame in the
-#: common case).
-MAX_CONNECTION_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 44
+#: common case); 38 since (as above).
+MAX_CONNECTION_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 40
 #: The Trio shell around the core: connection (its calls, its lifecycle), request mux, outbox,
 #: reply slots, reader.
 CONNECTION_MODULES: Final = (
