@@ -137,6 +137,12 @@ class Journal(HandleState):
         check_tool_args(call, replay)
         with self._guard:
             self._check_open()
+            planned = self._pairs.take_same(call, replay, self._next_call)
+            if planned is not None:
+                # Decided (RUN) and stored with the model response: it only runs now.
+                self._next_call = planned.call + 1
+                result = await self._tools.run(planned.call, call.with_key(planned.key), fn, replay)
+                return await self._then(planned.call, result, then_continue, write=True)
             input_json = self._pairs.input_json(call)
             pos = self._position()
             decision, consumed = decide_tool(

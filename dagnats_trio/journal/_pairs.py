@@ -190,6 +190,27 @@ class Pairing:
         self.planned, self.planned_input_json = intent, input_json
         await self._holder.seam(Seam.AFTER_TOOL_INTENT)
 
+    def take_same(self, call: ToolCall, replay: Replay, pos: int) -> ToolIntentRecord | None:
+        """The intent stored with the model response, taken, when ``call`` at ``pos`` is that
+        very call: the same name, replay declaration and call id, and the very input object
+        the intent holds (the record stored with the response holds that object too). That
+        call was decided (RUN, nothing consumed) and its intent built by :func:`plan_intent` at
+        this position, and no call can run in between (``check_none_planned``), so ``tool``
+        runs it without deciding or building it again. None otherwise (``tool`` decides, and
+        :meth:`take` compares)."""
+        planned = self.planned
+        if (
+            planned is None
+            or planned.call != pos
+            or call.input is not planned.input
+            or call.name != planned.name
+            or replay is not planned.replay
+            or call.call_id != planned.call_id
+        ):
+            return None
+        self.planned = self.planned_input_json = None
+        return planned
+
     def input_json(self, call: ToolCall) -> str:
         """The canonical JSON of ``call``'s input, with :func:`require_json`'s error: the text
         :func:`plan_intent` spelled when ``call`` hands on the very input object the planned
