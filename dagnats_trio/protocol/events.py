@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, final
+from collections.abc import Callable
+from typing import ClassVar, Final, final
 
 import attrs
 
-from ._codec import JsonValue, from_json, register_union, to_json
+from ._codec import JsonValue, encoder_of, from_json, register_union
 from .common import DispatchId, ParentRef, Wait
 from .records import CommitAction
 
@@ -195,8 +196,8 @@ def lifecycle_event(
 register_union(RunEvent)
 
 
-def encode_event(event: RunEvent) -> bytes:
-    return to_json(event, RunEvent)
+#: ``to_json(event, RunEvent)``, the hook looked up once (:func:`encoder_of`).
+encode_event: Final[Callable[[RunEvent], bytes]] = encoder_of(RunEvent)
 
 
 def decode_event(data: bytes) -> RunEvent:

@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import enum
 import operator
+from collections.abc import Callable
 from typing import ClassVar, Final, final
 
 import attrs
 
-from ._codec import DecodeError, JsonValue, from_json, register_union, to_json
+from ._codec import (
+    TAG_FIELD,
+    DecodeError,
+    JsonValue,
+    converter,
+    dumps_json,
+    encoder_of,
+    from_json,
+    register_union,
+)
 from .common import Wait
 
 #: Header carrying the record kind, so a reader can filter without decoding the body.
@@ -174,8 +184,11 @@ StoredRecords = JournalRecord | RecordGroup
 register_union(StoredRecords)
 
 
-def encode_record(record: JournalRecord) -> bytes:
-    return to_json(record, JournalRecord)
+#: A record's unstructured form (its union's hook, the tag written last), looked up once.
+_RECORD_RAW: Final = converter.get_unstructure_hook(JournalRecord)
+
+#: ``to_json(record, JournalRecord)``, the hook looked up once (:func:`encoder_of`).
+encode_record: Final[Callable[[JournalRecord], bytes]] = encoder_of(JournalRecord)
 
 
 def decode_record(data: bytes) -> JournalRecord:
@@ -185,8 +198,11 @@ def decode_record(data: bytes) -> JournalRecord:
 
 
 def encode_group(records: list[JournalRecord]) -> bytes:
-    """The body of one message holding ``records`` in order (see :class:`RecordGroup`)."""
-    return to_json(RecordGroup(records), StoredRecords)
+    """The body of one message holding ``records`` in order (see :class:`RecordGroup`): the
+    bytes of ``to_json(RecordGroup(records), StoredRecords)``, its unstructured form built here
+    (the records, then the tag, as cattrs' hooks order them) with each record's hook called
+    directly, not through the group's and the list's hooks."""
+    return dumps_json({"records": list(map(_RECORD_RAW, records)), TAG_FIELD: GROUP_TYPE}).encode()
 
 
 def decode_records(data: bytes) -> tuple[JournalRecord, ...]:

@@ -3,11 +3,12 @@ mark a worker leaves to say it polls a task type."""
 
 from __future__ import annotations
 
-from typing import final
+from collections.abc import Callable
+from typing import Final, final
 
 import attrs
 
-from ._codec import JsonValue, from_json, to_json
+from ._codec import JsonValue, encoder_of, from_json, to_json
 from .common import DispatchId
 
 
@@ -31,8 +32,8 @@ class TaskMessage:
     is_loop: bool = False
 
 
-def encode_task(task: TaskMessage) -> bytes:
-    return to_json(task)
+#: ``to_json(task)``, the hook looked up once (:func:`encoder_of`; the class is final).
+encode_task: Final[Callable[[TaskMessage], bytes]] = encoder_of(TaskMessage)
 
 
 def decode_task(data: bytes) -> TaskMessage:
