@@ -40,6 +40,7 @@ from dagnats_trio.transport import (
     SimFaults,
     StoredMsg,
     StreamSpec,
+    SubjectPurge,
     Transport,
     TransportError,
     TransportTimeout,
@@ -395,6 +396,9 @@ class FaultyTransport:
 
     async def purge_subject(self, stream: str, subject: str) -> None:
         await self._inner.purge_subject(stream, subject)
+
+    async def purge_subjects(self, purges: Sequence[SubjectPurge]) -> list[TransportError | None]:
+        return await self._inner.purge_subjects(purges)
 
     async def kv_get(self, bucket: str, key: str) -> KvEntry | None:
         return await self._inner.kv_get(bucket, key)

@@ -18,55 +18,56 @@ snapshot is saved.
 
 They are sent after the save, by the engine's run-end task (``_run_ends``), so neither a
 client (which sees the run end when the snapshot is saved) nor the engine's history loop (which
-goes on with other runs' events) waits for them; the two (three) go at once. A failure leaves
+goes on with other runs' events) waits for them; the two (three) go at once, in one call
+(``Transport.purge_subjects``: no task of their own, one socket write). A failure leaves
 a stale marker (the next listing that meets it checks the snapshot and removes it) or the
 messages (they go with the run's purge): never wrong, so it is logged, not raised.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
-from .._concurrency import run_all
 from ..protocol import layout
-from ..transport import Transport, TransportError
-from ._run_index import drop_active
+from ..transport import SubjectPurge, Transport, TransportError
+from ._run_index import active_purge
 
 log = logging.getLogger("dagnats_trio.engine.run_end")
 
-_Removal = tuple[str, Callable[[Transport, str], Awaitable[None]]]
+_Removal = tuple[str, Callable[[str], SubjectPurge]]
 
 
-async def drop_tasks(transport: Transport, run_id: str) -> None:
-    """Remove every task message of the run (any task type), acked or not."""
-    await transport.purge_subject(layout.TASK_STREAM, layout.run_tasks_filter(run_id))
+def tasks_purge(run_id: str) -> SubjectPurge:
+    """Every task message of the run (any task type), acked or not."""
+    return SubjectPurge(layout.TASK_STREAM, layout.run_tasks_filter(run_id))
 
 
-async def drop_timers(transport: Transport, run_id: str) -> None:
-    """Remove every timer of the run (any step, any kind), fired or pending."""
-    await transport.purge_subject(layout.TIMER_STREAM, layout.run_timers_filter(run_id))
+def timers_purge(run_id: str) -> SubjectPurge:
+    """Every timer of the run (any step, any kind), fired or pending."""
+    return SubjectPurge(layout.TIMER_STREAM, layout.run_timers_filter(run_id))
 
 
-#: What every run's end removes, each by a call of (transport, run id), named for the log.
-_REMOVALS: tuple[_Removal, ...] = (("active marker", drop_active), ("tasks", drop_tasks))
+#: What every run's end removes, each a purge of the run's id, named for the log.
+_REMOVALS: tuple[_Removal, ...] = (("active marker", active_purge), ("tasks", tasks_purge))
 #: The same for a run that armed a timer.
-_REMOVALS_WITH_TIMERS: tuple[_Removal, ...] = (*_REMOVALS, ("timers", drop_timers))
+_REMOVALS_WITH_TIMERS: tuple[_Removal, ...] = (*_REMOVALS, ("timers", timers_purge))
 
 
 async def end_run(transport: Transport, run_id: str, *, timers_armed: bool) -> None:
-    """Remove the finished run's active marker and tasks, and its timers if it armed any, at
-    once; failures are logged."""
-
-    async def remove(what: str, drop: Callable[[Transport, str], Awaitable[None]]) -> None:
-        try:
-            await drop(transport, run_id)
-        except TransportError as exc:
-            log.warning("run %s: %s not removed (%s)", run_id, what, exc)
-
+    """Remove the finished run's active marker and tasks, and its timers if it armed any, in
+    one call (``Transport.purge_subjects``: sent at once, no task per purge); failures are
+    logged."""
     removals = _REMOVALS_WITH_TIMERS if timers_armed else _REMOVALS
-    await run_all(
-        [functools.partial(remove, what, drop) for what, drop in removals],
-        in_flight_max=len(removals),
-    )
+    try:
+        results = await transport.purge_subjects([purge(run_id) for _, purge in removals])
+    except TransportError as exc:
+        log.warning("run %s: %s not removed (%s)", run_id, _names(removals), exc)
+        return
+    for (what, _), result in zip(removals, results, strict=True):
+        if result is not None:
+            log.warning("run %s: %s not removed (%s)", run_id, what, result)
+
+
+def _names(removals: tuple[_Removal, ...]) -> str:
+    return ", ".join(what for what, _ in removals)

@@ -40,7 +40,7 @@ from ..protocol import (
     encode_run_index_entry,
     layout,
 )
-from ..transport import PublishMsg, Transport, TransportError, WrongLastSequence
+from ..transport import PublishMsg, SubjectPurge, Transport, TransportError, WrongLastSequence
 from .snapshot import RunSnapshot, decode_snapshot
 
 log = logging.getLogger("dagnats_trio.engine.run_index")
@@ -79,21 +79,27 @@ async def index_run(transport: Transport, snapshot: RunSnapshot) -> None:
 
 
 async def unindex_run(transport: Transport, run_id: str) -> None:
-    """Remove the run's index entry and active marker (the two at once): a run indexed before
-    it was created whose creation was then given up (``engine._store.index_start``)."""
-    subjects = (
-        (layout.RUN_INDEX_STREAM, layout.run_index_subject(run_id)),
-        (layout.RUN_ACTIVE_STREAM, layout.run_active_subject(run_id)),
-    )
-    await run_all(
-        [functools.partial(transport.purge_subject, st, sj) for st, sj in subjects],
-        in_flight_max=len(subjects),
-    )
+    """Remove the run's index entry and active marker (the two at once, in one call): a run
+    indexed before it was created whose creation was then given up
+    (``engine._store.index_start``)."""
+    purges = [
+        SubjectPurge(layout.RUN_INDEX_STREAM, layout.run_index_subject(run_id)),
+        active_purge(run_id),
+    ]
+    for result in await transport.purge_subjects(purges):
+        if result is not None:
+            raise result
+
+
+def active_purge(run_id: str) -> SubjectPurge:
+    """The purge that removes the run's active marker."""
+    return SubjectPurge(layout.RUN_ACTIVE_STREAM, layout.run_active_subject(run_id))
 
 
 async def drop_active(transport: Transport, run_id: str) -> None:
     """Remove the run's active marker (after its finished snapshot was saved)."""
-    await transport.purge_subject(layout.RUN_ACTIVE_STREAM, layout.run_active_subject(run_id))
+    purge = active_purge(run_id)
+    await transport.purge_subject(purge.stream, purge.subject)
 
 
 async def drop_active_if_finished(transport: Transport, run_id: str) -> bool:

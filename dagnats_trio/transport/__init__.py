@@ -52,6 +52,7 @@ from ._values import (
     PublishMsg,
     StoredMsg,
     StreamSpec,
+    SubjectPurge,
 )
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ __all__ = [
     "SimTransport",
     "StoredMsg",
     "StreamSpec",
+    "SubjectPurge",
     "TemporarilyUnavailable",
     "TransientRetry",
     "Transport",

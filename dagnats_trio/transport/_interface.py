@@ -27,6 +27,7 @@ from ._values import (
     PublishMsg,
     StoredMsg,
     StreamSpec,
+    SubjectPurge,
 )
 
 
@@ -212,6 +213,12 @@ class Transport(Protocol):
 
     async def purge_subject(self, stream: str, subject: str) -> None:
         """Delete every message on ``subject``."""
+
+    async def purge_subjects(self, purges: Sequence[SubjectPurge]) -> list[TransportError | None]:
+        """Make each of ``purges`` as :meth:`purge_subject` would, all sent at once: one round
+        trip of latency, and on the native client one socket write and no task per purge (a
+        run's end removes its active marker and its tasks this way). Per purge, in order, None
+        or the error it got; other failures (closed, not connected) raise."""
 
     # --- key-value -------------------------------------------------------------------------
 

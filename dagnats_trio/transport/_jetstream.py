@@ -60,6 +60,7 @@ from ._values import (
     PublishMsg,
     StoredMsg,
     StreamSpec,
+    SubjectPurge,
 )
 
 _log = logging.getLogger(__name__)
@@ -249,6 +250,24 @@ class JetStreamOverRequests(ABC):
             {"filter": subject},
             f"purge {subject!r}",
         )
+
+    async def purge_subjects(self, purges: Sequence[SubjectPurge]) -> list[TransportError | None]:
+        requests = [
+            (
+                f"$JS.API.STREAM.PURGE.{check_name('stream', p.stream)}",
+                json.dumps({"filter": p.subject}).encode(),
+                None,
+            )
+            for p in purges
+        ]
+        results: list[TransportError | None] = []
+        for p, answer in zip(purges, await self._js_requests(requests, "purge"), strict=True):
+            if isinstance(answer, TransportError):
+                results.append(answer)
+                continue
+            err = loads_json(answer).get("error")
+            results.append(None if err is None else json_error(err, f"purge {p.subject!r}"))
+        return results
 
     # --- key-value -----------------------------------------------------------------------------
 

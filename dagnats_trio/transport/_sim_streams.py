@@ -33,6 +33,7 @@ from ._values import (
     Headers,
     PublishMsg,
     StoredMsg,
+    SubjectPurge,
     check_batch,
     check_get_batch,
     check_last_msgs_subjects,
@@ -168,3 +169,19 @@ class SimStreams(ABC):
         s = self._server._stream(stream)
         for seq in s.subject_seqs(subject):
             s.remove(seq)
+
+    async def purge_subjects(self, purges: Sequence[SubjectPurge]) -> list[TransportError | None]:
+        """Each purge in turn (the simulated store answers each at once)."""
+        results: list[TransportError | None] = []
+        for p in purges:
+            try:
+                await self.purge_subject(p.stream, p.subject)
+            except (Closed, TemporarilyUnavailable):
+                raise
+            except TransportError as exc:
+                results.append(exc)
+            else:
+                results.append(None)
+        if not purges:
+            await trio.lowlevel.checkpoint()
+        return results

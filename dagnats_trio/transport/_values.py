@@ -62,6 +62,16 @@ class PublishMsg:
 
 @final
 @attrs.frozen
+class SubjectPurge:
+    """One of the purges of :meth:`Transport.purge_subjects`: every message on ``subject`` (a
+    literal or a wildcard) in ``stream``."""
+
+    stream: str
+    subject: str
+
+
+@final
+@attrs.frozen
 class BatchMsg:
     """One message of an atomic batch (:meth:`Transport.publish_batch`)."""
 

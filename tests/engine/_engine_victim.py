@@ -4,9 +4,9 @@ NATS_URL KILL_AT`` (used by test_engine_kills.py).
 ``KILL_AT`` names a transport call of the engine's: the process dies the first time the engine
 makes it, before it reaches the server. ``kv_update``: the first compare-and-set of a run's
 snapshot (the engine has stored the run's definition by reference just before, the save would
-be the first to name it). ``purge_subject``: the first removal of a finished run's end, made by
-the run-end task after the finished save (``engine._run_ends``): its event may already be acked.
-The process prints ``ready`` once its engine runs.
+be the first to name it). ``purge_subjects``: the removals of a finished run's end (all in one
+call), made by the run-end task after the finished save (``engine._run_ends``): its event may
+already be acked. The process prints ``ready`` once its engine runs.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dagnats_trio.transport import Transport, open_nats_transport
 
 READY_LINE: Final = "ready"
 KV_UPDATE: Final = "kv_update"
-PURGE_SUBJECT: Final = "purge_subject"
+PURGE_SUBJECTS: Final = "purge_subjects"
 #: Short leases so that what the killed engine held comes back within the test's bounds.
 ACK_WAIT_S: Final = 2.0
 FETCH_WAIT_S: Final = 0.2

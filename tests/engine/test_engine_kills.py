@@ -25,7 +25,7 @@ from dagnats_trio.protocol import RunStatus, TaskMessage, layout
 from dagnats_trio.server import NatsServer
 from dagnats_trio.transport import Transport, open_nats_transport, provision
 
-from ._engine_victim import KV_UPDATE, PURGE_SUBJECT, READY_LINE
+from ._engine_victim import KV_UPDATE, PURGE_SUBJECTS, READY_LINE
 from ._fakes import RUN_TIMEOUT_S, FakeWorker, complete_with, running, test_engine, uid, wait_until
 
 VICTIM: Final = Path(__file__).with_name("_engine_victim.py")
@@ -50,7 +50,7 @@ async def _complete(task: TaskMessage) -> object:
     return await complete_with(task, {"ok": task.run_id})
 
 
-@pytest.mark.parametrize("kill_at", [KV_UPDATE, PURGE_SUBJECT])
+@pytest.mark.parametrize("kill_at", [KV_UPDATE, PURGE_SUBJECTS])
 async def test_an_engine_killed_on_a_new_path_loses_no_run(
     kill_at: str, fresh_nats_server: NatsServer
 ) -> None:
@@ -107,7 +107,7 @@ async def test_an_engine_killed_on_a_new_path_loses_no_run(
     assert listed == [run_id] and running_ == []  # listed, not as running
     assert marker_after_listing is None
     assert cold.status is RunStatus.COMPLETED and cold.definition == definition
-    if kill_at == PURGE_SUBJECT:
+    if kill_at == PURGE_SUBJECTS:
         assert before.status is RunStatus.COMPLETED  # the finished save came before the kill
     else:
         assert before.status is RunStatus.RUNNING and before.definition == definition

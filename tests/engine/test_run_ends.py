@@ -9,6 +9,7 @@ the first run's removals were held never got past its start (the first test time
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ import trio
 from dagnats_trio.api import Service
 from dagnats_trio.engine import Engine
 from dagnats_trio.protocol import TaskMessage, layout
-from dagnats_trio.transport import Transport
+from dagnats_trio.transport import SubjectPurge, Transport, TransportError
 
 from ._fakes import RUN_TIMEOUT_S, FakeWorker, complete_with, running, test_engine, uid, wait_until
 
@@ -35,7 +36,8 @@ def any_transport(request: pytest.FixtureRequest) -> Transport:
 
 
 class HeldPurges:
-    """The engine's transport, whose purges wait while ``hold`` is set, until ``release``."""
+    """The engine's transport, whose purges (a run end's, all in one call) wait while ``hold``
+    is set, until ``release``."""
 
     def __init__(self, inner: Transport) -> None:
         self._inner = inner
@@ -45,12 +47,12 @@ class HeldPurges:
         self.held = 0
         self.held_changed = trio.Event()
 
-    async def purge_subject(self, stream: str, subject: str) -> None:
+    async def purge_subjects(self, purges: Sequence[SubjectPurge]) -> list[TransportError | None]:
         if self.hold:
-            self.held += 1
+            self.held += len(purges)
             self.held_changed.set()
             await self.release.wait()
-        await self._inner.purge_subject(stream, subject)
+        return await self._inner.purge_subjects(purges)
 
     async def wait_held(self, n: int) -> None:
         while self.held < n:
@@ -132,10 +134,11 @@ class FailingPurges(HeldPurges):
         self.hold = False
         self.failing_run: str | None = None
 
-    async def purge_subject(self, stream: str, subject: str) -> None:
-        if self.failing_run is not None and self.failing_run in subject:
-            raise RuntimeError(f"a bug in the purge of {subject}")
-        await super().purge_subject(stream, subject)
+    async def purge_subjects(self, purges: Sequence[SubjectPurge]) -> list[TransportError | None]:
+        for p in purges:
+            if self.failing_run is not None and self.failing_run in p.subject:
+                raise RuntimeError(f"a bug in the purge of {p.subject}")
+        return await super().purge_subjects(purges)
 
 
 async def test_a_run_end_that_fails_leaves_the_engine_making_the_next_ones(

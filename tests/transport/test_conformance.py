@@ -33,6 +33,7 @@ from dagnats_trio.transport import (
     PublishMsg,
     RevisionMismatch,
     StreamSpec,
+    SubjectPurge,
     TemporarilyUnavailable,
     Transport,
     WrongLastSequence,
@@ -195,6 +196,34 @@ async def test_purge_subject(transport: Transport, clock: object, uid: str) -> N
     assert kept_last is not None and kept_last.seq == keep_seq
     # An emptied subject fences like a new one.
     await transport.publish(subject, b"fresh", expected_last_subject_seq=0)
+
+
+async def test_purge_subjects_answers_each_purge_on_its_own(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    """Purges sent at once, in two streams: each made or refused on its own (a stream that does
+    not exist does not stop the others), each answered in order; what they name is gone, what
+    they do not name is kept."""
+    journal, kept = journal_subject(uid, "s"), journal_subject(uid, "kept")
+    history = history_subject(uid)
+    for i in range(2):
+        await transport.publish(journal, f"m{i}".encode())
+    await transport.publish(history, b"h")
+    keep_seq = await transport.publish(kept, b"k")
+    results = await transport.purge_subjects(
+        [
+            SubjectPurge(JOURNAL_STREAM, journal),
+            SubjectPurge(f"NO_STREAM_{uid}", f"nowhere.{uid}"),
+            SubjectPurge(HISTORY_STREAM, history),
+        ]
+    )
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], NotProvisioned)
+    assert await transport.read_subject(JOURNAL_STREAM, journal, 0, 10) == []
+    assert await transport.read_subject(HISTORY_STREAM, history, 0, 10) == []
+    kept_last = await transport.get_last_msg(JOURNAL_STREAM, kept)
+    assert kept_last is not None and kept_last.seq == keep_seq
+    assert await transport.purge_subjects([]) == []
 
 
 async def test_not_provisioned(transport: Transport, clock: object, uid: str) -> None:
