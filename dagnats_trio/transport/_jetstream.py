@@ -4,32 +4,32 @@ Both ``NatsTransport`` (nats-py) and ``TrioNatsTransport`` (the native client) r
 by sending JSON to ``$JS.API.*`` and reading the server's answer, and keep KV buckets as streams
 by the KV conventions. Everything above one request (the stream, message-get, KV and
 provisioning operations) lives here once; a transport supplies only :meth:`_js_request`. The
-pure conventions they follow (error codes, subject and key rules, stream configs) are in
-``_jetstream_wire``.
+requests sent at once (``publish_many``, ``purge_subjects``, ...) and the JSON API over the one
+request are the base's, ``_jetstream_at_once``; the pure conventions they follow (error codes,
+subject and key rules, stream configs) are in ``_jetstream_wire``.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
-from abc import ABC, abstractmethod
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 import trio
 
-from .._concurrency import run_all
-from ..protocol import loads_json
 from ._errors import (
-    Closed,
     KeyExists,
     NotFound,
-    NotProvisioned,
     RevisionMismatch,
-    TemporarilyUnavailable,
     TransportError,
     WrongLastSequence,
+)
+from ._jetstream_at_once import (
+    JetStreamAtOnce,
+    json_pub_ack,
+    kv_entry_of,
+    last_msg_of,
+    last_msg_request,
 )
 from ._jetstream_wire import (
     EXPECTED_LAST_SUBJECT_SEQ,
@@ -41,7 +41,6 @@ from ._jetstream_wire import (
     check_key,
     check_name,
     is_delete_marker,
-    json_error,
     keep_work_queue_retention,
     kv_prefix,
     kv_stream,
@@ -57,10 +56,8 @@ from ._values import (
     ConsumerConfig,
     Headers,
     KvEntry,
-    PublishMsg,
     StoredMsg,
     StreamSpec,
-    SubjectPurge,
 )
 
 _log = logging.getLogger(__name__)
@@ -71,41 +68,9 @@ KV_KEYS_MAX_MESSAGES = 1_000_000
 # --- the operations ----------------------------------------------------------------------------
 
 
-def _json_pub_ack(answer: bytes, subject: str) -> tuple[int | TransportError, str]:
-    """A publish's answer that is not a plain ack (``plain_pub_ack_seq``): its sequence or the
-    error it carries, and the stream it names."""
-    ack = loads_json(answer)
-    err = ack.get("error")
-    if err is not None:
-        return json_error(err, f"publish to {subject!r}"), str(ack.get("stream"))
-    return int(ack["seq"]), str(ack.get("stream"))
-
-
-class JetStreamOverRequests(ABC):
+class JetStreamOverRequests(JetStreamAtOnce):
     """Streams, message gets, KV and provisioning, each a request to ``$JS.API.*`` (or a
     publish whose ack is the answer); a transport supplies the one request."""
-
-    @abstractmethod
-    async def _js_request(
-        self,
-        subject: str,
-        payload: bytes,
-        headers: Mapping[str, str] | None,
-        what: str,
-        timeout_s: float | None = None,
-    ) -> bytes:
-        """The answer's payload; raises the interface's errors (:class:`NoResponders` when
-        nobody answered)."""
-
-    async def _api(self, subject: str, body: Mapping[str, Any], what: str) -> dict[str, Any]:
-        """A JetStream API request; its JSON answer, or the typed error it carries."""
-        answer: dict[str, Any] = loads_json(
-            await self._js_request(subject, json.dumps(body).encode(), None, what)
-        )
-        err = answer.get("error")
-        if err is not None:
-            raise json_error(err, what)
-        return answer
 
     # --- streams -------------------------------------------------------------------------------
 
@@ -138,7 +103,7 @@ class JetStreamOverRequests(ABC):
         seq = plain_pub_ack_seq(answer)
         if seq is not None:
             return seq
-        result, stream = _json_pub_ack(answer, subject)
+        result, stream = json_pub_ack(answer, subject)
         if isinstance(result, int):
             return result
         if isinstance(result, WrongLastSequence) and hdrs and MSG_ID in hdrs:
@@ -150,61 +115,6 @@ class JetStreamOverRequests(ABC):
                 return last.seq
         raise result
 
-    async def publish_many(self, msgs: Sequence[PublishMsg]) -> list[int | TransportError]:
-        requests = [
-            (
-                m.subject,
-                m.data,
-                None
-                if m.expected_last_subject_seq is None
-                else {EXPECTED_LAST_SUBJECT_SEQ: str(m.expected_last_subject_seq)},
-            )
-            for m in msgs
-        ]
-        results: list[int | TransportError] = []
-        for m, answer in zip(msgs, await self._js_requests(requests, "publish"), strict=True):
-            if isinstance(answer, NoResponders):
-                results.append(await self._why_no_stream(m.subject))
-            elif isinstance(answer, TransportError):
-                results.append(answer)
-            elif (seq := plain_pub_ack_seq(answer)) is not None:
-                results.append(seq)
-            else:
-                results.append(_json_pub_ack(answer, m.subject)[0])
-        return results
-
-    async def _js_requests(
-        self, requests: Sequence[tuple[str, bytes, Mapping[str, str] | None]], what: str
-    ) -> list[bytes | TransportError]:
-        """Each request's answer, or the error it got (not connected and closed raise), the
-        requests made at once: a task each (a transport that can send them in one write
-        overrides this)."""
-        answers: list[bytes | TransportError] = [b""] * len(requests)
-
-        async def one(i: int) -> None:
-            subject, payload, headers = requests[i]
-            try:
-                answers[i] = await self._js_request(subject, payload, headers, what)
-            except NoResponders as exc:
-                answers[i] = exc
-            except (TemporarilyUnavailable, Closed):
-                raise
-            except TransportError as exc:
-                answers[i] = exc
-
-        await run_all(
-            [functools.partial(one, i) for i in range(len(requests))],
-            in_flight_max=max(1, len(requests)),
-        )
-        return answers
-
-    async def _why_no_stream(self, subject: str) -> TransportError:
-        """No responders to a publish: no stream for the subject, or its leader is missing."""
-        answer = await self._api("$JS.API.STREAM.NAMES", {"subject": subject}, "stream lookup")
-        if not answer.get("streams"):
-            return NotProvisioned(f"no stream stores subject {subject!r}; run provisioning")
-        return TemporarilyUnavailable(f"the stream for {subject!r} did not answer")
-
     async def get_msg(self, stream: str, seq: int) -> StoredMsg:
         answer = await self._api(
             f"$JS.API.STREAM.MSG.GET.{check_name('stream', stream)}",
@@ -214,15 +124,9 @@ class JetStreamOverRequests(ABC):
         return stored_from_api(answer["message"])
 
     async def get_last_msg(self, stream: str, subject: str) -> StoredMsg | None:
-        try:
-            answer = await self._api(
-                f"$JS.API.STREAM.MSG.GET.{check_name('stream', stream)}",
-                {"last_by_subj": subject},
-                f"last of {subject!r}",
-            )
-        except NotFound:
-            return None
-        return stored_from_api(answer["message"])
+        what = f"last of {subject!r}"
+        answer = await self._js_request(*last_msg_request(stream, subject), what)
+        return last_msg_of(answer, what)
 
     async def read_subject(
         self, stream: str, subject: str, from_seq: int, limit: int
@@ -251,31 +155,10 @@ class JetStreamOverRequests(ABC):
             f"purge {subject!r}",
         )
 
-    async def purge_subjects(self, purges: Sequence[SubjectPurge]) -> list[TransportError | None]:
-        requests = [
-            (
-                f"$JS.API.STREAM.PURGE.{check_name('stream', p.stream)}",
-                json.dumps({"filter": p.subject}).encode(),
-                None,
-            )
-            for p in purges
-        ]
-        results: list[TransportError | None] = []
-        for p, answer in zip(purges, await self._js_requests(requests, "purge"), strict=True):
-            if isinstance(answer, TransportError):
-                results.append(answer)
-                continue
-            err = loads_json(answer).get("error")
-            results.append(None if err is None else json_error(err, f"purge {p.subject!r}"))
-        return results
-
     # --- key-value -----------------------------------------------------------------------------
 
     async def kv_get(self, bucket: str, key: str) -> KvEntry | None:
-        last = await self._kv_last(bucket, key)
-        if last is None or is_delete_marker(last.headers):
-            return None
-        return KvEntry(bucket=bucket, key=key, value=last.data, revision=last.seq)
+        return kv_entry_of(bucket, key, await self._kv_last(bucket, key))
 
     async def _kv_last(self, bucket: str, key: str) -> StoredMsg | None:
         return await self.get_last_msg(kv_stream(bucket), kv_prefix(bucket) + check_key(key))

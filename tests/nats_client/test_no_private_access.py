@@ -28,6 +28,7 @@ TRIO_TRANSPORT_PARTS = sorted((PACKAGE.parent / "transport").glob("_trio_nats_*.
 #: The JetStream operations both NATS transports share (the trio transport's base class).
 SHARED_JETSTREAM = PACKAGE.parent / "transport" / "_jetstream.py"
 SHARED_JETSTREAM_BATCHES = PACKAGE.parent / "transport" / "_jetstream_batch.py"
+SHARED_JETSTREAM_AT_ONCE = PACKAGE.parent / "transport" / "_jetstream_at_once.py"
 SHARED_JETSTREAM_WIRE = PACKAGE.parent / "transport" / "_jetstream_wire.py"
 #: Packages whose private names are off limits (and everything else outside ours).
 WATCHED = ("trio", "asyncio", "nats", "trio_asyncio", "ssl", "socket")
@@ -302,6 +303,7 @@ def test_the_trio_nats_transport_touches_none_either() -> None:
         TRIO_TRANSPORT,
         *TRIO_TRANSPORT_PARTS,
         SHARED_JETSTREAM,
+        SHARED_JETSTREAM_AT_ONCE,
         SHARED_JETSTREAM_BATCHES,
         SHARED_JETSTREAM_WIRE,
     ]
