@@ -55,6 +55,7 @@ TIMED_CALLS = frozenset(
     {
         "publish",
         "publish_many",
+        "kv_get_and_publish_many",
         "publish_batch",
         "kv_create",
         "kv_update",
@@ -67,6 +68,7 @@ TIMED_CALLS = frozenset(
         "get_batch",
         "read_subject",
         "purge_subject",
+        "purge_subjects",
         "request",
         "fetch",
     }
@@ -102,9 +104,12 @@ class Step:
 
 def _kind(name: str, args: tuple[Any, ...]) -> str:
     """A call's kind, named by what it writes or reads (the first argument: subject, stream or
-    bucket; for ``publish_many``, its first message's subject)."""
+    bucket; for ``publish_many``, its first message's subject; for ``purge_subjects``, its
+    first purge's stream)."""
     if name == "publish_many":
         return f"{name} {args[0][0].subject.split('.', 1)[0]}"
+    if name == "purge_subjects":
+        return f"{name} {args[0][0].stream if args[0] else ''}"
     first = str(args[0]) if args else ""
     if name in {"publish", "publish_batch"}:
         target = first.split(".", 1)[0] if name == "publish" else "batch"

@@ -327,7 +327,11 @@ class FaultyTransport:
 
     async def publish_many(self, msgs: Sequence[PublishMsg]) -> list[int | TransportError]:
         """A lost ack applies to each message as to a publish: stored, then its answer lost."""
-        results = await self._inner.publish_many(msgs)
+        return self._lose_acks(msgs, await self._inner.publish_many(msgs))
+
+    def _lose_acks(
+        self, msgs: Sequence[PublishMsg], results: list[int | TransportError]
+    ) -> list[int | TransportError]:
         return [
             TransportTimeout(f"publish to {m.subject!r}: ack lost (chaos)")
             if isinstance(r, int) and self._faults.take_lost_ack(m.subject)
@@ -402,6 +406,13 @@ class FaultyTransport:
 
     async def kv_get(self, bucket: str, key: str) -> KvEntry | None:
         return await self._inner.kv_get(bucket, key)
+
+    async def kv_get_and_publish_many(
+        self, bucket: str, key: str, msgs: Sequence[PublishMsg]
+    ) -> tuple[KvEntry | TransportError | None, list[int | TransportError]]:
+        """A lost ack applies to each message as :meth:`publish_many`'s."""
+        entry, results = await self._inner.kv_get_and_publish_many(bucket, key, msgs)
+        return entry, self._lose_acks(msgs, results)
 
     async def kv_get_many(self, bucket: str, keys: Sequence[str]) -> dict[str, KvEntry]:
         return await self._inner.kv_get_many(bucket, keys)

@@ -21,12 +21,11 @@ from bench.latency import client_start_line, lay_out, open_timed_stack, steps_pe
 RUNS = 3
 
 #: The derivation's waited steps of a run with the records paired, by side and kind (the
-#: client's run index entry and active marker go in one publish_many, one step of two requests,
-#: and its definition read beside it: one waited on; tests/engine/test_start_path.py checks
-#: that they overlap).
+#: client's definition read, run index entry and active marker go in one
+#: kv_get_and_publish_many, one step of three requests; tests/engine/test_start_path.py checks
+#: that they come before the snapshot).
 HEADLINE_STEPS = {
-    "client kv_get workflow_defs": 1.0,
-    "client publish_many runindex": 1.0,
+    "client kv_get_and_publish_many workflow_defs": 1.0,
     "client kv_create workflow_runs": 1.0,
     "client publish history": 1.0,
     "engine fetch WORKFLOW_HISTORY": 5.0,
@@ -39,9 +38,9 @@ HEADLINE_STEPS = {
 
 
 def _waited(counts: dict[str, float]) -> float:
-    # Steps, not requests: the index pair is one step (publish_many); the definition read is
-    # beside it.
-    return sum(n for key, n in counts.items() if " fetch " not in key) - 1
+    # Steps, not requests: the definition read and the index pair are one step
+    # (kv_get_and_publish_many).
+    return sum(n for key, n in counts.items() if " fetch " not in key)
 
 
 async def test_the_instrument_times_the_derivations_steps() -> None:

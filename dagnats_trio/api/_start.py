@@ -30,7 +30,7 @@ from ..protocol import (
     encode_event,
     layout,
 )
-from ..transport import KeyExists, Transport
+from ..transport import KeyExists, KvEntry, Transport
 from ._service_errors import InvalidRequest, json_bytes
 
 #: Prefix of idempotency keys in ``workflow_runs`` (value: the run id they started).
@@ -47,6 +47,9 @@ START_RUNS_IN_FLIGHT: Final = 32
 #: Reads a workflow's definition and the revision it is stored at, by name; the second argument
 #: names the request field that carried the name (for the error of a malformed one).
 ReadDefinition = Callable[[str, str], Awaitable[tuple[WorkflowDef, int]]]
+#: The definition and revision a read of the name (the first argument) found, as
+#: :data:`ReadDefinition` returns them; raises as it does for a name that holds none.
+DefinitionOf = Callable[[str, KvEntry | None], tuple[WorkflowDef, int]]
 
 
 @final
@@ -63,11 +66,13 @@ class RunStarts:
         env: RuntimeEnv,
         definitions: DecodedByBytes[WorkflowDef],
         read_definition: ReadDefinition,
+        definition_of: DefinitionOf,
     ) -> None:
         self._transport = transport
         self._env = env
         self._definitions = definitions
         self._read_definition = read_definition
+        self._definition_of = definition_of
         self._in_flight = trio.CapacityLimiter(START_RUNS_IN_FLIGHT)
 
     async def start(self, workflow: str, input: JsonValue, idempotency_key: str | None) -> str:
@@ -106,7 +111,8 @@ class RunStarts:
 
     async def _start_indexed_early(self, workflow: str, input: JsonValue) -> str:
         """A start of a workflow this service has read before: the run is indexed while the
-        definition is read (``engine.index_start``), one waited round trip fewer.
+        definition is read (``engine.index_start``: the read and the index's two writes sent
+        at once, no task of their own), one waited round trip fewer.
 
         Only for a name read before, so a start of a name never registered (a fuzzer's) writes
         nothing; one deleted since is refused as before, its index writes taken back. Not with
@@ -120,10 +126,10 @@ class RunStarts:
         )
         read: list[tuple[WorkflowDef, int]] = []
 
-        async def read_definition() -> None:
-            read.append(await self._read_definition(workflow, "workflow"))
+        def take(entry: KvEntry | None) -> None:
+            read.append(self._definition_of(workflow, entry))
 
-        indexed = await index_start(self._transport, event, read_definition)
+        indexed = await index_start(self._transport, event, take)
         definition, definition_revision = read[0]
         if definition.name != workflow:
             # The name stored in the definition is the run's (as on the other path); the run

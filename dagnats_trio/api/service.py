@@ -35,7 +35,7 @@ from ..protocol import (
     from_json,
     layout,
 )
-from ..transport import Transport
+from ..transport import KvEntry, Transport
 from ._purge import collect_tree, execute_plan, plan_purge, purge_orphan
 from ._rest_views import NoWorker
 from ._run_list import BadCursor, check_cursor, list_runs_page
@@ -105,7 +105,9 @@ class Service:
         )
         #: The definitions that the engine's snapshots name by reference, read once each.
         self._definition_refs = DefinitionRefs(transport)
-        self._starts = RunStarts(transport, env, self.definitions, self._workflow_and_revision)
+        self._starts = RunStarts(
+            transport, env, self.definitions, self._workflow_and_revision, self._definition_of
+        )
 
     # --- workflows -----------------------------------------------------------------------------
 
@@ -123,7 +125,11 @@ class Service:
     async def _workflow_and_revision(self, name: str, field: str) -> tuple[WorkflowDef, int]:
         """The definition and the revision it is stored at (what a start names)."""
         check_id(field, name)
-        entry = await self.transport.kv_get(layout.DEFS_BUCKET, name)
+        return self._definition_of(name, await self.transport.kv_get(layout.DEFS_BUCKET, name))
+
+    def _definition_of(self, name: str, entry: KvEntry | None) -> tuple[WorkflowDef, int]:
+        """The definition and revision held by ``entry``, the read of ``name``: a name that
+        holds none (or no definition) is forgotten (its starts no longer indexed early)."""
         if entry is None or entry.value is None:
             self.definitions.forget(name)
             raise WorkflowNotFound(name)

@@ -55,21 +55,29 @@ def index_entry(snapshot: RunSnapshot) -> RunIndexEntry:
     return RunIndexEntry(snapshot.run_id, snapshot.workflow, snapshot.created_at_ms)
 
 
-async def write_index(transport: Transport, entry: RunIndexEntry, *, active: bool) -> None:
-    """Publish the run's index entry and, when ``active``, its active marker, the two at once
-    (``Transport.publish_many``: one round trip of latency, one socket write and no task on
-    the native client), each only where none is: a message already there is this one (the run
-    was indexed before: a retried start, a redelivered event, a second backfill)."""
+def index_msgs(entry: RunIndexEntry, *, active: bool) -> list[PublishMsg]:
+    """The run's index entry and, when ``active``, its active marker, each published only where
+    none is: a message already there is this one (the run was indexed before: a retried start,
+    a redelivered event, a second backfill)."""
     data = encode_run_index_entry(entry)
     subjects = [layout.run_index_subject(entry.run_id)]
     if active:
         subjects.append(layout.run_active_subject(entry.run_id))
-    results = await transport.publish_many(
-        [PublishMsg(s, data, expected_last_subject_seq=0) for s in subjects]
-    )
+    return [PublishMsg(s, data, expected_last_subject_seq=0) for s in subjects]
+
+
+def check_indexed(results: list[int | TransportError]) -> None:
+    """Raise the first failure among the answers to :func:`index_msgs` (a message found
+    already there is no failure)."""
     for result in results:
         if isinstance(result, TransportError) and not isinstance(result, WrongLastSequence):
             raise result
+
+
+async def write_index(transport: Transport, entry: RunIndexEntry, *, active: bool) -> None:
+    """Publish :func:`index_msgs`, the two at once (``Transport.publish_many``: one round trip
+    of latency, one socket write and no task on the native client)."""
+    check_indexed(await transport.publish_many(index_msgs(entry, active=active)))
 
 
 async def index_run(transport: Transport, snapshot: RunSnapshot) -> None:

@@ -10,17 +10,22 @@ the same call, or, for the service's start, beside the definition's read (:func:
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import final
 
 import attrs
 
-from .._concurrency import run_all
 from ..dag import WorkflowDef
 from ..protocol import RunIndexEntry, WorkflowStarted, layout
-from ..transport import KeyExists, Transport
-from ._run_index import drop_active_if_finished, index_entry, index_run, unindex_run, write_index
+from ..transport import KeyExists, KvEntry, Transport, TransportError
+from ._run_index import (
+    check_indexed,
+    drop_active_if_finished,
+    index_entry,
+    index_msgs,
+    index_run,
+    unindex_run,
+)
 from .core import new_run_snapshot
 from .snapshot import RunSnapshot, encode_snapshot
 
@@ -35,34 +40,36 @@ class IndexedStart:
 
 
 async def index_start(
-    transport: Transport, event: WorkflowStarted, beside: Callable[[], Awaitable[None]]
+    transport: Transport, event: WorkflowStarted, take: Callable[[KvEntry | None], None]
 ) -> IndexedStart:
-    """Index the run ``event`` starts while ``beside`` runs (the service's read of the
-    definition): one round trip of latency where the read and then the index were two.
+    """Index the run ``event`` starts while its definition is read: the read of
+    ``event.workflow`` in the definitions bucket and the index's two writes in one call
+    (``Transport.kv_get_and_publish_many``: sent at once, on the native client one socket
+    write and no task), one round trip of latency where the read and then the index were two.
+    ``take`` is given what the read found (None: nothing under the name) and raises to
+    refuse the start (the service's check of its definition).
 
     The index is still written before the snapshot (the snapshot is created only with the
     proof this returns), so no run whose snapshot exists is ever left out of a listing. When
-    ``beside`` fails, the index writes are let finish (not cancelled, so none lands after its
-    removal) and are taken back (:func:`~._run_index.unindex_run`) before its error is raised:
-    a start refused (a workflow deleted meanwhile) leaves nothing that would grow. Only a crash
-    between the two leaves an entry without a snapshot, as a crash before any snapshot does
-    (a listing skips it). The caller indexes this way only for a workflow it has read before:
-    a start of a name never seen (a fuzzer's) reads it first and writes nothing.
+    the read fails or ``take`` refuses it, the index writes (answered by then, so none lands
+    after its removal) are taken back (:func:`~._run_index.unindex_run`) before the error is
+    raised: a start refused (a workflow deleted meanwhile) leaves nothing that would grow.
+    Only a crash between the two leaves an entry without a snapshot, as a crash before any
+    snapshot does (a listing skips it). The caller indexes this way only for a workflow it has
+    read before: a start of a name never seen (a fuzzer's) reads it first and writes nothing.
     """
     entry = started_index_entry(event)
-    failed: list[Exception] = []
-
-    async def guarded() -> None:
-        try:
-            await beside()
-        except Exception as exc:
-            failed.append(exc)
-
-    index = functools.partial(write_index, transport, entry, active=True)
-    await run_all([index, guarded], in_flight_max=2)
-    if failed:
+    read, results = await transport.kv_get_and_publish_many(
+        layout.DEFS_BUCKET, event.workflow, index_msgs(entry, active=True)
+    )
+    check_indexed(results)
+    try:
+        if isinstance(read, TransportError):
+            raise read
+        take(read)
+    except Exception:
         await unindex_run(transport, event.run_id)
-        raise failed[0]
+        raise
     return IndexedStart(entry)
 
 

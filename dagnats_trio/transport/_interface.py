@@ -225,6 +225,16 @@ class Transport(Protocol):
     async def kv_get(self, bucket: str, key: str) -> KvEntry | None:
         """The current value, or None when absent or deleted."""
 
+    async def kv_get_and_publish_many(
+        self, bucket: str, key: str, msgs: Sequence[PublishMsg]
+    ) -> tuple[KvEntry | TransportError | None, list[int | TransportError]]:
+        """:meth:`kv_get` of ``key`` and :meth:`publish_many` of ``msgs``, all sent at once
+        (the read first): one round trip of latency, and on the native client one socket write
+        and no task (a start of a workflow read before indexes its run while it reads the
+        definition). The read's entry (None when absent or deleted) or the error it got, and
+        per message what :meth:`publish_many` answers; each is answered whatever the others'
+        answers. Other failures (closed, not connected) raise."""
+
     async def kv_get_many(self, bucket: str, keys: Sequence[str]) -> dict[str, KvEntry]:
         """The current values of ``keys`` that exist (absent and deleted keys are left out).
         One round trip per :data:`MAX_LAST_MSGS_SUBJECTS` keys (a batch direct get of the last

@@ -31,6 +31,7 @@ from ._values import (
     BatchAck,
     BatchMsg,
     Headers,
+    KvEntry,
     PublishMsg,
     StoredMsg,
     SubjectPurge,
@@ -50,6 +51,10 @@ class SimStreams(ABC):
     @abstractmethod
     async def _call(self, *, jetstream: bool = True) -> None:
         """A request that waits for the server's answer: counts a round trip."""
+
+    @abstractmethod
+    async def kv_get(self, bucket: str, key: str) -> KvEntry | None:
+        """The key's entry (the simulator's KV)."""
 
     @property
     @abstractmethod
@@ -105,6 +110,19 @@ class SimStreams(ABC):
             except TransportError as exc:
                 results.append(exc)
         return results
+
+    async def kv_get_and_publish_many(
+        self, bucket: str, key: str, msgs: Sequence[PublishMsg]
+    ) -> tuple[KvEntry | TransportError | None, list[int | TransportError]]:
+        """The read (:meth:`kv_get`, the simulator's), then each publish in turn."""
+        entry: KvEntry | TransportError | None
+        try:
+            entry = await self.kv_get(bucket, key)
+        except (Closed, TemporarilyUnavailable):
+            raise
+        except TransportError as exc:
+            entry = exc
+        return entry, await self.publish_many(msgs)
 
     async def publish_batch(
         self, msgs: Sequence[BatchMsg], *, expected_last_subject_seq: int | None = None

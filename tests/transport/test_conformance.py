@@ -28,6 +28,7 @@ from dagnats_trio.transport import (
     ConsumerConfig,
     Delivery,
     KeyExists,
+    KvEntry,
     NotFound,
     NotProvisioned,
     PublishMsg,
@@ -224,6 +225,38 @@ async def test_purge_subjects_answers_each_purge_on_its_own(
     kept_last = await transport.get_last_msg(JOURNAL_STREAM, kept)
     assert kept_last is not None and kept_last.seq == keep_seq
     assert await transport.purge_subjects([]) == []
+
+
+async def test_kv_get_and_publish_many_answers_the_read_and_each_publish(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    """A key's read and publishes sent at once: the read answers what a read answers (the
+    value, None when absent or deleted, its error for a bucket that does not exist), each
+    publish is stored or refused on its own whatever the read's answer."""
+    b, key = CHECKPOINTS_BUCKET, f"{uid}.read"
+    journal = journal_subject(uid, "step")
+    rev = await transport.kv_create(b, key, b"v1")
+    first = await transport.publish(journal, b"a", expected_last_subject_seq=0)
+    entry, results = await transport.kv_get_and_publish_many(
+        b,
+        key,
+        [
+            PublishMsg(journal, b"stale", expected_last_subject_seq=0),
+            PublishMsg(history_subject(uid), b"h", expected_last_subject_seq=0),
+        ],
+    )
+    assert isinstance(entry, KvEntry) and (entry.value, entry.revision) == (b"v1", rev)
+    assert isinstance(results[0], WrongLastSequence) and isinstance(results[1], int)
+    page = await transport.read_subject(JOURNAL_STREAM, journal, 0, 10)
+    assert [(m.seq, m.data) for m in page] == [(first, b"a")]
+    await transport.kv_delete(b, key)
+    entry, results = await transport.kv_get_and_publish_many(b, key, [])
+    assert (entry, results) == (None, [])
+    entry, results = await transport.kv_get_and_publish_many(
+        f"no_bucket_{uid}", key, [PublishMsg(journal, b"b")]
+    )
+    assert isinstance(entry, NotProvisioned)
+    assert isinstance(results[0], int) and results[0] > page[0].seq
 
 
 async def test_not_provisioned(transport: Transport, clock: object, uid: str) -> None:
