@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ._dev import HERE, dagnats_command
+from ._inproc import Exited, refused_by_process, refused_in_process
 
 #: Bound on a refused command (it exits before connecting).
 REFUSED_TIMEOUT_S = 30
@@ -27,22 +28,41 @@ def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.Compl
     )
 
 
+def _bad_client_refused(out: Exited, value: str) -> None:
+    assert out.code == 2, (value, out)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "client must be one of native, nats-py" in lines[0], out.stderr
+    assert repr(value) in lines[0], out.stderr
+
+
 @pytest.mark.parametrize("value", ["asyncio", "nats_py"])
 def test_dev_serve_and_worker_refuse_a_bad_client_in_one_line(value: str, tmp_path: Path) -> None:
     runs = [
-        _run(["dev", "--data-dir", str(tmp_path), "--client", value]),
-        _run(["serve", "--nats", "nats://127.0.0.1:1", "--client", value]),
-        _run(
+        refused_in_process(["dev", "--data-dir", str(tmp_path), "--client", value]),
+        refused_in_process(["serve", "--nats", "nats://127.0.0.1:1", "--client", value]),
+        refused_in_process(
             ["worker", "--nats", "nats://127.0.0.1:1", "_crashing:handlers"],
             env={"DAGNATS_CLIENT": value},
         ),
     ]
     for out in runs:
-        assert out.returncode == 2, (value, out.stderr)
-        lines = out.stderr.strip().splitlines()
-        assert len(lines) == 1, out.stderr
-        assert "client must be one of native, nats-py" in lines[0], out.stderr
-        assert repr(value) in lines[0], out.stderr
+        _bad_client_refused(out, value)
+
+
+def test_the_console_script_refuses_what_the_options_refuse(tmp_path: Path) -> None:
+    """The refusals of this file are proven in process for every value; here one of each kind
+    as a user's shell sees it (exit code, one line on stderr): a bad client to a worker from its
+    environment, a blank token to dev (which opens nothing first), a URL that does not parse."""
+    out = refused_by_process(
+        ["worker", "--nats", "nats://127.0.0.1:1", "_crashing:handlers"],
+        env={"DAGNATS_CLIENT": "asyncio"},
+    )
+    _bad_client_refused(out, "asyncio")
+    dev = ["dev", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0", "--token", " "]
+    _blank_token_refused(refused_by_process(dev))
+    assert not any(tmp_path.iterdir()), "dev started before it refused the token"
+    _bad_url_refused(refused_by_process(["serve", "--nats", "nats://"]), "nats://", "names no host")
 
 
 def test_serve_dev_and_worker_with_no_server_answering_say_so_in_one_line() -> None:
@@ -66,8 +86,8 @@ def test_serve_dev_and_worker_with_no_server_answering_say_so_in_one_line() -> N
 def test_a_verb_with_an_api_url_that_is_no_url_says_so_in_one_line() -> None:
     """``--api`` that httpx cannot parse: one line, exit 2 (before, a traceback of
     ``httpx.InvalidURL``, which is no ``httpx.HTTPError``)."""
-    out = _run(["run", "get", "abc", "--api", "http://[::1"])
-    assert out.returncode == 2, out.stderr
+    out = refused_in_process(["run", "get", "abc", "--api", "http://[::1"])
+    assert out.code == 2, out
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith("error: --api 'http://[::1' is not a URL"), out.stderr
@@ -80,15 +100,23 @@ def test_serve_and_dev_refuse_an_empty_or_blank_token_in_one_line(
     """``--token "$TOKEN"`` with ``TOKEN`` unset served an open API (the empty token was taken
     as none, on whatever ``--listen`` said); now it is refused before anything starts."""
     runs = [
-        _run(["serve", "--nats", "nats://127.0.0.1:1", "--listen", "0.0.0.0:0", "--token", token]),
-        _run(["dev", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0", "--token", token]),
+        refused_in_process(
+            ["serve", "--nats", "nats://127.0.0.1:1", "--listen", "0.0.0.0:0", "--token", token]
+        ),
+        refused_in_process(
+            ["dev", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0", "--token", token]
+        ),
     ]
     for out in runs:
-        assert out.returncode == 2, out.stderr
-        lines = out.stderr.strip().splitlines()
-        assert len(lines) == 1, out.stderr
-        assert lines[0].startswith("error: --token "), out.stderr
+        _blank_token_refused(out)
     assert not any(tmp_path.iterdir()), "dev started before it refused the token"
+
+
+def _blank_token_refused(out: Exited) -> None:
+    assert out.code == 2, out
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("error: --token "), out.stderr
 
 
 @pytest.mark.parametrize(
@@ -107,12 +135,14 @@ def test_out_of_range_ack_wait_and_nats_port_are_refused(
     running host), ``--nats-port 70000`` with an ``OverflowError`` from ``bind``, and
     ``--nats-port -5`` was taken for any port; now each is refused by the option (exit 2)."""
     dev = ["dev", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0", option, value]
-    runs = [_run(dev)]
+    runs = [refused_in_process(dev)]
     if option == "--ack-wait":
-        runs.append(_run(["serve", "--nats", "nats://127.0.0.1:1", option, value]))
-        runs.append(_run(["worker", "--nats", "nats://127.0.0.1:1", option, value, "m:h"]))
+        runs.append(refused_in_process(["serve", "--nats", "nats://127.0.0.1:1", option, value]))
+        runs.append(
+            refused_in_process(["worker", "--nats", "nats://127.0.0.1:1", option, value, "m:h"])
+        )
     for out in runs:
-        assert out.returncode == 2, out.stderr
+        assert out.code == 2, out
         assert "Traceback" not in out.stderr, out.stderr
         assert f"Invalid value for '{option}'" in out.stderr, out.stderr
     assert not any(tmp_path.iterdir()), "dev started before it refused the option"
@@ -129,10 +159,13 @@ def test_out_of_range_ack_wait_and_nats_port_are_refused(
 def test_a_nats_url_that_does_not_parse_is_refused_in_one_line(url: str, says: str) -> None:
     """Before, each failed inside the client with a traceback (``ValueError``)."""
     for args in (["serve", "--nats", url], ["worker", "--nats", url, "_crashing:handlers"]):
-        out = _run(args)
-        assert out.returncode == 2, out.stderr
-        assert out.stderr.startswith(f"error: NATS URL {url!r} {says}"), out.stderr
-        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+        _bad_url_refused(refused_in_process(args), url, says)
+
+
+def _bad_url_refused(out: Exited, url: str, says: str) -> None:
+    assert out.code == 2, out
+    assert out.stderr.startswith(f"error: NATS URL {url!r} {says}"), out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
 def test_a_data_dir_that_is_a_file_is_named_as_the_problem(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 
 from ._dev import HERE, dagnats_command, port_open, process_alive, start_dev
+from ._inproc import refused_by_process, refused_in_process
 
 #: Bound of the wait for a run of the echo worker to complete.
 RUN_DONE_TIMEOUT_S = 15.0
@@ -102,15 +103,14 @@ def test_dev_listens_with_the_backlog_of_its_setting(tmp_path: Path) -> None:
 
 
 def test_dev_refuses_a_bad_backlog_in_one_line(tmp_path: Path) -> None:
-    for value in ("0", "65536", "-5"):
-        out = subprocess.run(
-            [*dagnats_command(), "dev", "--data-dir", str(tmp_path), "--backlog", value],
-            cwd=HERE,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        assert out.returncode == 2, (value, out.stderr)
+    """Every bad value in process; one of them as a process too (the shell's view)."""
+    runs = [
+        (value, refused_in_process(["dev", "--data-dir", str(tmp_path), "--backlog", value]))
+        for value in ("0", "65536", "-5")
+    ]
+    runs.append(("0", refused_by_process(["dev", "--data-dir", str(tmp_path), "--backlog", "0"])))
+    for value, out in runs:
+        assert out.code == 2, (value, out)
         assert f"API backlog must be from 1 to 65535, got {value}" in out.stderr
         assert "Traceback" not in out.stderr + out.stdout
         assert not (tmp_path / "jetstream").exists()

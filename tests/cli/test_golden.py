@@ -15,10 +15,10 @@ from typing import Any
 
 import attrs
 import pytest
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
 from dagnats_trio.api import JournalEntry
-from dagnats_trio.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, app
+from dagnats_trio.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from dagnats_trio.testing import (
     AGENT_STEP_ID,
     agent_workflow,
@@ -31,6 +31,7 @@ from tests.docs._blocks import blocks
 
 from . import _golden_workers
 from ._dev import DevProcess, start_dev
+from ._inproc import invoke
 
 HERE = Path(__file__).parent
 UPGRADING_MD = HERE.parents[1] / "docs" / "upgrading.md"
@@ -48,7 +49,7 @@ MY_AGENT = "from dagnats_trio.testing import ScriptedAgent\n\nturn = ScriptedAge
 
 def cli(dev: DevProcess | None, *args: str) -> Result:
     env = {"DAGNATS_API_URL": dev.api_url if dev else "http://127.0.0.1:1", "COLUMNS": "200"}
-    result = CliRunner().invoke(app, list(args), env=env)
+    result = invoke(args, env=env)
     out = result.stdout + (result.stderr or "")
     assert "Traceback" not in out, out
     return result

@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -17,7 +16,8 @@ from _procs import exit_watch
 
 from dagnats_trio._host import HostConfig, HostSetupError, parse_restart_limit
 
-from ._dev import DEV_STOP_TIMEOUT_S, HERE, dagnats_command, start_dagnats, start_dev
+from ._dev import DEV_STOP_TIMEOUT_S, start_dagnats, start_dev
+from ._inproc import Exited, refused_by_process, refused_in_process
 
 #: Bound of a crashing worker's life: start, a task (after the AckWait), its own SIGKILL.
 WORKER_DEATH_TIMEOUT_S = 40.0
@@ -45,42 +45,33 @@ def test_parse_restart_limit_and_host_config_take_1_to_1000() -> None:
             HostConfig(worker_restart_limit=bad)
 
 
-def _refused(
-    args: list[str], env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*dagnats_command(), *args],
-        cwd=HERE,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "COLUMNS": "200", **(env or {})},
-    )
+def _refused_in_one_line(out: Exited, tmp_path: Path) -> None:
+    assert out.code == 2, out
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "restart_limit must be" in lines[0] and "1000" in lines[0], lines
+    assert "Traceback" not in out.stderr + out.stdout
+    assert not (tmp_path / "jetstream").exists()  # refused before anything was opened
 
 
 @pytest.mark.parametrize("value", ["0", "1001", "abc"])
 def test_worker_and_dev_refuse_a_bad_restart_limit_in_one_line(value: str, tmp_path: Path) -> None:
+    worker = ["worker", "--nats", "nats://127.0.0.1:1", "--restart-limit", value]
     runs = [
-        _refused(["dev", "--data-dir", str(tmp_path), "--restart-limit", value]),
-        _refused(["dev", "--data-dir", str(tmp_path)], env={"DAGNATS_RESTART_LIMIT": value}),
-        _refused(
-            [
-                "worker",
-                "--nats",
-                "nats://127.0.0.1:1",
-                "--restart-limit",
-                value,
-                "_crashing:handlers",
-            ]
-        ),
+        refused_in_process(["dev", "--data-dir", str(tmp_path), "--restart-limit", value]),
+        refused_in_process(["dev", "--data-dir", str(tmp_path)], {"DAGNATS_RESTART_LIMIT": value}),
+        refused_in_process([*worker, "_crashing:handlers"]),
     ]
     for out in runs:
-        assert out.returncode == 2, (value, out.stderr)
-        lines = out.stderr.strip().splitlines()
-        assert len(lines) == 1, out.stderr
-        assert "restart_limit must be" in lines[0] and "1000" in lines[0], lines
-        assert "Traceback" not in out.stderr + out.stdout
-    assert not (tmp_path / "jetstream").exists()  # refused before anything was opened
+        _refused_in_one_line(out, tmp_path)
+
+
+def test_the_console_script_refuses_a_bad_restart_limit_in_one_line(tmp_path: Path) -> None:
+    """The refusal above as a user's shell sees it: the flag to dev, the variable to a worker."""
+    dev = ["dev", "--data-dir", str(tmp_path), "--restart-limit", "0"]
+    _refused_in_one_line(refused_by_process(dev), tmp_path)
+    worker = ["worker", "--nats", "nats://127.0.0.1:1", "_crashing:handlers"]
+    _refused_in_one_line(refused_by_process(worker, {"DAGNATS_RESTART_LIMIT": "1001"}), tmp_path)
 
 
 def _step(http: httpx.Client, run_id: str, step_id: str) -> dict[str, object]:

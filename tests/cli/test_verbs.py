@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
 from dagnats_trio.cli import (
     EXIT_CANNOT_CONNECT,
@@ -19,10 +19,10 @@ from dagnats_trio.cli import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_USAGE,
-    app,
 )
 
 from ._dev import DevProcess, start_dev
+from ._inproc import invoke
 
 #: Bound of waits on a run's state in these tests.
 WAIT_S = 15.0
@@ -47,7 +47,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
 
 def cli(dev: DevProcess | None, *args: str) -> Result:
     env = {"DAGNATS_API_URL": dev.api_url if dev else "http://127.0.0.1:1", "COLUMNS": "200"}
-    result = CliRunner().invoke(app, list(args), env=env)
+    result = invoke(args, env=env)
     out = result.stdout + (result.stderr or "")
     assert "Traceback" not in out, out
     assert result.exception is None or isinstance(result.exception, SystemExit), out

@@ -1,0 +1,127 @@
+"""The ``dagnats`` command line run in this process, as typer's ``CliRunner`` runs it, with the
+click command built from the app once per session instead of once per call.
+
+``CliRunner.invoke`` rebuilds the whole command tree from the Typer app on every call (about half
+of a verb's cost in process); a generated-command-line test runs hundreds of them. The command is
+the same object each time, so building it once changes nothing a test sees: the isolation (streams,
+environment), the exit code and the exception are ``CliRunner``'s own.
+
+Refusals of ``dev``, ``serve`` and ``worker`` (a bad option said in one line, exit 2) are proven
+here for every bad value, in process, and by one real process per kind of refusal: a process
+costs a second or more of start-up on a loaded machine, and the refusal is the same code.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import typer
+from typer.testing import CliRunner, Result
+
+from dagnats_trio.cli import app
+
+from ._dev import HERE, dagnats_command
+
+#: Said, and the exit code, when a command meant to be refused went on to start its host.
+NOT_REFUSED = "the command was not refused: it went on to start its host"
+NOT_REFUSED_EXIT = 99
+#: Bound on a refused command run as a process (it exits before connecting).
+REFUSED_TIMEOUT_S = 30
+
+
+@functools.cache
+def _command() -> Any:
+    return typer.main.get_command(app)
+
+
+def invoke(args: Sequence[str], env: Mapping[str, str | None] | None = None) -> Result:
+    """``CliRunner().invoke(app, args, env=env)``, on the command built once."""
+    runner = CliRunner()
+    exception: BaseException | None = None
+    exit_code = 0
+    exc_info: Any = None
+    with runner.isolation(env=env) as outstreams:
+        try:
+            _command().main(args=list(args), prog_name="dagnats")
+        except SystemExit as exc:
+            code = exc.code if exc.code is not None else 0
+            if code != 0:
+                exception = exc
+                exc_info = sys.exc_info()
+            if not isinstance(code, int):
+                sys.stdout.write(f"{code}\n")
+                code = 1
+            exit_code = code
+        except Exception as exc:
+            exception = exc
+            exc_info = sys.exc_info()
+            exit_code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            stdout, stderr, output = (s.getvalue() for s in outstreams)
+    return Result(
+        runner=runner,
+        stdout_bytes=stdout,
+        stderr_bytes=stderr,
+        output_bytes=output,
+        return_value=None,
+        exit_code=exit_code,
+        exception=exception,
+        exc_info=exc_info,
+    )
+
+
+@attrs.frozen
+class Exited:
+    """How a command ended, in process or as a process: the refusal tests assert on this."""
+
+    code: int
+    stdout: str
+    stderr: str
+
+
+def _not_refused(*_args: object, **_kwargs: object) -> None:
+    sys.stderr.write(f"{NOT_REFUSED}\n")
+    raise SystemExit(NOT_REFUSED_EXIT)
+
+
+def refused_in_process(args: Sequence[str], env: Mapping[str, str] | None = None) -> Exited:
+    """``dev``, ``serve`` or ``worker`` run in this process with nothing able to start: a command
+    its options do not refuse ends with ``NOT_REFUSED_EXIT`` (and says ``NOT_REFUSED``) instead of
+    starting a nats-server or connecting. The environment holds no ``DAGNATS_*`` variable but the
+    ones given (as the subprocess tests' clean environment); ``tests/cli`` is importable for a
+    ``_crashing:handlers`` argument (the subprocesses run there), sys.path restored after."""
+    from dagnats_trio.cli import _hosting
+
+    clean: dict[str, str | None] = {k: None for k in os.environ if k.startswith("DAGNATS_")}
+    saved_path, saved_run_host = list(sys.path), _hosting.run_host
+    _hosting.run_host = _not_refused
+    sys.path.insert(0, str(HERE))
+    try:
+        res = invoke(args, env={**clean, "COLUMNS": "200", **(env or {})})
+    finally:
+        _hosting.run_host = saved_run_host
+        sys.path[:] = saved_path
+    return Exited(res.exit_code, res.stdout, res.stderr)
+
+
+def refused_by_process(args: Sequence[str], env: Mapping[str, str] | None = None) -> Exited:
+    """The console script as a user runs it, in a clean environment (the same refusal, proven
+    once per kind as a real process: exit code and stderr as a shell sees them)."""
+    out = subprocess.run(
+        [*dagnats_command(), *args],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=REFUSED_TIMEOUT_S,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "COLUMNS": "200", **(env or {})},
+    )
+    return Exited(out.returncode, out.stdout, out.stderr)
