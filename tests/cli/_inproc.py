@@ -17,7 +17,8 @@ import functools
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -88,29 +89,63 @@ class Exited:
     stderr: str
 
 
+@attrs.frozen
+class Hosted:
+    """What a process command handed to ``run_host`` in process: its config and banner rows."""
+
+    config: Any
+    banner: dict[str, str]
+
+
 def _not_refused(*_args: object, **_kwargs: object) -> None:
     sys.stderr.write(f"{NOT_REFUSED}\n")
     raise SystemExit(NOT_REFUSED_EXIT)
 
 
-def refused_in_process(args: Sequence[str], env: Mapping[str, str] | None = None) -> Exited:
-    """``dev``, ``serve`` or ``worker`` run in this process with nothing able to start: a command
-    its options do not refuse ends with ``NOT_REFUSED_EXIT`` (and says ``NOT_REFUSED``) instead of
-    starting a nats-server or connecting. The environment holds no ``DAGNATS_*`` variable but the
-    ones given (as the subprocess tests' clean environment); ``tests/cli`` is importable for a
-    ``_crashing:handlers`` argument (the subprocesses run there), sys.path restored after."""
+@contextmanager
+def _no_host(run_host: Callable[..., None]) -> Iterator[None]:
+    """``run_host`` replaced; ``tests/cli`` importable for a ``_crashing:handlers`` argument (the
+    subprocesses run there); both restored after."""
     from dagnats_trio.cli import _hosting
 
-    clean: dict[str, str | None] = {k: None for k in os.environ if k.startswith("DAGNATS_")}
     saved_path, saved_run_host = list(sys.path), _hosting.run_host
-    _hosting.run_host = _not_refused
+    _hosting.run_host = run_host
     sys.path.insert(0, str(HERE))
     try:
-        res = invoke(args, env={**clean, "COLUMNS": "200", **(env or {})})
+        yield
     finally:
         _hosting.run_host = saved_run_host
         sys.path[:] = saved_path
+
+
+def _clean_env(env: Mapping[str, str] | None) -> dict[str, str | None]:
+    """No ``DAGNATS_*`` variable but the ones given (as the subprocess tests' clean environment)."""
+    clean: dict[str, str | None] = {k: None for k in os.environ if k.startswith("DAGNATS_")}
+    return {**clean, "COLUMNS": "200", **(env or {})}
+
+
+def refused_in_process(args: Sequence[str], env: Mapping[str, str] | None = None) -> Exited:
+    """``dev``, ``serve`` or ``worker`` run in this process with nothing able to start: a command
+    its options do not refuse ends with ``NOT_REFUSED_EXIT`` (and says ``NOT_REFUSED``) instead of
+    starting a nats-server or connecting."""
+    with _no_host(_not_refused):
+        res = invoke(args, env=_clean_env(env))
     return Exited(res.exit_code, res.stdout, res.stderr)
+
+
+def hosted_in_process(args: Sequence[str], env: Mapping[str, str] | None = None) -> Hosted:
+    """The config and banner a process command would start its host with, in this process
+    (nothing started): for what a setting becomes, where a real process proves the plumbing
+    from the config on for one value."""
+    seen: list[Hosted] = []
+
+    def record(config: Any, _name: str, rows: Sequence[tuple[str, str]]) -> None:
+        seen.append(Hosted(config, dict(rows)))
+
+    with _no_host(record):
+        res = invoke(args, env=_clean_env(env))
+    assert res.exit_code == 0 and len(seen) == 1, (res.exit_code, res.stdout, res.stderr)
+    return seen[0]
 
 
 def refused_by_process(args: Sequence[str], env: Mapping[str, str] | None = None) -> Exited:

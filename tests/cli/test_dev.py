@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 
-from ._dev import HERE, dagnats_command, port_open, process_alive, start_dev
-from ._inproc import refused_by_process, refused_in_process
+from ._dev import port_open, process_alive, start_dev
+from ._inproc import hosted_in_process, refused_by_process, refused_in_process
 
 #: Bound of the wait for a run of the echo worker to complete.
 RUN_DONE_TIMEOUT_S = 15.0
@@ -48,14 +48,9 @@ def test_dev_serves_runs_and_stops_cleanly_on_sigint(tmp_path: Path) -> None:
 
 
 def test_dev_rejects_a_bad_worker_module_without_a_traceback(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [*dagnats_command(), "dev", "--data-dir", str(tmp_path), "--worker", "no_such_mod:h"],
-        cwd=HERE,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert out.returncode == 2
+    """In process (test_user_module runs the same refusal as a process)."""
+    out = refused_in_process(["dev", "--data-dir", str(tmp_path), "--worker", "no_such_mod:h"])
+    assert out.code == 2, out
     assert "cannot import 'no_such_mod'" in out.stderr
     assert "Traceback" not in out.stderr + out.stdout
 
@@ -85,16 +80,12 @@ def _listen_backlog(api_url: str) -> int:
 
 
 def test_dev_listens_with_the_backlog_of_its_setting(tmp_path: Path) -> None:
-    dev = start_dev(["--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0"])
-    try:
-        assert dev.banner["api backlog"] == "2048"
-        assert _listen_backlog(dev.api_url) == 2048
-    finally:
-        assert dev.stop() == 0
-    dev = start_dev(
-        ["--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0"],
-        env={"DAGNATS_API_BACKLOG": "777"},
-    )
+    """A real dev's socket has the backlog of its setting (hypercorn's own default is 100); the
+    default's config and banner are read in process (the same path from config to socket)."""
+    args = ["--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0"]
+    default = hosted_in_process(["dev", *args])
+    assert default.banner["api backlog"] == "2048" and default.config.api_backlog == 2048
+    dev = start_dev(args, env={"DAGNATS_API_BACKLOG": "777"})
     try:
         assert dev.banner["api backlog"] == "777"
         assert _listen_backlog(dev.api_url) == 777

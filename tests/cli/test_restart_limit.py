@@ -17,7 +17,7 @@ from _procs import exit_watch
 from dagnats_trio._host import HostConfig, HostSetupError, parse_restart_limit
 
 from ._dev import DEV_STOP_TIMEOUT_S, start_dagnats, start_dev
-from ._inproc import Exited, refused_by_process, refused_in_process
+from ._inproc import Exited, hosted_in_process, refused_by_process, refused_in_process
 
 #: Bound of a crashing worker's life: start, a task (after the AckWait), its own SIGKILL.
 WORKER_DEATH_TIMEOUT_S = 40.0
@@ -118,14 +118,14 @@ def test_the_limit_reaches_the_worker_a_step_fails_after_that_many_claims(tmp_pa
 
 
 def test_dev_takes_the_restart_limit_from_its_environment(tmp_path: Path) -> None:
-    dev = start_dev(
-        ["--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0"],
-        env={"DAGNATS_RESTART_LIMIT": "7"},
-    )
-    try:
-        assert dev.banner["restart limit"] == "7"
-    finally:
-        assert dev.stop() == 0
+    """What dev starts its host with (in process: a real dev and worker show the limit they were
+    given on their banner above, from the flag and from the variable)."""
+    args = ["dev", "--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0"]
+    hosted = hosted_in_process(args, env={"DAGNATS_RESTART_LIMIT": "7"})
+    assert hosted.banner["restart limit"] == "7"
+    assert hosted.config.worker_restart_limit == 7
+    default = hosted_in_process(args)
+    assert default.banner["restart limit"] == "5" and default.config.worker_restart_limit == 5
 
 
 def test_dev_gives_the_limit_to_its_bridge_too(tmp_path: Path) -> None:
