@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any, final
 
 import attrs
-import trio
 
 from ..journal import Completion, Journal, NextTool, Replay, ToolCall, ToolResult
 from ..protocol import JsonValue
@@ -184,8 +183,10 @@ class ScriptedAgent:
         return NextTool(ToolCall(turn.tool, turn.input), turn.replay)
 
     async def _model(self, run_id: str, history: list[JsonValue]) -> JsonValue:
+        """The scripted reply. It does not yield: ``Journal.model`` checkpoints around it (its
+        record's append waits on the server), and a yield here would be a scheduler pass per
+        model call that the bench charged to the runtime."""
         self.counters._bump(self.counters.model_requests, run_id)
-        await trio.lowlevel.checkpoint()
         asked = sum(1 for h in history if h.get("role") == "assistant")
         return self.script[min(asked, len(self.script) - 1)].reply()
 
@@ -208,8 +209,8 @@ class ScriptedAgent:
         name = turn.tool
 
         async def run(call: ToolCall) -> JsonValue:
+            # No yield between start and effect: as _model, the journal's writes around it wait.
             self.counters._bump(self.counters.tool_starts, (run_id, name))
-            await trio.lowlevel.checkpoint()
             self.counters._bump(self.counters.tool_effects, (run_id, name))
             return {"tool": name, "key": call.key, "ok": True}
 
