@@ -15,13 +15,17 @@ from collections.abc import Callable
 from types import CodeType
 from typing import Any, Final
 
+import pytest
 import trio
 
 from bench._stack import RUN_TIMEOUT_S, open_stack
 from bench.agent import HEADLINE
-from dagnats_trio._seams import crash_point
+from dagnats_trio._seams import HOOKS, crash_point
+from dagnats_trio.journal import DeliveryState
+from dagnats_trio.journal._fencing import FencedWriter
 from dagnats_trio.protocol import check_json, dumps_json
 from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expected_answer
+from dagnats_trio.transport import TransientRetry, retry_transient
 
 WORKFLOW: Final = "trio-calls-agent"
 WARMUP_RUNS: Final = 3
@@ -47,6 +51,14 @@ MAX_SEMAPHORE_CALLS_PER_RUN: Final = 0
 #: when every seam built its context and awaited the (empty) hook; none since a seam asks
 #: whether a hook is installed first.
 MAX_CRASH_POINTS_PER_RUN: Final = 0
+#: Calls of ``DeliveryState.seam`` per scripted agent run with no hook ever installed: 29
+#: measured when each journal seam called it to ask whether a hook is installed (three calls a
+#: seam: the method, ``hook_installed``, the context variable's ``get``); none since the
+#: callers read ``HOOKS.ever`` first.
+MAX_SEAM_CALLS_PER_RUN: Final = 0
+#: ``TransientRetry`` objects made per scripted agent run when nothing fails: one per fenced
+#: append while each made its own before publishing; none since one is made at a first failure.
+MAX_TRANSIENT_RETRIES_PER_RUN: Final = 0
 
 #: pstats' key of a function: (filename, first line, name).
 FuncKey = tuple[str, int, str]
@@ -121,11 +133,25 @@ async def test_an_agent_run_takes_its_worker_places_without_a_call_per_place() -
     assert acquires + releases <= MAX_SEMAPHORE_CALLS_PER_RUN
 
 
-async def test_an_agent_run_without_a_seam_hook_reaches_no_crash_point() -> None:
+async def test_an_agent_run_without_a_seam_hook_reaches_no_crash_point(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Production: no hook was ever installed in the process (an earlier test may have set it).
+    monkeypatch.setattr(HOOKS, "ever", False)
     stats = await _profiled_runs()
     per_run, by = _calls_per_run(stats, crash_point)
     print(f"crash points reached per agent run without a hook: {per_run:.1f} ({by})")
     assert per_run <= MAX_CRASH_POINTS_PER_RUN
+    seams, by_seams = _calls_per_run(stats, DeliveryState.seam)
+    print(f"journal seam calls per agent run without a hook: {seams:.1f} ({by_seams})")
+    assert seams <= MAX_SEAM_CALLS_PER_RUN
+    retries, by_retries = _calls_per_run(stats, TransientRetry.__init__)
+    appends, _ = _calls_per_run(stats, FencedWriter._publish)
+    retried, _ = _calls_per_run(stats, retry_transient)
+    print(f"transient retries made per agent run: {retries:.1f} ({by_retries}); "
+          f"fenced appends {appends:.1f}, retried calls {retried:.1f}")  # fmt: skip
+    assert appends > 0 and retried > 0  # the count saw the calls that may retry
+    assert retries <= MAX_TRANSIENT_RETRIES_PER_RUN
 
 
 #: Calls of json's per-call wrappers (``json.dumps`` and ``json.loads``, which build an encoder

@@ -37,7 +37,7 @@ from typing import Any, Final, final
 
 import trio
 
-from dagnats_trio._seams import Seam
+from dagnats_trio._seams import HOOKS, Seam
 from dagnats_trio.protocol import (
     BATCH_HEADER,
     ClaimRecord,
@@ -227,14 +227,15 @@ class FencedWriter:
         data = encode_group(records)
         if len(data) > MAX_GROUP_MESSAGE_BYTES:
             return await self._publish_batch(records)
-        await self._holder.seam(Seam.INSIDE_BATCH)
+        if HOOKS.ever:
+            await self._holder.seam(Seam.INSIDE_BATCH)
         return await self._publish(data, group_headers(records))
 
     async def _publish(self, data: bytes, headers: dict[str, str]) -> int:
         """One message (a record, or a group of them), fenced on the last sequence seen. A lost
         answer is resolved on the tail: the message there exactly as sent is ours (for a group:
         all of its records, stored as that one message)."""
-        backoff = TransientRetry()
+        backoff: TransientRetry | None = None  # made at the first failure, if one comes
         while True:
             self._holder.check_writable()
             try:
@@ -247,6 +248,8 @@ class FencedWriter:
             except WrongLastSequence:
                 return await self._after_lost_tail(data)
             except (TemporarilyUnavailable, TransportTimeout):
+                if backoff is None:
+                    backoff = TransientRetry()
                 if not await backoff.pause():
                     raise
                 tail = await read_tail(self._transport, self._subject)
@@ -274,8 +277,9 @@ class FencedWriter:
             for k, rec in enumerate(records)
         ]
         last = msgs[-1].data
-        await self._holder.seam(Seam.INSIDE_BATCH)
-        backoff = TransientRetry()
+        if HOOKS.ever:
+            await self._holder.seam(Seam.INSIDE_BATCH)
+        backoff: TransientRetry | None = None  # made at the first failure, if one comes
         while True:
             self._holder.check_writable()
             try:
@@ -285,6 +289,8 @@ class FencedWriter:
             except WrongLastSequence:
                 return await self._after_lost_tail(last)
             except (TemporarilyUnavailable, TransportTimeout):
+                if backoff is None:
+                    backoff = TransientRetry()
                 if not await backoff.pause():
                     raise
                 tail = await read_tail(self._transport, self._subject)

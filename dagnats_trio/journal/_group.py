@@ -15,7 +15,7 @@ from typing import Final
 
 import trio
 
-from dagnats_trio._seams import Seam
+from dagnats_trio._seams import HOOKS, Seam
 from dagnats_trio.transport import MAX_BATCH_PUBLISH_MSGS
 
 from ._calls import GroupCall
@@ -65,7 +65,8 @@ async def run_decided_group(
     ]  # fmt: skip
     if intents:
         await writer.append_batch(intents)
-        await holder.seam(Seam.AFTER_TOOL_INTENT)
+        if HOOKS.ever:
+            await holder.seam(Seam.AFTER_TOOL_INTENT)
     # 2. What the journal answers: finished calls, honoured starts, interruptions.
     results: list[ToolResult | None] = [None] * n
     for k, d in enumerate(decisions):

@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from dagnats_trio._seams import Seam
+from dagnats_trio._seams import HOOKS, Seam
 from dagnats_trio.protocol import (
     CommitAction,
     CommitRecord,
@@ -221,13 +221,15 @@ class HandleState:
         )
         seq = await self._writer.append(commit)
         self._closed = True
-        if self._pairs.result_held:
+        if HOOKS.ever and self._pairs.result_held:
             await self._holder.seam(Seam.AFTER_TOOL_RESULT)  # stored with the commit
-        await self._holder.seam(Seam.AFTER_COMMIT)
+        if HOOKS.ever:
+            await self._holder.seam(Seam.AFTER_COMMIT)
         if action is not CommitAction.FAIL:
             ids = tuple(p.request_id for p in self._placed)
             await notify_committed(self._on_committed, t, commit, seq, ids)
         await publish_lifecycle(self._transport, event_for_commit(commit, t, seq))
         self._holder.settlement = Settlement.ACK
-        await self._holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
+        if HOOKS.ever:
+            await self._holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
         return seq

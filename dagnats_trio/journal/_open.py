@@ -52,7 +52,7 @@ import logging
 
 from dagnats_trio._defaults import DEFAULT_RESTART_LIMIT, MAX_RESTART_LIMIT, MIN_RESTART_LIMIT
 from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
-from dagnats_trio._seams import Seam
+from dagnats_trio._seams import HOOKS, Seam
 from dagnats_trio.protocol import ClaimRecord, CommitAction, CommitRecord, TaskMessage
 from dagnats_trio.protocol.layout import journal_subject
 from dagnats_trio.transport import StoredMsg, Transport
@@ -125,7 +125,8 @@ async def open_journal(
     subject = journal_subject(ident.run_id, ident.step_id)
     predicted = _predicted_view(ident, subject, known) if first_delivery else None
     if predicted is not None:
-        await holder.seam(Seam.BEFORE_CLAIM)
+        if HOOKS.ever:
+            await holder.seam(Seam.BEFORE_CLAIM)
         journal = await _claim(
             transport,
             ident,
@@ -136,7 +137,8 @@ async def open_journal(
             on_committed=on_committed,
             known=known,
         )
-        await holder.seam(Seam.AFTER_CLAIM)
+        if HOOKS.ever:
+            await holder.seam(Seam.AFTER_CLAIM)
         return journal
     tail_msg = await read_tail(transport, subject)
     try:
@@ -148,7 +150,8 @@ async def open_journal(
         )
         raise JournalUnreadable(str(exc)) from exc
     assert plan.view is not None
-    await holder.seam(Seam.BEFORE_CLAIM)
+    if HOOKS.ever:
+        await holder.seam(Seam.BEFORE_CLAIM)
     journal = await _claim(
         transport,
         ident,
@@ -159,7 +162,8 @@ async def open_journal(
         on_committed=on_committed,
         known=known,
     )
-    await holder.seam(Seam.AFTER_CLAIM)
+    if HOOKS.ever:
+        await holder.seam(Seam.AFTER_CLAIM)
     if plan.restart_limit:
         await journal.settle(
             CommitAction.FAIL,
@@ -335,5 +339,6 @@ async def _republish(
         await notify_committed(on_committed, ident, commit, seq, ids)
     await publish_lifecycle(transport, event_for_commit(commit, ident, seq))
     holder.settlement = Settlement.ACK
-    await holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
+    if HOOKS.ever:
+        await holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
     raise Committed(f"iteration {ident.iteration} was committed at sequence {seq}; event resent")

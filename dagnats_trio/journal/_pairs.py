@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import final
 
-from dagnats_trio._seams import Seam
+from dagnats_trio._seams import HOOKS, Seam
 from dagnats_trio.protocol import JsonValue, ModelRecord, Replay, ToolIntentRecord
 
 from ._calls import (
@@ -188,7 +188,8 @@ class Pairing:
         await self._writer.append(intent)
         stored()
         self.planned, self.planned_input_json = intent, input_json
-        await self._holder.seam(Seam.AFTER_TOOL_INTENT)
+        if HOOKS.ever:
+            await self._holder.seam(Seam.AFTER_TOOL_INTENT)
 
     def take_same(self, call: ToolCall, replay: Replay, pos: int) -> ToolIntentRecord | None:
         """The intent stored with the model response, taken, when ``call`` at ``pos`` is that

@@ -15,7 +15,7 @@ from typing import final
 
 import attrs
 
-from dagnats_trio._seams import Seam
+from dagnats_trio._seams import HOOKS, Seam
 from dagnats_trio.protocol import CommitAction, JsonValue, Wait, lifecycle_event
 from dagnats_trio.transport import Transport
 
@@ -75,5 +75,6 @@ async def settle_delivery(
         ),
     )
     holder.settlement = Settlement.ACK
-    await holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
+    if HOOKS.ever:
+        await holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
     return None

@@ -38,9 +38,12 @@ def _deadline() -> float:
 class TransientRetry:
     """The pauses of one transient retry loop: doubling from ``TRANSIENT_BACKOFF_START_S`` to
     ``TRANSIENT_BACKOFF_MAX_S`` (the shared :func:`~dagnats_trio._env.backoff_delay_s`, without
-    jitter), until ``TRANSIENT_RETRY_DEADLINE_S`` after it was made. Made before every fenced
-    append, so making one costs only its deadline: the failures are counted here, with no
-    :class:`~dagnats_trio._env.Backoff` object built for a loop that, as a rule, never fails."""
+    jitter), until ``TRANSIENT_RETRY_DEADLINE_S`` after it was made. Its users make one only when
+    a call has failed (a loop that, as a rule, never fails then builds nothing: the fenced append
+    made one per record before), so the deadline is measured from the first failure's return,
+    not from the start of the call that failed: a give-up comes at most that one call's own
+    bound (its request timeout) later than if it were made before the first call. The failures
+    are counted here, with no :class:`~dagnats_trio._env.Backoff` object."""
 
     _failures: int = attrs.field(init=False, default=0)
     _until: float = attrs.field(init=False, factory=_deadline)
@@ -64,12 +67,14 @@ async def retry_transient(
     """Call ``fn`` until it does not fail transiently (no leader, timeout), within the transient
     deadline; the last failure is raised. Only for idempotent calls (reads, or publishes with a
     message id the stream deduplicates)."""
-    retry = TransientRetry()
+    retry: TransientRetry | None = None  # made at the first failure (see its docstring)
     while True:
         try:
             return await fn()
         except (TemporarilyUnavailable, TransportTimeout) as exc:
             if on_retry is not None:
                 on_retry(exc)
+            if retry is None:
+                retry = TransientRetry()
             if not await retry.pause():
                 raise
