@@ -23,7 +23,9 @@ from dagnats_trio.protocol import (
 TOKEN_RULE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 KEY_SAFE = re.compile(r"[-_=A-Za-z0-9]+")
 REFUSED = {"Cc", "Cs", "Zl", "Zp"}
-MAX_EXAMPLES = 500
+#: Examples per property (pure functions: twice Hypothesis's default); the edge cases the rules
+#: turn on are listed by hand too (test_check_id_refuses_naming_the_field and the chat ids).
+MAX_EXAMPLES = 200
 
 any_text = st.text(
     alphabet=st.characters(codec=None),  # every code point, lone surrogates included

@@ -331,7 +331,7 @@ def test_json_errors_are_json(dev: DevProcess) -> None:
 
 
 #: Generated command lines of the verbs over the API (ids, JSON, options), each run in process.
-CLI_FUZZ_EXAMPLES = 150
+CLI_FUZZ_EXAMPLES = 100
 argv_text = st.text(
     alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=12
 )
