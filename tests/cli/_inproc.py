@@ -42,15 +42,17 @@ def _command() -> Any:
     return typer.main.get_command(app)
 
 
-def invoke(args: Sequence[str], env: Mapping[str, str | None] | None = None) -> Result:
-    """``CliRunner().invoke(app, args, env=env)``, on the command built once."""
+def invoke(
+    args: Sequence[str], env: Mapping[str, str | None] | None = None, **extra: Any
+) -> Result:
+    """``CliRunner().invoke(app, args, env=env, **extra)``, on the command built once."""
     runner = CliRunner()
     exception: BaseException | None = None
     exit_code = 0
     exc_info: Any = None
     with runner.isolation(env=env) as outstreams:
         try:
-            _command().main(args=list(args), prog_name="dagnats")
+            _command().main(args=list(args), prog_name="dagnats", **extra)
         except SystemExit as exc:
             code = exc.code if exc.code is not None else 0
             if code != 0:

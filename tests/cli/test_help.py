@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from typer.testing import CliRunner
 
 from dagnats_trio.cli import app
+
+from ._inproc import invoke
 
 #: The width of a default terminal.
 COLUMNS = 80
@@ -29,11 +30,8 @@ def test_every_help_fits_80_columns_and_names_every_option() -> None:
     root = typer.main.get_command(app)
     paths = _commands(root)
     assert ("run", "list") in paths and ("dev",) in paths
-    runner = CliRunner()
     for path in paths:
-        result = runner.invoke(
-            app, [*path, "--help"], env={"COLUMNS": str(COLUMNS)}, terminal_width=COLUMNS
-        )
+        result = invoke([*path, "--help"], env={"COLUMNS": str(COLUMNS)}, terminal_width=COLUMNS)
         assert result.exit_code == 0, (path, result.stdout)
         long = [line for line in result.stdout.splitlines() if len(line) > COLUMNS]
         assert not long, (path, long)

@@ -3,23 +3,26 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 from collections.abc import AsyncIterator
 
 import pytest
 import trio
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
 from dagnats_trio.api import Service
 from dagnats_trio.api.rest import create_app
 from dagnats_trio.api.server import ApiServer
-from dagnats_trio.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, app
+from dagnats_trio.cli import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK
 from dagnats_trio.engine import Engine
 from dagnats_trio.inputs import InputsService
 from dagnats_trio.protocol import RunStatus, layout
 from dagnats_trio.transport import NatsTransport
 from dagnats_trio.worker import TaskContext, Worker
+
+from ._inproc import invoke
 
 #: Bound of starting the stack and of each wait on a run.
 WAIT_S = 15.0
@@ -41,11 +44,8 @@ class Api:
         """The command as a user runs it (its own ``trio.run``, so in a thread)."""
         env = {"DAGNATS_API_URL": self.url, "COLUMNS": "200"}
 
-        def invoke() -> Result:
-            return CliRunner().invoke(app, list(args), env=env)
-
         with trio.fail_after(WAIT_S):
-            result = await trio.to_thread.run_sync(invoke)
+            result = await trio.to_thread.run_sync(functools.partial(invoke, args, env=env))
         out = result.stdout + (result.stderr or "")
         assert "Traceback" not in out, out
         assert result.exception is None or isinstance(result.exception, SystemExit), out
