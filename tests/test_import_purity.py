@@ -3,11 +3,19 @@
 Each pure module is imported in a fresh interpreter (``sys.modules`` of this one is full of Trio
 already); the test fails if any I/O package was loaded on the way, through a package
 ``__init__`` or otherwise. A positive control shows the probe sees an I/O import when there is one.
+
+One fresh interpreter serves every module: it forks a child per module, so each import starts
+from that interpreter's own ``sys.modules`` and no import of one module is seen by another. That
+interpreter has loaded only what Python loads at start, ``json``, and the third-party libraries
+the pure cores are built on (``PREWARMED``, imported once instead of once per module); it checks
+that none of them loaded an I/O package, so a pure module that imports one of them is judged as
+if it had loaded it itself.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import json
 import pkgutil
@@ -89,28 +97,66 @@ PURE_MODULES = sorted(
     }
 )
 
+#: Libraries the pure cores import, loaded by the probe before it forks (module docstring).
+PREWARMED = ("attrs", "cattrs", "cattrs.gen", "cattrs.strategies", "typing")
+
 _PROBE = """
-import json, sys
-import {module}
-print(json.dumps(sorted(p for p in {io!r} if p in sys.modules)))
+import json, os, sys
+for library in {prewarmed!r}:
+    __import__(library)
+early = sorted(p for p in {io!r} if p in sys.modules)
+assert not early, f"the probe's own imports loaded I/O packages: {{early}}"
+loaded = {{}}
+for module in {modules!r}:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            __import__(module)
+            said = sorted(p for p in {io!r} if p in sys.modules)
+        except BaseException as exc:
+            said = f"importing {{module}} failed: {{exc!r}}"
+        os.write(write, json.dumps(said).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        loaded[module] = json.loads(answer.read())
+    os.waitpid(pid, 0)
+print(json.dumps(loaded))
 """
 
 
-def _io_loaded_by(module: str) -> list[str]:
+@functools.cache
+def _io_loaded_by_each(modules: tuple[str, ...]) -> dict[str, list[str]]:
+    """The I/O packages in ``sys.modules`` after importing each module, each in a child forked
+    from one fresh interpreter (module docstring)."""
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE.format(module=module, io=IO_PACKAGES)],
+        [
+            sys.executable,
+            "-c",
+            _PROBE.format(modules=modules, io=IO_PACKAGES, prewarmed=PREWARMED),
+        ],
         capture_output=True,
         text=True,
         timeout=IMPORT_TIMEOUT_S,
         check=True,
     )
-    loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    loaded: dict[str, list[str]] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(loaded) == sorted(modules), loaded
+    for said in loaded.values():
+        assert isinstance(said, list), said  # the import itself failed
     return loaded
+
+
+def _io_loaded_by(module: str) -> list[str]:
+    return _io_loaded_by_each((module,))[module]
 
 
 @pytest.mark.parametrize("module", PURE_MODULES)
 def test_a_pure_module_loads_no_io_package(module: str) -> None:
-    assert _io_loaded_by(module) == [], f"importing {module} loads I/O packages"
+    loaded = _io_loaded_by_each(tuple(PURE_MODULES))[module]
+    assert loaded == [], f"importing {module} loads I/O packages"
 
 
 def test_the_probe_sees_io_imports() -> None:
