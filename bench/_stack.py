@@ -74,11 +74,19 @@ class Counts:
 
 
 #: Transport calls that the server stores before it answers (durable writes; an atomic batch
-#: is one, stored and fsynced whole; ``publish_many`` counts one per message: each is stored on
-#: its own).
-WRITE_CALLS = frozenset(
-    {"publish", "publish_many", "publish_batch", "kv_put", "kv_create", "kv_update", "kv_delete"}
-)
+#: is one, stored and fsynced whole), each with where its messages are when it sends several
+#: stored on their own (``publish_many``, and ``kv_get_and_publish_many`` beside its read): the
+#: position of that list among the call's arguments, counted one write per message; None for one.
+WRITE_CALLS: dict[str, int | None] = {
+    "publish": None,
+    "publish_many": 0,
+    "kv_get_and_publish_many": 2,
+    "publish_batch": None,
+    "kv_put": None,
+    "kv_create": None,
+    "kv_update": None,
+    "kv_delete": None,
+}
 
 
 class CountingWrites:
@@ -98,11 +106,12 @@ class CountingWrites:
         inner = getattr(self._inner, name)
         attr = inner
         if name in WRITE_CALLS:
+            many = WRITE_CALLS[name]
 
             def counted(*args: Any, **kwargs: Any) -> Any:
                 # A plain function handing back the inner call's coroutine: no coroutine frame
                 # of its own for the product's awaits to pass through.
-                self.writes += len(args[0]) if name == "publish_many" else 1
+                self.writes += 1 if many is None else len(args[many])
                 return inner(*args, **kwargs)
 
             attr = counted
