@@ -9,8 +9,9 @@ inputs hooks must be idempotent (``hooks.InputsHooks``).
 
 from __future__ import annotations
 
-from ..protocol import InputSubmitted, encode_event, encode_task, layout
+from ..protocol import InputSubmitted, encode_event, layout
 from ..transport import Transport
+from ._effect_text import message_bytes
 from ._timer_stream import arm_timer
 from .effects import (
     AnnounceCancel,
@@ -34,7 +35,7 @@ async def execute_effects(
             task = effect.task
             await transport.publish(
                 layout.task_subject(task.task, task.run_id),
-                encode_task(task),
+                message_bytes(effect),  # spelled once, for the outbox entry saved before
                 msg_id=effect.msg_id,
             )
         elif isinstance(effect, ArmTimer):
@@ -46,7 +47,7 @@ async def execute_effects(
         elif isinstance(effect, PublishEvent):
             await transport.publish(
                 layout.history_subject(effect.run_id),
-                encode_event(effect.event),
+                message_bytes(effect),
                 msg_id=effect.msg_id,
             )
         elif isinstance(effect, CheckQueuedInputs):
