@@ -1,9 +1,10 @@
 """The internal crash seam.
 
 The SDK, the journal and the engine call :func:`crash_point` at each boundary where a crash
-leaves different durable state. Production installs no hook, and the callers read
-``HOOKS.ever`` first (the journal's seams, before calling ``DeliveryState.seam``) or ask
-:func:`hook_installed`, so a seam in production costs one attribute read.
+leaves different durable state. Production installs no hook, and the callers test
+``current_hook() is not None`` first (the journal's seams, before calling
+``DeliveryState.seam``) or ask :func:`hook_installed`, so a seam in production costs one call
+into C.
 Tests install a hook for the current Trio run (a ``contextvars`` variable, so concurrent tests and
 embedded services never see each other's hooks) that raises to kill the holder or blocks to stall
 it past AckWait.
@@ -15,7 +16,7 @@ import contextvars
 import enum
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Final, final
+from typing import Final
 
 import attrs
 
@@ -55,33 +56,23 @@ class SeamContext:
 SeamHook = Callable[[SeamContext], Awaitable[None]]
 
 
-@final
-@attrs.define
-class HookFlag:
-    """Whether :func:`install_hook` was ever called in this process. It is set before the hook
-    is visible and never cleared: a hook lives on in the contexts of tasks started while it was
-    installed, after the ``with`` block that installed it has exited, so clearing it (or
-    counting installs down) could skip a seam such a task still has a hook for. While it is
-    False no context has a hook, and a seam is skipped on this one read; once a test has
-    installed one, every seam asks its own context (:func:`hook_installed`), so an install made
-    later is never missed."""
-
-    ever: bool = False
-
-
-#: Read at each seam, never copied: a later install is seen by the next seam reached.
-HOOKS: Final = HookFlag()
-
 _hook: contextvars.ContextVar[SeamHook | None] = contextvars.ContextVar(
     "dagnats_seam_hook", default=None
 )
+
+#: The hook installed for this context, or None (always, in production): the journal's seams
+#: test ``current_hook() is not None`` before anything else, one call into C and no Python
+#: frame, so a seam costs the hot path nothing more. A per-context read, never a cached or
+#: process-wide decision: a hook a test installs later is seen by the next seam, and a task
+#: started while one was installed keeps it after the ``with`` block that installed it exits.
+current_hook: Final = _hook.get
 
 
 def hook_installed() -> bool:
     """True when a hook is installed for this context (never in production): a caller may skip
     building a :class:`SeamContext` and awaiting :func:`crash_point` when it is False, which
     saves the hot path a context object and a coroutine per seam."""
-    return HOOKS.ever and _hook.get() is not None
+    return _hook.get() is not None
 
 
 async def crash_point(ctx: SeamContext) -> None:
@@ -94,7 +85,6 @@ async def crash_point(ctx: SeamContext) -> None:
 @contextmanager
 def install_hook(hook: SeamHook) -> Iterator[None]:
     """Install ``hook`` for code started from this context (tests only)."""
-    HOOKS.ever = True
     token = _hook.set(hook)
     try:
         yield

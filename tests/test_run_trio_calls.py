@@ -15,12 +15,11 @@ from collections.abc import Callable
 from types import CodeType
 from typing import Any, Final
 
-import pytest
 import trio
 
 from bench._stack import RUN_TIMEOUT_S, open_stack
 from bench.agent import HEADLINE
-from dagnats_trio._seams import HOOKS, crash_point
+from dagnats_trio._seams import crash_point, current_hook
 from dagnats_trio.journal import DeliveryState
 from dagnats_trio.journal._fencing import FencedWriter
 from dagnats_trio.protocol import check_json, dumps_json
@@ -54,7 +53,7 @@ MAX_CRASH_POINTS_PER_RUN: Final = 0
 #: Calls of ``DeliveryState.seam`` per scripted agent run with no hook ever installed: 29
 #: measured when each journal seam called it to ask whether a hook is installed (three calls a
 #: seam: the method, ``hook_installed``, the context variable's ``get``); none since the
-#: callers read ``HOOKS.ever`` first.
+#: callers read ``current_hook() is not None`` first.
 MAX_SEAM_CALLS_PER_RUN: Final = 0
 #: ``TransientRetry`` objects made per scripted agent run when nothing fails: one per fenced
 #: append while each made its own before publishing; none since one is made at a first failure.
@@ -133,11 +132,8 @@ async def test_an_agent_run_takes_its_worker_places_without_a_call_per_place() -
     assert acquires + releases <= MAX_SEMAPHORE_CALLS_PER_RUN
 
 
-async def test_an_agent_run_without_a_seam_hook_reaches_no_crash_point(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Production: no hook was ever installed in the process (an earlier test may have set it).
-    monkeypatch.setattr(HOOKS, "ever", False)
+async def test_an_agent_run_without_a_seam_hook_reaches_no_crash_point() -> None:
+    assert current_hook() is None  # production: no hook installed for this context
     stats = await _profiled_runs()
     per_run, by = _calls_per_run(stats, crash_point)
     print(f"crash points reached per agent run without a hook: {per_run:.1f} ({by})")

@@ -37,7 +37,7 @@ from typing import Any, Final, final
 
 import trio
 
-from dagnats_trio._seams import HOOKS, Seam
+from dagnats_trio._seams import Seam, current_hook
 from dagnats_trio.protocol import (
     BATCH_HEADER,
     ClaimRecord,
@@ -227,7 +227,7 @@ class FencedWriter:
         data = encode_group(records)
         if len(data) > MAX_GROUP_MESSAGE_BYTES:
             return await self._publish_batch(records)
-        if HOOKS.ever:
+        if current_hook() is not None:
             await self._holder.seam(Seam.INSIDE_BATCH)
         return await self._publish(data, group_headers(records))
 
@@ -277,7 +277,7 @@ class FencedWriter:
             for k, rec in enumerate(records)
         ]
         last = msgs[-1].data
-        if HOOKS.ever:
+        if current_hook() is not None:
             await self._holder.seam(Seam.INSIDE_BATCH)
         backoff: TransientRetry | None = None  # made at the first failure, if one comes
         while True:

@@ -15,7 +15,7 @@ from typing import Final
 
 import trio
 
-from dagnats_trio._seams import HOOKS, Seam
+from dagnats_trio._seams import Seam, current_hook
 from dagnats_trio.transport import MAX_BATCH_PUBLISH_MSGS
 
 from ._calls import GroupCall
@@ -65,7 +65,7 @@ async def run_decided_group(
     ]  # fmt: skip
     if intents:
         await writer.append_batch(intents)
-        if HOOKS.ever:
+        if current_hook() is not None:
             await holder.seam(Seam.AFTER_TOOL_INTENT)
     # 2. What the journal answers: finished calls, honoured starts, interruptions.
     results: list[ToolResult | None] = [None] * n

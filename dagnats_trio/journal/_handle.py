@@ -13,7 +13,7 @@ from typing import Any, final
 
 import trio
 
-from dagnats_trio._seams import HOOKS, Seam
+from dagnats_trio._seams import Seam, current_hook
 from dagnats_trio.protocol import (
     CommitAction,
     JsonValue,
@@ -166,7 +166,7 @@ class Journal(HandleState):
                 return await self._then(pos, decision.result, then_continue, write=True)
             if decision.action is ToolAction.RUN and not paired:
                 await self._writer.append(intent)
-                if HOOKS.ever:
+                if current_hook() is not None:
                     await self._holder.seam(Seam.AFTER_TOOL_INTENT)
             result = await self._tools.run(pos, call.with_key(intent.key), fn, replay)
             return await self._then(pos, result, then_continue, write=True)

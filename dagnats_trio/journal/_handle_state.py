@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from dagnats_trio._seams import HOOKS, Seam
+from dagnats_trio._seams import Seam, current_hook
 from dagnats_trio.protocol import (
     CommitAction,
     CommitRecord,
@@ -221,15 +221,15 @@ class HandleState:
         )
         seq = await self._writer.append(commit)
         self._closed = True
-        if HOOKS.ever and self._pairs.result_held:
+        if current_hook() is not None and self._pairs.result_held:
             await self._holder.seam(Seam.AFTER_TOOL_RESULT)  # stored with the commit
-        if HOOKS.ever:
+        if current_hook() is not None:
             await self._holder.seam(Seam.AFTER_COMMIT)
         if action is not CommitAction.FAIL:
             ids = tuple(p.request_id for p in self._placed)
             await notify_committed(self._on_committed, t, commit, seq, ids)
         await publish_lifecycle(self._transport, event_for_commit(commit, t, seq))
         self._holder.settlement = Settlement.ACK
-        if HOOKS.ever:
+        if current_hook() is not None:
             await self._holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
         return seq

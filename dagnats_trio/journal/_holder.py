@@ -79,8 +79,8 @@ class DeliveryState:
     async def seam(self, seam: Seam) -> None:
         """Reach a crash seam: a hook that raises kills this holder, one that blocks stalls it.
         Without a hook it returns at once: no context is built, nothing awaited. The journal's
-        callers read ``HOOKS.ever`` before calling it, so production (no hook ever installed)
-        does not even make the call."""
+        callers test ``current_hook() is not None`` before calling it, so production (where no
+        hook is installed) does not even make the call."""
         if not hook_installed():
             return
         t = self.task

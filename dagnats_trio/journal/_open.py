@@ -52,7 +52,7 @@ import logging
 
 from dagnats_trio._defaults import DEFAULT_RESTART_LIMIT, MAX_RESTART_LIMIT, MIN_RESTART_LIMIT
 from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
-from dagnats_trio._seams import HOOKS, Seam
+from dagnats_trio._seams import Seam, current_hook
 from dagnats_trio.protocol import ClaimRecord, CommitAction, CommitRecord, TaskMessage
 from dagnats_trio.protocol.layout import journal_subject
 from dagnats_trio.transport import StoredMsg, Transport
@@ -125,7 +125,7 @@ async def open_journal(
     subject = journal_subject(ident.run_id, ident.step_id)
     predicted = _predicted_view(ident, subject, known) if first_delivery else None
     if predicted is not None:
-        if HOOKS.ever:
+        if current_hook() is not None:
             await holder.seam(Seam.BEFORE_CLAIM)
         journal = await _claim(
             transport,
@@ -137,7 +137,7 @@ async def open_journal(
             on_committed=on_committed,
             known=known,
         )
-        if HOOKS.ever:
+        if current_hook() is not None:
             await holder.seam(Seam.AFTER_CLAIM)
         return journal
     tail_msg = await read_tail(transport, subject)
@@ -150,7 +150,7 @@ async def open_journal(
         )
         raise JournalUnreadable(str(exc)) from exc
     assert plan.view is not None
-    if HOOKS.ever:
+    if current_hook() is not None:
         await holder.seam(Seam.BEFORE_CLAIM)
     journal = await _claim(
         transport,
@@ -162,7 +162,7 @@ async def open_journal(
         on_committed=on_committed,
         known=known,
     )
-    if HOOKS.ever:
+    if current_hook() is not None:
         await holder.seam(Seam.AFTER_CLAIM)
     if plan.restart_limit:
         await journal.settle(
@@ -339,6 +339,6 @@ async def _republish(
         await notify_committed(on_committed, ident, commit, seq, ids)
     await publish_lifecycle(transport, event_for_commit(commit, ident, seq))
     holder.settlement = Settlement.ACK
-    if HOOKS.ever:
+    if current_hook() is not None:
         await holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
     raise Committed(f"iteration {ident.iteration} was committed at sequence {seq}; event resent")

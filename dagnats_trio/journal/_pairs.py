@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import final
 
-from dagnats_trio._seams import HOOKS, Seam
+from dagnats_trio._seams import Seam, current_hook
 from dagnats_trio.protocol import JsonValue, ModelRecord, Replay, ToolIntentRecord
 
 from ._calls import (
@@ -188,7 +188,7 @@ class Pairing:
         await self._writer.append(intent)
         stored()
         self.planned, self.planned_input_json = intent, input_json
-        if HOOKS.ever:
+        if current_hook() is not None:
             await self._holder.seam(Seam.AFTER_TOOL_INTENT)
 
     def take_same(self, call: ToolCall, replay: Replay, pos: int) -> ToolIntentRecord | None:

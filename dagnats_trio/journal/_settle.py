@@ -15,7 +15,7 @@ from typing import final
 
 import attrs
 
-from dagnats_trio._seams import HOOKS, Seam
+from dagnats_trio._seams import Seam, current_hook
 from dagnats_trio.protocol import CommitAction, JsonValue, Wait, lifecycle_event
 from dagnats_trio.transport import Transport
 
@@ -75,6 +75,6 @@ async def settle_delivery(
         ),
     )
     holder.settlement = Settlement.ACK
-    if HOOKS.ever:
+    if current_hook() is not None:
         await holder.seam(Seam.AFTER_LIFECYCLE_EVENT)
     return None

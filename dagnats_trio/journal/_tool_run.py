@@ -12,7 +12,7 @@ from typing import final
 
 import trio
 
-from dagnats_trio._seams import HOOKS, Seam, ToolStart, tool_start_observer
+from dagnats_trio._seams import Seam, ToolStart, current_hook, tool_start_observer
 from dagnats_trio.protocol import JsonValue, Replay, ToolOutputRecord, ToolResultRecord
 
 from ._calls import (
@@ -77,7 +77,7 @@ class ToolRunner:
             _RUNNING.reset(token)
         # The tool has run and its effect has happened, but its result is not recorded: the
         # crash a successor can only see as an intent without a result.
-        if HOOKS.ever:
+        if current_hook() is not None:
             await self._holder.seam(Seam.INSIDE_TOOL)
         return result
 
@@ -99,7 +99,7 @@ class ToolRunner:
     async def record_result(self, pos: int, result: ToolResult) -> None:
         """Append the ``tool.result`` record of the call at ``pos``."""
         await self._writer.append(self.result_record(pos, result))
-        if HOOKS.ever:
+        if current_hook() is not None:
             await self._holder.seam(Seam.AFTER_TOOL_RESULT)
 
     async def output(self, chunk: JsonValue) -> None:
