@@ -9,9 +9,8 @@ inputs hooks must be idempotent (``hooks.InputsHooks``).
 
 from __future__ import annotations
 
-from ..protocol import InputSubmitted, encode_event, layout
+from ..protocol import InputSubmitted, encode_event, encode_task, layout
 from ..transport import Transport
-from ._effect_text import message_bytes
 from ._timer_stream import arm_timer
 from .effects import (
     AnnounceCancel,
@@ -35,7 +34,7 @@ async def execute_effects(
             task = effect.task
             await transport.publish(
                 layout.task_subject(task.task, task.run_id),
-                message_bytes(effect),  # spelled once, for the outbox entry saved before
+                encode_task(task),
                 msg_id=effect.msg_id,
             )
         elif isinstance(effect, ArmTimer):
@@ -47,7 +46,7 @@ async def execute_effects(
         elif isinstance(effect, PublishEvent):
             await transport.publish(
                 layout.history_subject(effect.run_id),
-                message_bytes(effect),
+                encode_event(effect.event),
                 msg_id=effect.msg_id,
             )
         elif isinstance(effect, CheckQueuedInputs):

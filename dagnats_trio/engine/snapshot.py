@@ -31,7 +31,6 @@ from ..protocol import (
     dumps_json,
     from_json,
 )
-from ._effect_text import effect_text
 from .effects import Effect
 
 #: How many applied events keep their effects in the outbox.
@@ -197,12 +196,11 @@ if (
 
 
 def _outbox_slot(entry: OutboxEntry) -> list[Any]:
-    """``[entry, values or None, text or None]``, memoised by identity. Each part is made
-    when first asked for: the engine's saves ask for the text alone."""
+    """``[entry, values, text or None]``, memoised by identity."""
     slot = _OUTBOX_JSON.get(id(entry))
     if slot is not None and slot[0] is entry:
         return slot
-    slot = [entry, None, None]
+    slot = [entry, _unstructure_outbox_entry(entry), None]
     if len(_OUTBOX_JSON) >= OUTBOX_JSON_MEMO_MAX_ENTRIES:
         _OUTBOX_JSON.clear()
     _OUTBOX_JSON[id(entry)] = slot
@@ -210,25 +208,15 @@ def _outbox_slot(entry: OutboxEntry) -> list[Any]:
 
 
 def _outbox_entry_json(entry: OutboxEntry) -> dict[str, Any]:
-    slot = _outbox_slot(entry)
-    raw: dict[str, Any] | None = slot[1]
-    if raw is None:
-        raw = slot[1] = _unstructure_outbox_entry(entry)
+    raw: dict[str, Any] = _outbox_slot(entry)[1]
     return raw
 
 
 def _outbox_entry_text(entry: OutboxEntry) -> str:
-    """``dumps_json`` of the entry's values, its effects spelled by ``effect_text``: a task or
-    event the entry publishes is spelled once, for this text and for its publish."""
     slot = _outbox_slot(entry)
     text: str | None = slot[2]
     if text is None:
-        if entry.effects:
-            effects = ",".join([effect_text(effect) for effect in entry.effects])
-            text = f'{{"seq":{entry.seq:d},"effects":[{effects}]}}'
-        else:  # the default, left out
-            text = f'{{"seq":{entry.seq:d}}}'
-        slot[2] = text
+        text = slot[2] = dumps_json(slot[1])
     return text
 
 
