@@ -137,11 +137,35 @@ class _TimedFeed:
 
 
 class _TimedPuller:
-    """A worker's puller whose fetches that returned deliveries are timed steps, as a feed's."""
+    """A worker's puller whose fetches that returned deliveries are timed steps, as a feed's;
+    with an ``on_delivery``, each delivery handed to it is such a step, from the start of the
+    fetch it came during to when it was handed."""
 
-    def __init__(self, inner: Puller, stream: str, side: str, steps: list[Step]) -> None:
+    def __init__(
+        self,
+        stream: str,
+        side: str,
+        steps: list[Step],
+        on_delivery: Callable[[Delivery], None] | None,
+    ) -> None:
+        self._inner: Puller
+        self._feed: _TimedFeed
+        self._stream = stream
+        self._side = side
+        self._steps = steps
+        self._on_delivery = on_delivery
+        self._fetch_started = time.perf_counter()
+
+    def attach(self, inner: Puller) -> None:
         self._inner = inner
-        self._feed = _TimedFeed(inner, stream, side, steps)
+        self._feed = _TimedFeed(inner, self._stream, self._side, self._steps)
+
+    def handed(self, delivery: Delivery) -> None:
+        assert self._on_delivery is not None
+        self._steps.append(
+            Step(self._side, f"fetch {self._stream}", self._fetch_started, time.perf_counter())
+        )
+        self._on_delivery(delivery)
 
     @property
     def asked(self) -> int:
@@ -151,6 +175,7 @@ class _TimedPuller:
         await self._inner.ask(n)
 
     async def fetch(self, timeout_s: float) -> list[Delivery]:
+        self._fetch_started = time.perf_counter()
         return await self._feed.fetch(timeout_s)
 
     def ack_next(self, delivery: Delivery) -> bool:
@@ -177,13 +202,25 @@ class TimingTransport:
 
     @asynccontextmanager
     async def pull(
-        self, stream: str, durable: str, *, expires_s: float, on_release: Callable[[int], None]
+        self,
+        stream: str,
+        durable: str,
+        *,
+        expires_s: float,
+        on_release: Callable[[int], None],
+        on_delivery: Callable[[Delivery], None] | None = None,
     ) -> AsyncIterator[Puller]:
-        """The inner puller, its fetches timed as a feed's are."""
+        """The inner puller, its fetches (or its deliveries handed) timed as a feed's are."""
+        timed = _TimedPuller(stream, self._side, self._steps, on_delivery)
         async with self._inner.pull(
-            stream, durable, expires_s=expires_s, on_release=on_release
+            stream,
+            durable,
+            expires_s=expires_s,
+            on_release=on_release,
+            on_delivery=None if on_delivery is None else timed.handed,
         ) as puller:
-            yield _TimedPuller(puller, stream, self._side, self._steps)
+            timed.attach(puller)
+            yield timed
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)

@@ -372,10 +372,18 @@ class FaultyTransport:
         *,
         expires_s: float,
         on_release: Callable[[int], None],
+        on_delivery: Callable[[Delivery], None] | None = None,
     ) -> AbstractAsyncContextManager[Puller]:
         """A puller over this transport's own :meth:`fetch`, so the worker's deliveries pass
         through the faults (an ack with next is a plain ack and a place asked)."""
-        return fetch_puller(self, stream, durable, expires_s=expires_s, on_release=on_release)
+        return fetch_puller(
+            self,
+            stream,
+            durable,
+            expires_s=expires_s,
+            on_release=on_release,
+            on_delivery=on_delivery,
+        )
 
     async def get_msg(self, stream: str, seq: int) -> StoredMsg:
         return await self._inner.get_msg(stream, seq)

@@ -32,9 +32,10 @@ NOT_COUNTED: Final = ("dagnats_trio.nats.", "bench.")
 #: one call and a start sends its definition read with its index writes in one call (no task
 #: and no nursery for either: 64.2 measured just before); 51.5 since the scripted agent's model
 #: and tool functions do not yield (4 model calls, 3 tool calls: the journal's appends around
-#: them wait on the server). The bound leaves two steps for a fetch that finds its deliveries a
-#: read later on a loaded machine.
-MAX_STEPS_PER_RUN: Final = 54
+#: them wait on the server); 47.6 since the native puller hands each delivery to the worker in
+#: the connection's reader (``on_delivery``: the pull loop no longer wakes per delivery, 4 per
+#: run). The bound leaves two steps for a read split in two on a loaded machine.
+MAX_STEPS_PER_RUN: Final = 50
 #: The engine's history loop's own steps per run: one per delivered event (5) and one per
 #: answer of its compare-and-set (5) and task publish (4). 16 while it made each run's end
 #: itself (the purges' answer, and their nursery's exit); none since the run-end task makes

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import random as random_module
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import final
 
@@ -250,7 +250,11 @@ class Connection(ConnectionLifecycle):
         closed and emptied. What ``with trio.move_on_at(deadline): await sub.next_msg()`` does,
         without a cancel scope (entering and leaving one is the larger part of a short wait's
         cost): the deadline is one entry in the heap the request deadlines live in. A
-        checkpoint; cancel-safe: a cancelled wait takes no message."""
+        checkpoint; cancel-safe: a cancelled wait takes no message.
+
+        For a subscription with a handler (``on_msg``: nothing is buffered) it waits until the
+        handler's :meth:`Subscription.wake`, ``deadline`` or the close, and returns None (or
+        raises ``trio.EndOfChannel`` once closed)."""
         if sub.buffered:
             await trio.lowlevel.checkpoint()
             return sub.next_msg_nowait()
@@ -267,7 +271,7 @@ class Connection(ConnectionLifecycle):
                 self._mux.disarm(token)
             if sub.buffered:
                 return sub.next_msg_nowait()
-            if not sub.closed and self.current_time() >= deadline:
+            if not sub.closed and (sub.on_msg is not None or self.current_time() >= deadline):
                 return None
             # Woken for a message another waiter took: wait again.
 
@@ -296,10 +300,12 @@ class Connection(ConnectionLifecycle):
         *,
         queue: str | None = None,
         max_buffered_msgs: int = SUBSCRIPTION_BUFFER_MSGS,
+        on_msg: Callable[[Msg], None] | None = None,
     ) -> AsyncIterator[Subscription]:
         """``async with conn.subscribe("a.*") as sub: async for msg in sub: ...``. Leaving the
         block unsubscribes. Messages published on this connection after entering are seen; for
-        other connections, ``flush`` first."""
+        other connections, ``flush`` first. With ``on_msg`` each message goes to it, in the
+        reader's frame, instead of the buffer (see :class:`Subscription`)."""
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         sid = str(next(self._sids))
@@ -310,6 +316,7 @@ class Connection(ConnectionLifecycle):
             queue=queue,
             max_buffered_msgs=max_buffered_msgs,
             on_close=self._unsubscribe,
+            on_msg=on_msg,
         )
         self._subs[sid] = sub
         self._outbox.write(data)

@@ -1,4 +1,5 @@
-"""One subscription: messages arrive in a bounded memory channel the reader never waits on."""
+"""One subscription: messages arrive in a bounded memory channel the reader never waits on, or
+go to a handler of the subscriber's in the reader's own frame."""
 
 from __future__ import annotations
 
@@ -21,6 +22,13 @@ class Subscription:
     The reader delivers with ``send_nowait``: a consumer that falls ``max_buffered_msgs`` behind
     loses the newest messages (counted in :attr:`dropped`) instead of stalling every other
     subscription. Iteration ends when the subscription or the connection closes.
+
+    With ``on_msg``, nothing is buffered: the reader hands each message to ``on_msg`` as it
+    parses it, in its own frame, so a message that only starts work (a task started in a
+    nursery, a count) wakes no consumer task for it. ``on_msg`` must not block or wait (it is
+    not async: every other subscription's messages wait behind it); an exception it raises is
+    the reader's and ends the connection, as a crash of any task of it would. Its consumer
+    waits with :meth:`Connection.next_msg_before`, which it wakes with :meth:`wake`.
     """
 
     def __init__(
@@ -31,6 +39,7 @@ class Subscription:
         queue: str | None,
         max_buffered_msgs: int,
         on_close: Callable[[Subscription], None],
+        on_msg: Callable[[Msg], None] | None = None,
     ) -> None:
         if max_buffered_msgs < 1:
             raise ValueError(f"max_buffered_msgs must be at least 1, got {max_buffered_msgs}")
@@ -39,6 +48,8 @@ class Subscription:
         self.queue = queue
         self._send, self._receive = trio.open_memory_channel[Msg](max_buffered_msgs)
         self._on_close = on_close
+        #: The handler each message goes to instead of the buffer (read only).
+        self.on_msg = on_msg
         self._dropped = 0
         self._delivered = 0
         #: Messages waiting in the buffer: :meth:`next_msg_nowait` returns one while this is
@@ -86,6 +97,13 @@ class Subscription:
         self.buffered -= 1
         return msg
 
+    def wake(self) -> None:
+        """Wake the callers waiting in :meth:`Connection.next_msg_before` on this subscription:
+        with nothing buffered they return None. How an ``on_msg`` handler tells its consumer
+        that something it waits for happened (a buffered message wakes them by itself)."""
+        if self._waiters:
+            self._wake_waiters()
+
     def unsubscribe(self) -> None:
         """Stop delivery now (UNSUB is queued); buffered messages stay readable."""
         if not self.closed:
@@ -94,6 +112,12 @@ class Subscription:
     # --- called by the connection ------------------------------------------------------------
 
     def _deliver(self, msg: Msg) -> None:
+        on_msg = self.on_msg
+        if on_msg is not None:
+            # Only a live subscription is dispatched to (closing removes it first).
+            self._delivered += 1
+            on_msg(msg)
+            return
         try:
             self._send.send_nowait(msg)
         except trio.WouldBlock:

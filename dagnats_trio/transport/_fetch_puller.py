@@ -5,7 +5,8 @@ answers :meth:`Transport.pull` with, and what a wrapper transport (chaos faults,
 answers with over its own ``fetch``, so a worker's deliveries pass through the wrapper's fetch.
 It keeps the puller's accounting with no request waiting on a server: an ask and an ack with
 next add to :attr:`asked`, each fetch asks the transport for that many, and a fetch that
-times out with nothing is the requests' expiry (every place asked is released).
+times out with nothing is the requests' expiry (every place asked is released). With an
+``on_delivery``, each fetch hands what it got to it and returns [].
 """
 
 from __future__ import annotations
@@ -26,12 +27,18 @@ class FetchPuller:
     """The places asked for, filled by fetches of the transport's own."""
 
     def __init__(
-        self, transport: Fetcher, stream: str, durable: str, on_release: Callable[[int], None]
+        self,
+        transport: Fetcher,
+        stream: str,
+        durable: str,
+        on_release: Callable[[int], None],
+        on_delivery: Callable[[Delivery], None] | None = None,
     ) -> None:
         self._transport = transport
         self._stream = stream
         self._durable = durable
         self._on_release = on_release
+        self._on_delivery = on_delivery
         self._asked = 0
         self._left = False
 
@@ -56,7 +63,12 @@ class FetchPuller:
             self._asked -= len(got)
         else:
             self._release(self._asked)
-        return got
+        on_delivery = self._on_delivery
+        if on_delivery is None:
+            return got
+        for delivery in got:
+            on_delivery(delivery)
+        return []
 
     def ack_next(self, delivery: Delivery) -> bool:
         delivery.ack_nowait()
@@ -84,11 +96,12 @@ async def fetch_puller(
     *,
     expires_s: float,
     on_release: Callable[[int], None],
+    on_delivery: Callable[[Delivery], None] | None = None,
 ) -> AsyncIterator[FetchPuller]:
     """A :class:`FetchPuller` (it holds no delivery between fetches: nothing to give back)."""
     if not expires_s > 0:
         raise ValueError(f"expires_s must be positive, got {expires_s!r}")
-    puller = FetchPuller(transport, stream, durable, on_release)
+    puller = FetchPuller(transport, stream, durable, on_release, on_delivery)
     try:
         yield puller
     finally:

@@ -113,7 +113,10 @@ class Puller(Protocol):
     async def fetch(self, timeout_s: float) -> list[Delivery]:
         """Deliveries of the requests asked (by :meth:`ask` or :meth:`ack_next`): waits up to
         ``timeout_s`` for the first; [] on timeout, and at once when nothing is asked any more
-        (so the caller asks again). Raises what :meth:`Transport.fetch` raises."""
+        (so the caller asks again). Raises what :meth:`Transport.fetch` raises.
+
+        For a puller with an ``on_delivery`` (:meth:`Transport.pull`) it returns [] (every
+        delivery went to ``on_delivery``), once nothing is asked any more or at the timeout."""
 
     def ack_next(self, delivery: Delivery) -> bool:
         """Acknowledge ``delivery`` (one of this puller's) without waiting, as
@@ -296,12 +299,20 @@ class Transport(Protocol):
         *,
         expires_s: float,
         on_release: Callable[[int], None],
+        on_delivery: Callable[[Delivery], None] | None = None,
     ) -> AbstractAsyncContextManager[Puller]:
         """A :class:`Puller` of ``durable``'s deliveries for a worker's loop, whose free places
         bound what it asks for; ``on_release(n)`` is told when ``n`` places asked come back
         unfilled. On the native transport an ack with next is one message (the ack and the pull
         request); the others ack and count the place as asked by their next fetch.
-        ValueError for an ``expires_s`` that is not positive."""
+
+        With ``on_delivery``, every delivery is handed to it instead of returned by
+        :meth:`Puller.fetch`: a plain call that must not block or raise (it may start a task).
+        The native transport calls it from its connection's reader as each delivery arrives,
+        so the loop's fetch waits only for what needs the loop (nothing asked any more); the
+        others call it from the fetch that got the delivery. Either way before the fetch
+        returns, in the order the deliveries came, and never after the puller is left (what
+        comes then is given back). ValueError for an ``expires_s`` that is not positive."""
 
     # --- core NATS ---------------------------------------------------------------------------
 

@@ -292,9 +292,17 @@ class NatsTransport(CountedSubscriptions, JetStreamOverRequests, JetStreamBatche
         *,
         expires_s: float,
         on_release: Callable[[int], None],
+        on_delivery: Callable[[Delivery], None] | None = None,
     ) -> AbstractAsyncContextManager[Puller]:
         """Fetches of its own (an ack with next is an ack and a place asked by the next fetch)."""
-        return fetch_puller(self, stream, durable, expires_s=expires_s, on_release=on_release)
+        return fetch_puller(
+            self,
+            stream,
+            durable,
+            expires_s=expires_s,
+            on_release=on_release,
+            on_delivery=on_delivery,
+        )
 
     # --- core NATS -----------------------------------------------------------------------------
 

@@ -271,8 +271,11 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches, TrioNatsCore):
         *,
         expires_s: float,
         on_release: Callable[[int], None],
+        on_delivery: Callable[[Delivery], None] | None = None,
     ) -> AsyncIterator[Puller]:
-        """A :class:`TrioNatsPuller` on an inbox of its own; leaving gives back what it holds."""
+        """A :class:`TrioNatsPuller` on an inbox of its own; leaving gives back what it holds.
+        With ``on_delivery`` the inbox's messages go to the puller's handler in the
+        connection's reader (``Subscription``'s ``on_msg``)."""
         if not expires_s > 0:
             raise ValueError(f"expires_s must be positive, got {expires_s!r}")
         what = f"fetch {stream}/{durable}"
@@ -281,10 +284,21 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches, TrioNatsCore):
         # Checked first: pulling from a missing consumer would just time out every fetch.
         await self._api(f"$JS.API.CONSUMER.INFO.{api}", {}, f"consumer {stream}/{durable}")
         prefix = self._conn.new_inbox()
-        async with self._conn.subscribe(prefix + ".*", max_buffered_msgs=PULLER_BUFFER_MSGS) as sub:
-            puller = TrioNatsPuller(
-                self, sub, prefix, f"$JS.API.CONSUMER.MSG.NEXT.{api}", expires_s, on_release, what
-            )
+        puller = TrioNatsPuller(
+            self,
+            prefix,
+            f"$JS.API.CONSUMER.MSG.NEXT.{api}",
+            expires_s,
+            on_release,
+            on_delivery,
+            what,
+        )
+        async with self._conn.subscribe(
+            prefix + ".*",
+            max_buffered_msgs=PULLER_BUFFER_MSGS,
+            on_msg=None if on_delivery is None else puller.handle,
+        ) as sub:
+            puller.attach(sub)
             try:
                 yield puller
             finally:

@@ -22,6 +22,11 @@ puller holds (asked = the places of the requests it counts), so a delivery the m
 to the wrong request releases one place late (at the other's end), never one too many; and a
 delivery that comes with nothing asked (a straggler of a request given up) is nakked at once:
 the worker holds no more deliveries than it has places.
+
+With ``on_delivery`` the inbox has a handler (``Subscription``'s ``on_msg``): the connection's
+reader keeps the model and hands each delivery to ``on_delivery`` as it parses it, so a worker
+starts a task for it without its pull loop waking first; the loop's fetch wakes only when
+nothing is asked any more (or at its timeout), which is when the loop has something to do.
 """
 
 from __future__ import annotations
@@ -72,16 +77,18 @@ class TrioNatsPuller:
     def __init__(
         self,
         transport: TrioNatsTransport,
-        sub: Subscription,
         prefix: str,
         next_subject: str,
         expires_s: float,
         on_release: Callable[[int], None],
+        on_delivery: Callable[[Delivery], None] | None,
         what: str,
     ) -> None:
         self._transport = transport
         self._conn = transport.connection
-        self._sub = sub
+        #: The inbox, from :meth:`attach` (its handler, :meth:`handle`, is this puller's).
+        self._sub: Subscription
+        self._on_delivery = on_delivery
         self._prefix = prefix
         self._next_subject = next_subject
         self._expires_s = expires_s
@@ -103,6 +110,19 @@ class TrioNatsPuller:
         #: Pull requests sent by :meth:`ask`, and acks that carried one (for tests).
         self.requests = 0
         self.acks_with_next = 0
+
+    def attach(self, sub: Subscription) -> None:
+        """Pull on ``sub``: the inbox, subscribed with :meth:`handle` as its handler when
+        this puller has an ``on_delivery``."""
+        self._sub = sub
+
+    def handle(self, msg: Msg) -> None:
+        """The inbox's handler (in the connection's reader): the message taken as a fetch
+        takes it, a delivery handed to ``on_delivery``; the fetch waiting is woken only when
+        nothing is asked any more (then its loop asks again)."""
+        self._take(msg)
+        if not self._asked:
+            self._sub.wake()
 
     @property
     def asked(self) -> int:
@@ -196,7 +216,6 @@ class TrioNatsPuller:
                 with suppress(NatsError, ProtocolError):
                     self._conn.try_publish(msg.reply, b"-NAK")
                 return
-            self._taken.append(msg)
             self._asked -= 1
             queue = self._queue
             token = queue[0]
@@ -207,6 +226,11 @@ class TrioNatsPuller:
                 del self._requests[token]
             elif len(queue) > 1:
                 queue.rotate(-1)  # what nats-server does with a request that has places left
+            if self._on_delivery is None or self._left:
+                # Held for the next fetch (once left: for leave, which gives it back).
+                self._taken.append(msg)
+            else:
+                self._on_delivery(TrioNatsDelivery(self._transport, msg))
             return
         token = msg.subject
         if msg.status == PULL_IDLE_HEARTBEAT or token not in self._requests:

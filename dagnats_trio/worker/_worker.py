@@ -173,7 +173,7 @@ class Worker:
                 holder.cancel()
 
     async def _pull(self, task_type: str, slots: Slots, nursery: trio.Nursery) -> None:
-        """Ask for free places while nothing is asked, hand each delivery to a task of its own.
+        """Ask for free places while nothing is asked; each delivery gets a task of its own.
 
         While anything is asked, the loop asks for nothing more: a finished delivery's ack asks
         for the place it frees (an ack with next, :meth:`_finish`), so one task after another
@@ -181,11 +181,26 @@ class Worker:
         request expired: every ``FETCH_WAIT_S`` while idle), the loop asks for the free places
         again, waiting for one when none is (the places it waits for are then owed to it: a
         delivery that ends meanwhile acks plainly and gives its place back).
+
+        A delivery's task is started by the puller's ``on_delivery`` (``start``), not by this
+        loop: on the native transport in the connection's reader as the delivery arrives, so
+        this loop does not wake per delivery (its fetch returns when nothing is asked any more,
+        or every ``FETCH_WAIT_S``). A delivery that arrives while the worker leaves starts
+        cancelled, as one that arrived just before: unsettled, it is redelivered.
         """
         durable = worker_durable(task_type)
         backoff = Backoff(FETCH_BACKOFF_START_S, FETCH_BACKOFF_MAX_S, self._services.env.random)
+
+        def start(delivery: Delivery) -> None:
+            # ``puller`` is bound below before anything is asked, so before any delivery.
+            nursery.start_soon(self._deliver, delivery, slots, puller)
+
         async with self._transport.pull(
-            TASK_STREAM, durable, expires_s=FETCH_WAIT_S, on_release=slots.give_back
+            TASK_STREAM,
+            durable,
+            expires_s=FETCH_WAIT_S,
+            on_release=slots.give_back,
+            on_delivery=start,
         ) as puller:
             while True:
                 try:
@@ -198,7 +213,8 @@ class Worker:
                         except BaseException:
                             slots.give_back(taken)
                             raise
-                    deliveries = await puller.fetch(FETCH_WAIT_S)
+                    # Returns [] (its deliveries went to ``start``).
+                    await puller.fetch(FETCH_WAIT_S)
                 except (Closed, NotProvisioned):
                     raise
                 except TransportError as exc:
@@ -209,8 +225,6 @@ class Worker:
                     await trio.sleep(backoff.next_s())
                     continue
                 backoff.reset()
-                for delivery in deliveries:
-                    nursery.start_soon(self._deliver, delivery, slots, puller)
 
     async def _deliver(self, delivery: Delivery, slots: Slots, puller: Puller) -> None:
         """Handle one delivery and settle it; its place is given back however it ends.

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from dagnats_trio.protocol.layout import HISTORY_STREAM, history_subject
-from dagnats_trio.transport import Transport, TrioNatsTransport, _trio_nats_pulls
+from dagnats_trio.transport import Delivery, Transport, TrioNatsTransport, _trio_nats_pulls
 
 from .test_conformance import ARRIVAL_S, SHORT_WAIT_S, TEST_BOUND_S, history_consumer
 
@@ -115,6 +115,82 @@ async def test_leaving_releases_what_is_asked_and_later_acks_ask_for_nothing(
     assert (nxt.data, nxt.num_delivered) == (b"next", 1)
     if backend != "sim":
         assert await _ack_pending(transport, durable) == (1, b.stream_seq)
+
+
+async def test_a_puller_with_on_delivery_hands_it_every_delivery_in_order(
+    transport: Transport, clock: object, uid: str, backend: str
+) -> None:
+    """With ``on_delivery`` every delivery goes to it (the fetch returns []), in the order
+    they came, before the fetch that waits for them returns; the places are kept as without
+    it (an ack with next asks for one, an ask nothing fills is released at its expiry), and
+    nothing is handed once the puller is left."""
+    durable = await history_consumer(transport, uid, ack_wait_s=LONG_ACK_WAIT_S)
+    released: list[int] = []
+    handed: list[Delivery] = []
+    for body in (b"a", b"b"):
+        await transport.publish(history_subject(uid), body)
+    with trio.fail_after(TEST_BOUND_S):
+        async with transport.pull(
+            HISTORY_STREAM,
+            durable,
+            expires_s=EXPIRES_S,
+            on_release=released.append,
+            on_delivery=handed.append,
+        ) as puller:
+            await puller.ask(2)
+            while puller.asked:
+                assert await puller.fetch(ARRIVAL_S) == []
+            assert [d.data for d in handed] == [b"a", b"b"]
+            a, b = handed
+            assert puller.ack_next(a)
+            assert puller.asked == 1
+            await transport.publish(history_subject(uid), b"c")
+            while puller.asked:
+                assert await puller.fetch(ARRIVAL_S) == []
+            assert [d.data for d in handed] == [b"a", b"b", b"c"]
+            c = handed[2]
+            assert c.num_delivered == 1
+            assert released == []
+            # Nothing comes for this one: its place is released at its expiry.
+            await puller.ask(1)
+            while puller.asked:
+                assert await puller.fetch(ARRIVAL_S) == []
+            assert released == [1]
+        await transport.publish(history_subject(uid), b"d")
+        (d,) = await transport.fetch(HISTORY_STREAM, durable, 1, ARRIVAL_S)
+        for delivery in (b, c, d):
+            await delivery.ack()
+    assert len(handed) == 3
+    assert (d.data, d.num_delivered) == (b"d", 1)
+
+
+async def test_the_native_puller_hands_a_delivery_over_without_a_fetch(
+    trio_transport: TrioNatsTransport,
+) -> None:
+    """On the native transport the connection's reader hands the delivery to ``on_delivery``:
+    no task of the puller's wakes for it (no fetch is even waiting here)."""
+    t = trio_transport
+    uid = f"handed{secrets.token_hex(4)}"
+    durable = await history_consumer(t, uid, ack_wait_s=LONG_ACK_WAIT_S)
+    arrived = trio.Event()
+    handed: list[tuple[Delivery, trio.lowlevel.Task]] = []
+
+    def on_delivery(delivery: Delivery) -> None:
+        handed.append((delivery, trio.lowlevel.current_task()))
+        arrived.set()
+
+    with trio.fail_after(TEST_BOUND_S):
+        async with t.pull(
+            HISTORY_STREAM, durable, expires_s=ARRIVAL_S, on_release=print, on_delivery=on_delivery
+        ) as p:
+            await p.ask(1)
+            await t.publish(history_subject(uid), b"first")
+            await arrived.wait()
+            assert p.asked == 0
+            ((first, task),) = handed
+            assert task is not trio.lowlevel.current_task()
+            assert first.data == b"first"
+            await first.ack()
 
 
 async def test_an_ack_with_next_is_one_message_on_the_native_transport(
