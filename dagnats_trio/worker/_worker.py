@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -185,15 +186,21 @@ class Worker:
         A delivery's task is started by the puller's ``on_delivery`` (``start``), not by this
         loop: on the native transport in the connection's reader as the delivery arrives, so
         this loop does not wake per delivery (its fetch returns when nothing is asked any more,
-        or every ``FETCH_WAIT_S``). A delivery that arrives while the worker leaves starts
-        cancelled, as one that arrived just before: unsettled, it is redelivered.
+        or every ``FETCH_WAIT_S``), and it runs in this loop's context. A delivery that arrives
+        while the worker leaves starts cancelled, as one that arrived just before: unsettled,
+        it is redelivered.
         """
         durable = worker_durable(task_type)
         backoff = Backoff(FETCH_BACKOFF_START_S, FETCH_BACKOFF_MAX_S, self._services.env.random)
 
+        # A task inherits the context variables of the task that starts it: a delivery's task
+        # gets this loop's (the crash hook, its caller's variables), as when this loop started
+        # it, not the connection reader's, which calls ``start``.
+        context = contextvars.copy_context()
+
         def start(delivery: Delivery) -> None:
             # ``puller`` is bound below before anything is asked, so before any delivery.
-            nursery.start_soon(self._deliver, delivery, slots, puller)
+            context.run(nursery.start_soon, self._deliver, delivery, slots, puller)
 
         async with self._transport.pull(
             TASK_STREAM,
