@@ -82,10 +82,6 @@ class Headers:
         return cls(fields=tuple(items.items()))
 
 
-#: Header names already found printable ASCII without ``:`` (what the runtime sends is a few
-#: constant names): one seen here is not tested again. Cleared when it holds this many.
-CHECKED_NAMES_MAX_ENTRIES = 256
-_CHECKED_NAMES: set[str] = set()
 #: The version line of a block without a status.
 _PLAIN_VERSION_LINE = HEADER_VERSION.decode() + "\r\n"
 
@@ -93,8 +89,9 @@ _PLAIN_VERSION_LINE = HEADER_VERSION.decode() + "\r\n"
 def encode_headers(headers: Headers) -> bytes:
     """The wire bytes of ``headers``, ending with the blank line.
 
-    A block without a status (every request's) is spelled as text and encoded once; names
-    already checked are not tested again, and a value is tested with ``in`` and indexing (no
+    A block without a status (every request's) is spelled as text and encoded once; a name
+    is tested whole in this frame (printable ASCII, no space, no ``:``: two string methods, no
+    call of ours; no process-wide memo of names seen), and a value with ``in`` and indexing (no
     calls). Anything else, and a block that is not UTF-8 (a lone surrogate), goes through
     :func:`_encode_headers_checked`, which names what cannot be sent."""
     if headers.status is not None or headers.description:
@@ -102,8 +99,10 @@ def encode_headers(headers: Headers) -> bytes:
     text = _PLAIN_VERSION_LINE
     try:
         for key, value in headers.fields:
-            if key not in _CHECKED_NAMES:
-                _remember_name(key)
+            if not (
+                key and key.isascii() and key.isprintable() and " " not in key and ":" not in key
+            ):
+                _check_key(key, "headers")  # raises: an empty name, or which character
             if (
                 "\r" in value
                 or "\n" in value
@@ -118,14 +117,6 @@ def encode_headers(headers: Headers) -> bytes:
     if len(block) > MAX_HEADER_BYTES:
         raise ProtocolError(f"headers: {len(block)} bytes, more than {MAX_HEADER_BYTES}")
     return block
-
-
-def _remember_name(key: str) -> None:
-    """Check a header name (raising for a bad one) and remember it as checked."""
-    _check_key(key, "headers")
-    if len(_CHECKED_NAMES) >= CHECKED_NAMES_MAX_ENTRIES:
-        _CHECKED_NAMES.clear()
-    _CHECKED_NAMES.add(key)
 
 
 def _encode_headers_checked(headers: Headers) -> bytes:

@@ -59,8 +59,10 @@ CORE_MODULES: Final = (
 #: its buffer once per event and empties it with ``del`` (no ``len``/``clear`` calls); 61
 #: measured at f059acb, 59 since; 55 since a read's last look at the buffer tests it empty
 #: without ``len`` (a whole event that ends the buffer empties it); 53 since (as above); 47
-#: since (as above: ``feed``, ``send_pub``).
-MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 48
+#: since (as above: ``feed``, ``send_pub``); 53 since a header name is tested in place on every
+#: block (``isascii``, ``isprintable``: 2 per name, 3 names a round trip) instead of looked up
+#: in a process-wide set of names seen, which the library may not keep (no global state).
+MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 54
 #: Python calls into the connection's own modules per round trip (the request and the
 #: responder's publish queued, written, read, routed and woken): 36 before a frame checked the
 #: connection inline and the request mux kept its count of requests in flight as an attribute
