@@ -8,7 +8,9 @@ response that does not match the documented shape is reported, not half-read. Ev
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.parse
+import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar, final
 
@@ -126,6 +128,7 @@ class ApiClient:
             self._http = httpx.AsyncClient(
                 base_url=self.base_url,
                 headers=headers,
+                verify=_tls_verify(self.base_url),
                 timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
             )
         except httpx.InvalidURL as exc:  # not an HTTPError: raised before any request
@@ -340,6 +343,23 @@ class ApiClient:
             reconnects += 1
             if reconnects > FOLLOW_RECONNECTS_MAX:
                 raise ClientError("the journal stream kept closing without its end event")
+
+
+def _tls_verify(base_url: str) -> ssl.SSLContext | bool:
+    """What the client checks TLS with: httpx's own context (``True``: certifi's roots, or those
+    of ``SSL_CERT_FILE``/``SSL_CERT_DIR``) only when a request can meet TLS, that is an https API
+    or a proxy from the environment that is not plain http. Loading the roots is the costliest
+    step of building a client, paid by every verb, for nothing on the usual ``http://`` API.
+    Otherwise a context that trusts no root: never used, and a connection that did meet TLS
+    would fail its check, not pass unchecked. A URL that does not parse takes httpx's own path
+    (its error is the one the user sees)."""
+    try:
+        urls = (base_url, *urllib.request.getproxies().values())
+        if any(urllib.parse.urlsplit(url).scheme.lower() != "http" for url in urls):
+            return True
+    except ValueError:
+        return True
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 def _seg(value: str, what: str) -> str:
