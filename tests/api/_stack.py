@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 import attrs
 import httpx
 import trio
+from _http import plain_http_client
 
 from dagnats_trio.api import UNSERVED_AFTER_S, Service
 from dagnats_trio.api.rest import create_app
@@ -121,7 +122,7 @@ async def open_stack(
             worker = Worker(transport, {ECHO_TASK: echo}, ack_wait_s=WORKER_ACK_WAIT_S)
             await nursery.start(worker.run)
             url = await nursery.start(ApiServer(app, "127.0.0.1", 0).run)
-        async with httpx.AsyncClient(base_url=url, timeout=10.0) as client:
+        async with plain_http_client(url, timeout=10.0) as client:
             yield Stack(transport, service, inputs, url, client)
         nursery.cancel_scope.cancel()
 

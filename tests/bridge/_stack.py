@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 import httpx
 import trio
+from _http import plain_http_client
 
 from dagnats_trio.api import Service
 from dagnats_trio.api.rest import create_app
@@ -139,6 +140,6 @@ async def open_stack(
             await nursery.start(bridge.run)
             url = await nursery.start(ApiServer(app, "127.0.0.1", 0).run)
         headers = {"authorization": f"Bearer {token}"} if token else {}
-        async with httpx.AsyncClient(base_url=url, timeout=15.0, headers=headers) as client:
+        async with plain_http_client(url, timeout=15.0, headers=headers) as client:
             yield Stack(transport, service, bridge, client)
         nursery.cancel_scope.cancel()

@@ -17,6 +17,7 @@ import functools
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -153,12 +154,44 @@ def hosted_in_process(args: Sequence[str], env: Mapping[str, str] | None = None)
 def refused_by_process(args: Sequence[str], env: Mapping[str, str] | None = None) -> Exited:
     """The console script as a user runs it, in a clean environment (the same refusal, proven
     once per kind as a real process: exit code and stderr as a shell sees them)."""
-    out = subprocess.run(
-        [*dagnats_command(), *args],
-        cwd=HERE,
-        capture_output=True,
-        text=True,
-        timeout=REFUSED_TIMEOUT_S,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "COLUMNS": "200", **(env or {})},
-    )
-    return Exited(out.returncode, out.stdout, out.stderr)
+    (out,) = refused_by_processes([(args, env)])
+    return out
+
+
+def refused_by_processes(
+    runs: Sequence[tuple[Sequence[str], Mapping[str, str] | None]],
+    *,
+    timeout_s: float = REFUSED_TIMEOUT_S,
+) -> list[Exited]:
+    """:func:`refused_by_process` for each ``(args, env)``, all started at once and waited for
+    together (one bound for all): each is a process of its own, on its own arguments, so their
+    start-ups (most of a refusal's time) overlap instead of adding up."""
+    deadline = time.monotonic() + timeout_s
+    procs = [
+        subprocess.Popen(
+            [*dagnats_command(), *args],
+            cwd=HERE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "HOME": str(Path.home()),
+                "COLUMNS": "200",
+                **(env or {}),
+            },
+        )
+        for args, env in runs
+    ]
+    try:
+        outs: list[Exited] = []
+        for proc in procs:
+            # A refusal says one line: no pipe fills while another process is read first.
+            stdout, stderr = proc.communicate(timeout=max(deadline - time.monotonic(), 0.0))
+            outs.append(Exited(proc.returncode, stdout, stderr))
+        return outs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

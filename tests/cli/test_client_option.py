@@ -3,29 +3,14 @@ a bad value is refused in one line (exit 2) naming the accepted values."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from ._dev import HERE, dagnats_command
-from ._inproc import Exited, refused_by_process, refused_in_process
+from ._inproc import Exited, refused_by_process, refused_by_processes, refused_in_process
 
-#: Bound on a refused command (it exits before connecting).
-REFUSED_TIMEOUT_S = 30
 #: The exit code of "cannot connect" (docs/quickstart.md, Exit codes).
 EXIT_CANNOT_CONNECT = 4
-
-
-def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*dagnats_command(), *args],
-        cwd=HERE,
-        capture_output=True,
-        text=True,
-        timeout=REFUSED_TIMEOUT_S,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "COLUMNS": "200", **(env or {})},
-    )
 
 
 def _bad_client_refused(out: Exited, value: str) -> None:
@@ -54,15 +39,16 @@ def test_the_console_script_refuses_what_the_options_refuse(tmp_path: Path) -> N
     """The refusals of this file are proven in process for every value; here one of each kind
     as a user's shell sees it (exit code, one line on stderr): a bad client to a worker from its
     environment, a blank token to dev (which opens nothing first), a URL that does not parse."""
-    out = refused_by_process(
-        ["worker", "--nats", "nats://127.0.0.1:1", "_crashing:handlers"],
-        env={"DAGNATS_CLIENT": "asyncio"},
-    )
-    _bad_client_refused(out, "asyncio")
+    worker = ["worker", "--nats", "nats://127.0.0.1:1", "_crashing:handlers"]
     dev = ["dev", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0", "--token", " "]
-    _blank_token_refused(refused_by_process(dev))
+    serve = ["serve", "--nats", "nats://"]
+    client, token, url = refused_by_processes(
+        [(worker, {"DAGNATS_CLIENT": "asyncio"}), (dev, None), (serve, None)]
+    )
+    _bad_client_refused(client, "asyncio")
+    _blank_token_refused(token)
     assert not any(tmp_path.iterdir()), "dev started before it refused the token"
-    _bad_url_refused(refused_by_process(["serve", "--nats", "nats://"]), "nats://", "names no host")
+    _bad_url_refused(url, "nats://", "names no host")
 
 
 def test_serve_dev_and_worker_with_no_server_answering_say_so_in_one_line() -> None:
@@ -70,13 +56,15 @@ def test_serve_dev_and_worker_with_no_server_answering_say_so_in_one_line() -> N
     native client, the default, printed a 100-line traceback of its ``NoServersError``.)"""
     nowhere = "nats://127.0.0.1:1"
     env = {"DAGNATS_CLIENT": "native"}
-    runs = [
-        _run(["serve", "--nats", nowhere, "--listen", "127.0.0.1:0"], env=env),
-        _run(["dev", "--nats", nowhere, "--listen", "127.0.0.1:0"], env=env),
-        _run(["worker", "--nats", nowhere, "_crashing:handlers"], env=env),
-    ]
+    runs = refused_by_processes(
+        [
+            (["serve", "--nats", nowhere, "--listen", "127.0.0.1:0"], env),
+            (["dev", "--nats", nowhere, "--listen", "127.0.0.1:0"], env),
+            (["worker", "--nats", nowhere, "_crashing:handlers"], env),
+        ]
+    )
     for out in runs:
-        assert out.returncode == EXIT_CANNOT_CONNECT, out.stderr
+        assert out.code == EXIT_CANNOT_CONNECT, out.stderr
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1, out.stderr
         assert lines[0].startswith("error: cannot connect to NATS: "), out.stderr
@@ -173,8 +161,8 @@ def test_a_data_dir_that_is_a_file_is_named_as_the_problem(tmp_path: Path) -> No
     directory"; the message names the path now."""
     file = tmp_path / "afile"
     file.write_text("not a directory\n")
-    out = _run(["dev", "--data-dir", str(file), "--listen", "127.0.0.1:0"])
-    assert out.returncode == 1, out.stderr
+    out = refused_by_process(["dev", "--data-dir", str(file), "--listen", "127.0.0.1:0"])
+    assert out.code == 1, out.stderr
     lines = out.stderr.strip().splitlines()
     assert lines[-1] == f"error: cannot use {file}/jetstream: Not a directory", out.stderr
     assert "Traceback" not in out.stderr and "listen" not in lines[-1]

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
 
@@ -20,12 +19,11 @@ from dagnats_trio.server import LOCK_FILE_NAME
 
 from ._dev import (
     DEV_STOP_TIMEOUT_S,
-    HERE,
     DevProcess,
-    dagnats_command,
     port_open,
     start_dev,
 )
+from ._inproc import refused_by_processes
 
 #: Bound of a run of the echo worker.
 RUN_DONE_TIMEOUT_S = 15.0
@@ -52,15 +50,8 @@ def _echo_run(http: httpx.Client, value: int) -> str:
     return run_id
 
 
-def _dev_refused(args: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*dagnats_command(), "dev", "--listen", "127.0.0.1:0", *args],
-        cwd=HERE,
-        capture_output=True,
-        text=True,
-        timeout=REFUSED_START_TIMEOUT_S,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "COLUMNS": "200"},
-    )
+def _dev_args(args: list[str]) -> list[str]:
+    return ["dev", "--listen", "127.0.0.1:0", *args]
 
 
 def test_a_second_dev_on_one_data_dir_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -79,17 +70,23 @@ def test_a_second_dev_on_one_data_dir_is_refused_in_one_line(tmp_path: Path) -> 
             assert http.post("/workflows", content=json.dumps(wf)).status_code == 201
             before = _echo_run(http, 1)
 
-            # The case: the same data dir, another explicit port.
-            second = _dev_refused(["--data-dir", str(data), "--nats-port", str(_free_port())])
-            assert second.returncode == 1, second.stderr
+            # The case: the same data dir, another explicit port; and the same
+            # explicit port on another data dir: refused, never moved to another one. (The two
+            # refusals run at once: neither opens anything the other could meet.)
+            other = tmp_path / "other"
+            second, moved = refused_by_processes(
+                [
+                    (_dev_args(["--data-dir", str(data), "--nats-port", str(_free_port())]), None),
+                    (_dev_args(["--data-dir", str(other), "--nats-port", str(port)]), None),
+                ],
+                timeout_s=REFUSED_START_TIMEOUT_S,
+            )
+            assert second.code == 1, second.stderr
             (line,) = second.stderr.strip().splitlines()
             assert f"the data directory {data} is in use by another process" in line
             assert f"(pid {first.proc.pid})" in line and "Traceback" not in line
             assert (data / "jetstream" / LOCK_FILE_NAME).read_text().strip() == str(first.proc.pid)
-            # The same explicit port on another data dir: refused, never moved to another one.
-            other = tmp_path / "other"
-            moved = _dev_refused(["--data-dir", str(other), "--nats-port", str(port)])
-            assert moved.returncode == 1, moved.stderr
+            assert moved.code == 1, moved.stderr
             (line,) = moved.stderr.strip().splitlines()
             assert f"--nats-port {port} is already in use" in line
             assert not (other / "jetstream" / "jetstream").exists()  # no server ever ran there

@@ -17,7 +17,7 @@ from _procs import exit_watch
 from dagnats_trio._host import HostConfig, HostSetupError, parse_restart_limit
 
 from ._dev import DEV_STOP_TIMEOUT_S, start_dagnats, start_dev
-from ._inproc import Exited, hosted_in_process, refused_by_process, refused_in_process
+from ._inproc import Exited, hosted_in_process, refused_by_processes, refused_in_process
 
 #: Bound of a crashing worker's life: start, a task (after the AckWait), its own SIGKILL.
 WORKER_DEATH_TIMEOUT_S = 40.0
@@ -69,9 +69,10 @@ def test_worker_and_dev_refuse_a_bad_restart_limit_in_one_line(value: str, tmp_p
 def test_the_console_script_refuses_a_bad_restart_limit_in_one_line(tmp_path: Path) -> None:
     """The refusal above as a user's shell sees it: the flag to dev, the variable to a worker."""
     dev = ["dev", "--data-dir", str(tmp_path), "--restart-limit", "0"]
-    _refused_in_one_line(refused_by_process(dev), tmp_path)
     worker = ["worker", "--nats", "nats://127.0.0.1:1", "_crashing:handlers"]
-    _refused_in_one_line(refused_by_process(worker, {"DAGNATS_RESTART_LIMIT": "1001"}), tmp_path)
+    runs = refused_by_processes([(dev, None), (worker, {"DAGNATS_RESTART_LIMIT": "1001"})])
+    for out in runs:
+        _refused_in_one_line(out, tmp_path)
 
 
 def _step(http: httpx.Client, run_id: str, step_id: str) -> dict[str, object]:
