@@ -58,12 +58,20 @@ def _is_private(name: str) -> bool:
 
 
 @functools.cache
+def _nodes(source: str) -> tuple[ast.AST, ...]:
+    """Every node of one module's text, parsed and walked once: each scan below looks at a
+    module's nodes several times (imports, attributes, the names it defines), and a module is
+    read by several scans. Cached by the text, which is all the answer depends on."""
+    return tuple(ast.walk(ast.parse(source)))
+
+
+@functools.cache
 def _own_private_names_in(source: str) -> frozenset[str]:
     """The private names one module's text defines. Cached by the text (the answer depends on
     nothing else): the scans read each module of the package once per scanned directory and
     once per module importing it, ~2,000 walks of ~470 files, most of the scans' time."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in _nodes(source):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
@@ -91,9 +99,9 @@ def violations(directory: pathlib.Path, *extra: pathlib.Path) -> list[str]:
     own = own_private_names(files)
     found: list[str] = []
     for path in files:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        nodes = _nodes(path.read_text(encoding="utf-8"))
         imported: set[str] = set()
-        for node in ast.walk(tree):
+        for node in nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if any(_is_private(part) for part in alias.name.split(".")):
@@ -107,7 +115,7 @@ def violations(directory: pathlib.Path, *extra: pathlib.Path) -> list[str]:
                     if _is_private(alias.name):
                         found.append(f"{path.name}:{node.lineno}: imports {alias.name}")
                     imported.add(alias.asname or alias.name)
-        for node in ast.walk(tree):
+        for node in nodes:
             if not isinstance(node, ast.Attribute) or not _is_private(node.attr):
                 continue
             root = node.value
@@ -121,11 +129,11 @@ def violations(directory: pathlib.Path, *extra: pathlib.Path) -> list[str]:
 
 
 def _imported_modules(
-    path: pathlib.Path, tree: ast.Module, root: pathlib.Path
+    path: pathlib.Path, nodes: tuple[ast.AST, ...], root: pathlib.Path
 ) -> list[pathlib.Path]:
     """Our own modules ``path`` imports (relative or ``dagnats_trio.``), as files."""
     out: list[pathlib.Path] = []
-    for node in ast.walk(tree):
+    for node in nodes:
         if not isinstance(node, ast.ImportFrom):
             continue
         if node.level:
@@ -173,11 +181,11 @@ def package_violations(root: pathlib.Path, ours: frozenset[str] = frozenset()) -
     private names of our own (dagnats_trio's, for the tests that reach into it)."""
     found: list[str] = []
     for path in sorted(root.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        own = own_private_names([path, *_imported_modules(path, tree, root)]) | ours
+        nodes = _nodes(path.read_text(encoding="utf-8"))
+        own = own_private_names([path, *_imported_modules(path, nodes, root)]) | ours
         where = path.relative_to(root).as_posix()
         imported: set[str] = set()
-        for node in ast.walk(tree):
+        for node in nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     top = alias.name.split(".")[0]
@@ -195,7 +203,7 @@ def package_violations(root: pathlib.Path, ours: frozenset[str] = frozenset()) -
                     if _is_private(alias.name):
                         found.append(f"{where}:{node.lineno}: imports {alias.name}")
                     imported.add(alias.asname or alias.name)
-        for node in ast.walk(tree):
+        for node in nodes:
             if isinstance(node, ast.Call):
                 found.extend(f"{where}:{node.lineno}: {line}" for line in _reflective(node, own))
             if not isinstance(node, ast.Attribute) or not _is_private(node.attr):
