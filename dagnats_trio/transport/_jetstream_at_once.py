@@ -23,6 +23,7 @@ from ..protocol import loads_json
 from ._errors import Closed, NotFound, NotProvisioned, TemporarilyUnavailable, TransportError
 from ._jetstream_wire import (
     EXPECTED_LAST_SUBJECT_SEQ,
+    MSG_ID,
     NoResponders,
     check_key,
     check_name,
@@ -76,16 +77,18 @@ def kv_entry_of(bucket: str, key: str, last: StoredMsg | None) -> KvEntry | None
 
 
 def _publish_requests(msgs: Sequence[PublishMsg]) -> list[Request]:
-    return [
-        (
-            m.subject,
-            m.data,
-            None
-            if m.expected_last_subject_seq is None
-            else {EXPECTED_LAST_SUBJECT_SEQ: str(m.expected_last_subject_seq)},
-        )
-        for m in msgs
-    ]
+    return [(m.subject, m.data, _publish_headers(m)) for m in msgs]
+
+
+def _publish_headers(m: PublishMsg) -> dict[str, str] | None:
+    if m.msg_id is None and m.expected_last_subject_seq is None:
+        return None
+    hdrs: dict[str, str] = {}
+    if m.msg_id is not None:
+        hdrs[MSG_ID] = m.msg_id
+    if m.expected_last_subject_seq is not None:
+        hdrs[EXPECTED_LAST_SUBJECT_SEQ] = str(m.expected_last_subject_seq)
+    return hdrs
 
 
 class JetStreamAtOnce(ABC):

@@ -102,7 +102,10 @@ class SimStreams(ABC):
             try:
                 results.append(
                     await self.publish(
-                        m.subject, m.data, expected_last_subject_seq=m.expected_last_subject_seq
+                        m.subject,
+                        m.data,
+                        msg_id=m.msg_id,
+                        expected_last_subject_seq=m.expected_last_subject_seq,
                     )
                 )
             except (Closed, TemporarilyUnavailable):

@@ -58,6 +58,9 @@ class PublishMsg:
     data: bytes
     #: As :meth:`Transport.publish`'s (0: the subject must be empty).
     expected_last_subject_seq: int | None = None
+    #: As :meth:`Transport.publish`'s: a repeat inside the duplicate window stores nothing and
+    #: is answered with the original sequence.
+    msg_id: str | None = None
 
 
 @final

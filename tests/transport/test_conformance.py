@@ -140,6 +140,30 @@ async def test_duplicate_msg_id_returns_original_sequence(
     assert [m.data for m in page] == [b"one", b"two"]
 
 
+async def test_publish_many_deduplicates_by_msg_id(
+    transport: Transport, clock: object, uid: str
+) -> None:
+    """A message of ``publish_many`` with a msg id is stored once, as a publish with it is: a
+    repeat (before or after, alone or among others) answers the original sequence."""
+    history, tasks = history_subject(uid), task_subject("t", uid)
+    first = await transport.publish(tasks, b"task", msg_id=f"{uid}.task")
+    results = await transport.publish_many(
+        [
+            PublishMsg(tasks, b"task again", msg_id=f"{uid}.task"),
+            PublishMsg(history, b"started", msg_id=f"{uid}.started"),
+        ]
+    )
+    assert results[0] == first
+    assert isinstance(results[1], int)
+    again = await transport.publish_many([PublishMsg(history, b"again", msg_id=f"{uid}.started")])
+    assert again == [results[1]]
+    assert await transport.publish(history, b"alone", msg_id=f"{uid}.started") == results[1]
+    assert [m.data for m in await transport.read_subject(TASK_STREAM, tasks, 0, 10)] == [b"task"]
+    assert [m.data for m in await transport.read_subject(HISTORY_STREAM, history, 0, 10)] == [
+        b"started"
+    ]
+
+
 async def test_get_msg_by_sequence_with_headers(
     transport: Transport, clock: object, uid: str
 ) -> None:
