@@ -190,15 +190,15 @@ docs/jetstream.md "Cost") or a write the spec requires dropped. Not done.
 Each record alone (printed beside): the model record, the tool intent, the tool result and the
 commit are a write each, each fenced on the one before: 8 durable writes and 8 round trips per
 tool iteration, and the answer's model record a write of its own too (worker 4 round trips in
-the answer iteration): 38 round trips per run, 34 of them waited on.
+the answer iteration): 39 round trips per run, 32 of them waited on.
 
 Per run (3 tool iterations, 1 answer iteration), the records paired:
- client  run index entry and active marker, sent with               5  (the definition may be
+ client  run index entry and active marker, sent with               6  (the definition may be
          the definition read (three requests at once: one              re-registered at any time:
-         waited) + snapshot create + workflow.started                  reading it is the only
-                                                                       way to start the current;
-                                                                       the index is written
-                                                                       before the snapshot, so a
+         waited) + snapshot create, holding the first                  reading it is the only
+         dispatch (engine.start_dispatched) + the first                way to start the current;
+         task and workflow.started (two publishes at once,             the index is written
+         each with its msg id: one waited)                             before the snapshot, so a
                                                                        run never goes unlisted.
                                                                        A service's first start
                                                                        of a workflow reads before
@@ -208,23 +208,30 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
                                                                        the key's claim beside the
                                                                        read, then the index, one
                                                                        more too)
- engine  workflow.started: CAS + task                               2  (no snapshot read: the
-                                                                       event names the revision
-                                                                       the service created and
-                                                                       the definition's; the
-                                                                       engine derives the same
-                                                                       snapshot, engine._store.
-                                                                       started_with; a CAS on a
-                                                                       run that moved on fails
-                                                                       and reads, as before)
+ engine  workflow.started: snapshot read + the task                 2  (off the critical path:
+         repeated (a duplicate by its msg id: the server               the worker has the task
+         stores nothing), as for an event that comes                   already. The engine's
+         again after the engine's own crash between its                CAS and its hop were on
+         save and its publish (core.service_start_entry);              it: 27 waited before.
+         the copy read is kept, so step.continue reads                 A start the service
+         nothing                                                       does not dispatch (its
+                                                                       first of a workflow, a
+                                                                       timer or a child at the
+                                                                       start) is the engine's:
+                                                                       CAS + task, with no read,
+                                                                       engine._store.
+                                                                       started_with)
  worker  3 x 4 (tool iterations) + 3 (answer)                       15
  engine  3 x step.continue (CAS + task) + step.completed            9
          (CAS + active marker purge + task purge, the
          two at once after the finished snapshot is saved: off
          the critical path)
- => 31 counted, of which 4 overlap or follow the run's end (the definition read and the
-    second index publish, each sent with the first index publish; the two purges):
-    27 on the critical path. (Each record alone: 38 and 34. Before the worker's acks carried
+ => 32 counted, of which 7 overlap or follow the worker's first task or the run's end (the
+    definition read and the second index publish, each sent with the first index publish;
+    workflow.started, sent with the first task; the engine's snapshot read and repeated task;
+    the two purges): 25 on the critical path. (Each record alone: 39 and 32. Before the
+    service dispatched the first step (the engine's CAS + task on the critical path, the
+    start's event alone): 31 and 27, 38 and 34 each record alone. Before the worker's acks carried
     its pull requests (a request per task, 4 per run, left waiting before the task: 44 socket
     writes per run under `just bench --profile`, now 40): 35 and 42, and the figures that
     follow count those 4 too. Before the start indexed the run beside its definition read (the read,
@@ -237,12 +244,14 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
     commit: one write more. Before the claim's ack stood for the model's tail read: one read
     more per model call; before the start named its snapshot's revision: the engine's snapshot
     read.)
- => 28 durable writes per run: client 4 (run index entry, active marker, snapshot create,
-    workflow.started), engine 9 (a CAS and a task per dispatch: 4 x 2, and the run's end CAS),
-    worker 15 (3 x 4 per tool iteration + 3 for the answer). Each record alone: 35 (worker
-    3 x 6 + 4). Before then_complete: 29.
+ => 27 durable writes per run: client 5 (run index entry, active marker, snapshot create,
+    first task, workflow.started), engine 7 (a CAS and a task per dispatch after the first:
+    3 x 2, and the run's end CAS; the first task repeated is a duplicate, not stored),
+    worker 15 (3 x 4 per tool iteration + 3 for the answer). Each record alone: 34 (worker
+    3 x 6 + 4). Before the service dispatched the first step: 28 (the engine's start CAS).
+    Before then_complete: 29.
  => fsynced writes per run with sync_interval always (bench.spread counts them per stream):
-    the 28, and the two purges of the run's end (one fsync each, whatever they remove): 30.
+    the 27, and the two purges of the run's end (one fsync each, whatever they remove): 29.
     Neither purge empties its stream (each holds a sentinel, transport.provision), so neither
     makes the server replace the stream's block file between two runs.
     Before the task stream stopped being a work queue: 33 (a tombstone per task ack, 4, and
@@ -252,23 +261,31 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
 #: commit message, lifecycle event), for the answer 3 (claim, model + commit message, lifecycle
 #: event); no pull request (each ack carries the next: an ack with next).
 WORKER_ROUND_TRIPS_PER_RUN = 3 * 4 + 3
-#: The engine's: per dispatch a CAS and a task publish (the start and 3 step.continue), then
-#: the run's end CAS and its two purges; no pull request (its feeds keep one waiting).
+#: The engine's: for the start the service dispatched, the snapshot read and its task repeated
+#: (a duplicate); per later dispatch a CAS and a task publish (3 step.continue), then the run's
+#: end CAS and its two purges; no pull request (its feeds keep one waiting).
 ENGINE_ROUND_TRIPS_PER_RUN = 2 + 3 * 2 + 3
+#: The client's: the definition read and the index pair (three at once), the snapshot create,
+#: the first task and workflow.started (two at once).
+CLIENT_ROUND_TRIPS_PER_RUN = 3 + 1 + 2
 #: Requests counted per run at the floor of MIN_ROUND_TRIPS_DERIVATION (the records paired).
-MIN_ROUND_TRIPS_PER_RUN = 5 + ENGINE_ROUND_TRIPS_PER_RUN + WORKER_ROUND_TRIPS_PER_RUN
+MIN_ROUND_TRIPS_PER_RUN = (
+    CLIENT_ROUND_TRIPS_PER_RUN + ENGINE_ROUND_TRIPS_PER_RUN + WORKER_ROUND_TRIPS_PER_RUN
+)
 #: The same for the script writing each record alone: two more worker writes per tool iteration,
 #: and one more in the answer iteration (the model record apart from the complete commit).
 ALONE_MIN_ROUND_TRIPS_PER_RUN = MIN_ROUND_TRIPS_PER_RUN + 3 * 2 + 1
 #: Of those, the pull requests, left waiting before their message arrives: none per run at the
 #: floor (the engine's feeds keep one waiting for 64 events; the worker's acks carry its next).
 PULLS_PER_RUN = 0
-#: Fetches that return deliveries per run: the engine's 5 events and the worker's 4 tasks.
-FETCHES_PER_RUN = 5 + 4
+#: Fetches that return deliveries per run on the critical path: the engine's 4 events after the
+#: start (the start's, which the service dispatched, is off the path) and the worker's 4 tasks.
+FETCHES_PER_RUN = 4 + 4
 #: And those not waited on: the client's definition read and its second index publish, both sent
-#: with the first index publish, and the two purges after the run's end (its active marker, its
-#: tasks).
-OFF_PATH_PER_RUN = 4
+#: with the first index publish, its workflow.started, sent with the first task, the engine's
+#: handling of that event (the snapshot read and the task repeated, while the worker has the
+#: task), and the two purges after the run's end (its active marker, its tasks).
+OFF_PATH_PER_RUN = 7
 #: Per tool iteration: worker 4 waited on, engine 2 waited on (no pull request counted).
 MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 6
 #: Durable writes per tool iteration, the records paired (worker: claim, model + intent
@@ -276,9 +293,10 @@ MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 6
 DURABLE_WRITES_PER_TOOL_ITERATION = 6
 #: The same with each record alone (model record, intent, result and commit a write each).
 ALONE_DURABLE_WRITES_PER_TOOL_ITERATION = 8
-#: Durable writes per run, the records paired: client 4, engine 4 x 2 + 1, worker 3 x 4 + 3
-#: (the answer's model record and complete commit one message: ``then_complete``).
-DURABLE_WRITES_PER_RUN = 4 + (4 * 2 + 1) + (3 * 4 + 3)
+#: Durable writes per run, the records paired: client 5 (with the first task), engine 3 x 2 + 1
+#: (the first task it repeats is a duplicate, not stored), worker 3 x 4 + 3 (the answer's model
+#: record and complete commit one message: ``then_complete``).
+DURABLE_WRITES_PER_RUN = 5 + (3 * 2 + 1) + (3 * 4 + 3)
 #: The same with each record alone: two more per tool iteration, one more for the answer.
 ALONE_DURABLE_WRITES_PER_RUN = DURABLE_WRITES_PER_RUN + 3 * 2 + 1
 #: Writes per tool iteration are measured, not derived: runs of the script, and of a script

@@ -464,14 +464,19 @@ def waited_in_a_row(steps: list[Step]) -> int:
     return chain
 
 
+#: The client's call that publishes a run's ``workflow.started``: alone, or with the first task.
+STARTED_PUBLISHES = ("publish history", "publish_many task")
+
+
 def client_start_line(layouts: list[RunLayout]) -> str:
     """The client's start of a run (``Service.start_run``): from its first request to the
-    answer of its ``workflow.started`` publish, and how many of its requests wait in a row."""
+    answer of its ``workflow.started`` publish (with the first task, when the service
+    dispatched it), and how many of its requests wait in a row."""
     spans: list[float] = []
     chains: list[int] = []
     for lay in layouts:
         client = sorted((s for s in lay.steps if s.side == "client"), key=lambda s: s.start)
-        ends = [i for i, s in enumerate(client) if s.kind == "publish history"]
+        ends = [i for i, s in enumerate(client) if s.kind in STARTED_PUBLISHES]
         if not ends:
             continue
         start = client[: ends[0] + 1]
@@ -489,6 +494,33 @@ def _on_the_path(step: Step, start: float, end: float) -> bool:
     """Whether ``step`` overlaps the time from a run's start to the client seeing it finished,
     and is not one of the run end's purges (off the path: ``agent.OFF_PATH_PER_RUN``)."""
     return step.end >= start and step.start <= end and not step.kind.startswith("purge_subject")
+
+
+#: The engine's read of a run's snapshot: in a crash-free run only for a start the service
+#: dispatched (``engine.start_dispatched``), whose later events it decides on the copy it kept.
+_START_READ = "kv_get workflow_runs"
+
+
+def _start_handling(steps: list[Step]) -> set[int]:
+    """Indices in ``steps`` of the engine's handling of a start the service dispatched: the
+    fetch that delivered its ``workflow.started``, the snapshot read, and the first task
+    repeated (a duplicate). Off the path (``agent.OFF_PATH_PER_RUN``): the worker has had the
+    task since the start answered, and works on it meanwhile."""
+    engine = sorted(
+        (i for i, s in enumerate(steps) if s.side == "engine"), key=lambda i: steps[i].start
+    )
+    off: set[int] = set()
+    for n, i in enumerate(engine):
+        if steps[i].kind != _START_READ:
+            continue
+        off.add(i)
+        before = engine[:n]
+        if before and steps[before[-1]].kind.startswith("fetch"):
+            off.add(before[-1])
+        repeat = next((j for j in engine[n + 1 :] if steps[j].kind == "publish task"), None)
+        if repeat is not None:
+            off.add(repeat)
+    return off
 
 
 async def lay_out(stack: Stack, steps: list[Step], workflow: str, runs: int) -> list[RunLayout]:
@@ -513,9 +545,10 @@ async def lay_out(stack: Stack, steps: list[Step], workflow: str, runs: int) -> 
         # client saw the run finished: the worker's last event publish, whose ack the worker
         # can read after the engine has already acted on the event (taken by their ends alone,
         # one run in three missed it on a loaded machine).
-        out.append(
-            RunLayout(start, end - start, tuple(s for s in steps if _on_the_path(s, start, end)))
-        )
+        # So are the engine's handling of the start (the service dispatched its first task).
+        off = _start_handling(steps)
+        on = [s for i, s in enumerate(steps) if i not in off and _on_the_path(s, start, end)]
+        out.append(RunLayout(start, end - start, tuple(on)))
     return out
 
 

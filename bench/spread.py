@@ -70,15 +70,18 @@ RUN_STREAMS = (
     RUN_INDEX_STREAM,
 )
 #: Part 3: one agent run's fsynced writes in the order they are made, by stream kind (client:
-#: index, active marker, snapshot, started; per tool iteration the engine's CAS and task publish
-#: (its ack removes nothing), the worker's claim, two record messages and event; the answer
-#: iteration's claim and ONE record message, the answer with its complete commit; the end's
-#: marker purge and task purge).
-_ITERATION = ("kv", "task", "journal", "journal", "journal", "history")
+#: index, active marker, snapshot holding the first dispatch, the first task and started, sent
+#: at once (``engine.start_dispatched``); per tool iteration the engine's CAS and task publish
+#: (its ack removes nothing; the first iteration's are the client's), the worker's claim, two
+#: record messages and event; the answer iteration's claim and ONE record message, the answer
+#: with its complete commit; the end's marker purge and task purge).
+_WORKER_ITERATION = ("journal", "journal", "journal", "history")
+_ITERATION = ("kv", "task", *_WORKER_ITERATION)
 _ANSWER_ITERATION = ("kv", "task", "journal", "journal", "history")
 RUN_CHAIN: tuple[str, ...] = (
-    ("index", "active", "kv", "history")
-    + _ITERATION * 3
+    ("index", "active", "kv", "task", "history")
+    + _WORKER_ITERATION
+    + _ITERATION * 2
     + _ANSWER_ITERATION
     + ("kv", "active", "task")
 )

@@ -571,7 +571,34 @@ GUARDS: tuple[Guard, ...] = (
             f"{SP}::test_a_start_killed_between_two_writes_is_listed_iff_its_snapshot_exists"
             "[nats-before-create]",
             f"{SP}::test_a_start_killed_between_two_writes_is_listed_iff_its_snapshot_exists"
-            "[sim-before-started]",
+            "[sim-before-task-and-started]",
+        ],
+    ),
+    _g(
+        "Engine: a start the service dispatched has its tasks repeated, never decided again",
+        "decide: the outbox entry of a start the service decided is not looked for",
+        [("decided = service_start_entry(snapshot)", "decided = None")],
+        [
+            "tests/engine/test_first_dispatch.py::"
+            "test_the_engine_repeats_the_services_tasks_and_dispatches_nothing_more",
+            "tests/engine/test_start_kills.py::"
+            "test_a_start_killed_on_its_early_path_is_listed_iff_its_snapshot_exists"
+            "[keyed-before-task-and-started]",
+        ],
+    ),
+    _g(
+        "Service: a start's first dispatch is saved before its task is sent",
+        "start_dispatched: the task and workflow.started published before the snapshot is created",
+        [
+            (
+                "msgs = [task_publish_msg(e) for e in out.effects if isinstance(e, PublishTask)]",
+                "msgs = [task_publish_msg(e) for e in out.effects if isinstance(e, PublishTask)]\n"
+                "    await transport.publish_many(msgs)",
+            )
+        ],
+        [
+            f"{SP}::test_a_start_killed_between_two_writes_is_listed_iff_its_snapshot_exists"
+            "[sim-before-create]",
         ],
     ),
     _g(

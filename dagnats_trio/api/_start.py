@@ -21,13 +21,18 @@ import trio
 from .._concurrency import run_all
 from .._env import RuntimeEnv
 from ..dag import WorkflowDef
-from ..engine import IndexedStart, index_start, write_first_snapshot
+from ..engine import (
+    IndexedStart,
+    index_start,
+    start_dispatched,
+    started_publish_msg,
+    write_first_snapshot,
+)
 from ..protocol import (
     DecodedByBytes,
     JsonValue,
     WorkflowStarted,
     check_id,
-    encode_event,
     layout,
 )
 from ..transport import KeyExists, KvEntry, Transport
@@ -133,9 +138,11 @@ class RunStarts:
         definition, definition_revision = read[0]
         if definition.name != workflow:
             # The name stored in the definition is the run's (as on the other path); the run
-            # is then indexed again, under it, by ``write_first_snapshot``.
+            # is then indexed again, under it, by ``create_snapshot``.
             event = attrs.evolve(event, workflow=definition.name)
-        return await self._create_and_announce(event, definition, definition_revision, indexed)
+        return await self._create_and_announce(
+            event, definition, definition_revision, indexed, dispatch=True
+        )
 
     async def _start_claimed_early(self, workflow: str, input: JsonValue, key: str) -> str:
         """A start with an idempotency key of a workflow this service has read before: the key
@@ -165,7 +172,9 @@ class RunStarts:
             idempotency_key=key,
             started_at_ms=self._env.wall_ms(),
         )
-        return await self._create_and_announce(event, definition, definition_revision)
+        return await self._create_and_announce(
+            event, definition, definition_revision, dispatch=True
+        )
 
     async def _create_and_announce(
         self,
@@ -173,9 +182,23 @@ class RunStarts:
         definition: WorkflowDef,
         definition_revision: int,
         indexed: IndexedStart | None = None,
+        *,
+        dispatch: bool = False,
     ) -> str:
-        """Write the run's first snapshot, then publish its ``workflow.started``."""
+        """Write the run's first snapshot, then publish its ``workflow.started``.
+
+        With ``dispatch`` (a workflow this service has read before) the snapshot is written
+        with the decision on the start applied, when that decision is tasks only, and its
+        tasks are published with the event (``engine.start_dispatched``): the engine's
+        compare-and-set and its hop are then off the run's critical path. A first start of a
+        workflow keeps the engine's dispatch: it reads the definition first, and the crash
+        matrix (tests/matrix) kills the engine between that dispatch's save and its publish.
+        """
         run_id = event.run_id
+        if dispatch and await start_dispatched(
+            self._transport, event, definition, self._env.new_id, indexed=indexed
+        ):
+            return run_id
         # The engine's function writes it; on a retry with the same idempotency key the run is
         # already recorded and its snapshot is left as it is. When this start wrote it, the
         # event names its revision and the definition's, so the engine derives the snapshot
@@ -185,9 +208,8 @@ class RunStarts:
             event = attrs.evolve(
                 event, snapshot_revision=revision, definition_revision=definition_revision
             )
-        await self._transport.publish(
-            layout.history_subject(run_id), encode_event(event), msg_id=f"{run_id}.started"
-        )
+        msg = started_publish_msg(event)
+        await self._transport.publish(msg.subject, msg.data, msg_id=msg.msg_id)
         return run_id
 
     async def _claim_idempotency_key(self, key: str, run_id: str) -> str:

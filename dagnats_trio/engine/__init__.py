@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from dagnats_trio._lazy import lazy_exports
 
 from .core import (
+    SERVICE_START_SEQ,
     TIMER_LOOP_DELAY,
     TIMER_MAX_DURATION,
     TIMER_PAUSE,
@@ -18,7 +19,10 @@ from .core import (
     advance,
     child_run_id,
     decide,
+    first_dispatch,
     new_run_snapshot,
+    service_start_entry,
+    started_msg_id,
     timer_id,
 )
 from .effects import (
@@ -54,7 +58,14 @@ if TYPE_CHECKING:
         EngineStats,
         legacy_from_env,
     )
-    from ._store import IndexedStart, create_snapshot, index_start, write_first_snapshot
+    from ._store import (
+        IndexedStart,
+        create_snapshot,
+        index_start,
+        start_dispatched,
+        started_publish_msg,
+        write_first_snapshot,
+    )
     from ._timer_stream import TIMER_DUE_HEADER, TIMER_ID_HEADER, arm_timer, timer_consumer
 else:
     # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
@@ -62,7 +73,14 @@ else:
         __name__,
         {
             "._definition_refs": ("DEFINITION_REFS_KEPT_MAX", "DefinitionRefs"),
-            "._store": ("IndexedStart", "create_snapshot", "index_start", "write_first_snapshot"),
+            "._store": (
+                "IndexedStart",
+                "create_snapshot",
+                "index_start",
+                "start_dispatched",
+                "started_publish_msg",
+                "write_first_snapshot",
+            ),
             "._run_index": ("drop_active", "ensure_run_index", "index_entry", "index_run"),
             "._shell": ("Engine",),
             "._shell_state": (
@@ -88,6 +106,7 @@ __all__ = [
     "LEGACY_ENV_VAR",
     "LOOP_ERROR_BACKOFF_MAX_S",
     "LOOP_ERROR_BACKOFF_S",
+    "SERVICE_START_SEQ",
     "TIMER_DUE_HEADER",
     "TIMER_ID_HEADER",
     "TIMER_LOOP_DELAY",
@@ -126,11 +145,16 @@ __all__ = [
     "drop_active",
     "encode_snapshot",
     "ensure_run_index",
+    "first_dispatch",
     "index_entry",
     "index_run",
     "index_start",
     "legacy_from_env",
     "new_run_snapshot",
+    "service_start_entry",
+    "start_dispatched",
+    "started_msg_id",
+    "started_publish_msg",
     "timer_consumer",
     "timer_id",
     "write_first_snapshot",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import final
+from typing import Final, final
 
 import attrs
 
@@ -33,6 +33,17 @@ REASON_NOT_A_LOOP = "not_a_loop"
 
 #: Longest token a run id may be (see :func:`protocol.check_id`).
 MAX_RUN_ID_CHARS = ID_MAX_CHARS
+
+#: The outbox sequence of a start the service decided itself (:func:`.core.first_dispatch`),
+#: before its ``workflow.started`` had a history sequence: no stream sequence is 0, so no
+#: delivery's ``seq`` ever matches it by accident (:func:`.core.service_start_entry` does).
+SERVICE_START_SEQ: Final = 0
+
+
+def started_msg_id(run_id: str) -> str:
+    """The msg id of a run's ``workflow.started``, whoever publishes it (the service, a retry
+    of its start, a parent's engine for a child): the history stream stores one."""
+    return f"{run_id}.started"
 
 
 @final

@@ -25,6 +25,7 @@ from ._advance_terms import (
     AdvanceContext,
     Outcome,
     child_run_id,
+    started_msg_id,
     timer_id,
 )
 from ._replace import replace
@@ -144,7 +145,7 @@ class _Working:
                 parent=ParentRef(run, step_id),
                 started_at_ms=self.now,
             )
-            self.effects.append(PublishEvent(child, started, f"{child}.started"))
+            self.effects.append(PublishEvent(child, started, started_msg_id(child)))
             return
         self.set(step_id, **common)
         loop = sdef.agent_loop

@@ -10,7 +10,7 @@ inputs hooks must be idempotent (``hooks.InputsHooks``).
 from __future__ import annotations
 
 from ..protocol import InputSubmitted, encode_event, encode_task, layout
-from ..transport import Transport
+from ..transport import PublishMsg, Transport
 from ._timer_stream import arm_timer
 from .effects import (
     AnnounceCancel,
@@ -31,12 +31,8 @@ async def execute_effects(
     it returns at once (the caller's handling of the event goes on to its ack)."""
     for effect in effects:
         if isinstance(effect, PublishTask):
-            task = effect.task
-            await transport.publish(
-                layout.task_subject(task.task, task.run_id),
-                encode_task(task),
-                msg_id=effect.msg_id,
-            )
+            msg = task_publish_msg(effect)
+            await transport.publish(msg.subject, msg.data, msg_id=msg.msg_id)
         elif isinstance(effect, ArmTimer):
             await arm_timer(transport, effect)
         elif isinstance(effect, AnnounceCancel):
@@ -58,3 +54,12 @@ async def execute_effects(
                 )
         elif isinstance(effect, SettleInputs):
             await inputs.settle_step(effect.run_id, effect.step_id)
+
+
+def task_publish_msg(effect: PublishTask) -> PublishMsg:
+    """How a task is published, by the engine and by a service that dispatched a run's first
+    step itself (``_store.start_dispatched``): its subject, its bytes, its msg id."""
+    task = effect.task
+    return PublishMsg(
+        layout.task_subject(task.task, task.run_id), encode_task(task), msg_id=effect.msg_id
+    )

@@ -37,7 +37,7 @@ from ..transport import ConsumerConfig, Delivery, KeyExists, RevisionMismatch, T
 from ._execute import execute_effects
 from ._shell_state import LEGACY_ENV_VAR, EngineState, log
 from ._timer_stream import TIMER_DUE_HEADER, TIMER_ID_HEADER, timer_consumer
-from .core import AdvanceContext, decide
+from .core import AdvanceContext, decide, service_start_entry
 from .effects import Effect, PublishTask
 
 #: Compare-and-set attempts on one event before giving it back to the server.
@@ -229,6 +229,14 @@ class Engine(EngineState):
                     self.stats.replayed += 1
                     self._counted()
                     await execute_effects(self.transport, self.inputs, out.effects)
+                    kept = out.snapshot
+                    if not from_cache and (
+                        kept.last_seq == d.stream_seq or service_start_entry(kept) is not None
+                    ):
+                        # The newest entry's effects are all stored now (a start the service
+                        # decided, its tasks repeated): kept, as after a save, so the run's
+                        # next event is decided without a read.
+                        self._remember(kept, rev)
                 elif out.dropped is not None:
                     self.stats.dropped += 1
                     self._counted()

@@ -16,8 +16,9 @@ from typing import final
 import attrs
 
 from ..dag import WorkflowDef
-from ..protocol import RunIndexEntry, WorkflowStarted, layout
-from ..transport import KeyExists, KvEntry, Transport, TransportError
+from ..protocol import RunIndexEntry, WorkflowStarted, encode_event, layout
+from ..transport import KeyExists, KvEntry, PublishMsg, Transport, TransportError
+from ._execute import task_publish_msg
 from ._run_index import (
     check_indexed,
     drop_active_if_finished,
@@ -26,7 +27,8 @@ from ._run_index import (
     index_run,
     unindex_run,
 )
-from .core import new_run_snapshot
+from .core import first_dispatch, new_run_snapshot, started_msg_id
+from .effects import PublishTask
 from .snapshot import RunSnapshot, encode_snapshot
 
 
@@ -149,3 +151,51 @@ def started_with(
     if definition is None:
         return None
     return first_snapshot(event, definition), event.snapshot_revision
+
+
+async def start_dispatched(
+    transport: Transport,
+    event: WorkflowStarted,
+    definition: WorkflowDef,
+    new_id: Callable[[], str],
+    *,
+    indexed: IndexedStart | None = None,
+) -> bool:
+    """Start ``event``'s run with its first dispatch already made: the first snapshot is
+    created holding the decision on ``event`` (``core.first_dispatch``: ``started``, its tasks
+    saved in its outbox), then its tasks and ``event`` are published at once (one
+    ``publish_many``, each with the msg id the engine gives it, so any repeat is stored once).
+    The engine's compare-and-set and its hop are off the run's critical path: a worker can
+    take the first task as soon as the start is answered. False, with nothing written, when the
+    decision is not tasks only (the caller starts the run as before).
+
+    The engine, given ``event``, finds the decision applied and repeats the outbox entry's
+    tasks (``core.service_start_entry``), as it repeats its own entry when an event comes
+    again after a crash between its save and its publishes: a start that died after the
+    snapshot and before the publishes is converged by what converges one that died before its
+    ``workflow.started`` (a retry with its idempotency key publishes it). A snapshot there
+    already (such a retry) is left as it is, and ``event`` alone is published, as
+    :func:`write_first_snapshot`'s caller does.
+    """
+    out = first_dispatch(event, definition, new_id)
+    if out is None or out.snapshot is None:
+        return False
+    msgs = [task_publish_msg(e) for e in out.effects if isinstance(e, PublishTask)]
+    try:
+        await create_snapshot(transport, out.snapshot, indexed=indexed)
+    except KeyExists:
+        msgs = []
+    msgs.append(started_publish_msg(event))
+    for result in await transport.publish_many(msgs):
+        if isinstance(result, TransportError):
+            raise result
+    return True
+
+
+def started_publish_msg(event: WorkflowStarted) -> PublishMsg:
+    """How a run's ``workflow.started`` is published (its msg id: ``core.started_msg_id``)."""
+    return PublishMsg(
+        layout.history_subject(event.run_id),
+        encode_event(event),
+        msg_id=started_msg_id(event.run_id),
+    )

@@ -11,6 +11,8 @@ things are in ``_advance_terms``. This module is the engine core's one import po
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..dag import WorkflowDef
 from ..protocol import (
     CancelRequested,
@@ -33,6 +35,7 @@ from ._advance_terms import (
     REASON_MAX_ITERATIONS,
     REASON_NOT_A_LOOP,
     REASON_TIMEOUT,
+    SERVICE_START_SEQ,
     TIMER_LOOP_DELAY,
     TIMER_MAX_DURATION,
     TIMER_PAUSE,
@@ -42,11 +45,12 @@ from ._advance_terms import (
     AdvanceContext,
     Outcome,
     child_run_id,
+    started_msg_id,
     timer_id,
 )
 from ._decision_events import _Decision
-from .effects import Effect
-from .snapshot import RunSnapshot, StepState
+from .effects import Effect, PublishTask
+from .snapshot import OutboxEntry, RunSnapshot, StepState
 
 __all__ = [
     "MAX_RUN_ID_CHARS",
@@ -55,6 +59,7 @@ __all__ = [
     "REASON_MAX_ITERATIONS",
     "REASON_NOT_A_LOOP",
     "REASON_TIMEOUT",
+    "SERVICE_START_SEQ",
     "TIMER_LOOP_DELAY",
     "TIMER_MAX_DURATION",
     "TIMER_PAUSE",
@@ -66,7 +71,10 @@ __all__ = [
     "advance",
     "child_run_id",
     "decide",
+    "first_dispatch",
     "new_run_snapshot",
+    "service_start_entry",
+    "started_msg_id",
     "timer_id",
 ]
 
@@ -107,6 +115,11 @@ def decide(snapshot: RunSnapshot | None, event: RunEvent, ctx: AdvanceContext) -
                 return Outcome(snapshot, entry.effects, replayed=True)
     if isinstance(event, WorkflowStarted):
         if snapshot is not None and (snapshot.started or snapshot.status.finished):
+            decided = service_start_entry(snapshot)
+            if decided is not None:
+                # The service applied this start itself (first_dispatch): its effects are
+                # repeated, as an engine's own outbox entry is when its event comes again.
+                return Outcome(snapshot, decided.effects, replayed=True)
             return Outcome(snapshot, dropped="run already started")
         base = snapshot or new_run_snapshot(event, ctx.definition, ctx.now_ms)
         tx = _Decision(base, ctx)
@@ -137,3 +150,44 @@ def decide(snapshot: RunSnapshot | None, event: RunEvent, ctx: AdvanceContext) -
     else:  # pragma: no cover - the union is exhaustive
         tx.drop(f"unhandled event {type(event).__name__}")
     return tx.finish()
+
+
+def first_dispatch(
+    event: WorkflowStarted, definition: WorkflowDef, new_id: Callable[[], str]
+) -> Outcome | None:
+    """The decision on a run's ``workflow.started`` made before it is published, by the one
+    who creates the run's first snapshot (the service, ``engine._store.create_dispatched``):
+    :func:`decide` on no snapshot, at the event's ``started_at_ms``, its outbox entry under
+    :data:`SERVICE_START_SEQ`. None unless every effect is a task to publish (a timer, a child
+    run, a run that ends at once are left to the engine, which decides them when the event
+    arrives, as before).
+
+    The snapshot it gives is the first snapshot with that decision applied (``started``, its
+    dispatches saved in its outbox); the engine, given the event later, repeats the outbox
+    entry's tasks (:func:`service_start_entry`) instead of deciding again.
+    """
+    ctx = AdvanceContext(
+        now_ms=event.started_at_ms,
+        new_id=new_id,
+        definition=definition,
+        seq=SERVICE_START_SEQ,
+    )
+    out = decide(None, event, ctx)
+    if out.snapshot is None or out.dropped is not None or out.snapshot.status.finished:
+        return None
+    if not out.effects or not all(isinstance(e, PublishTask) for e in out.effects):
+        return None
+    return out
+
+
+def service_start_entry(snapshot: RunSnapshot) -> OutboxEntry | None:
+    """The outbox entry of a start decided by :func:`first_dispatch`, while no event has been
+    applied since (every applied event moves ``last_seq`` to its own sequence, which is never
+    :data:`SERVICE_START_SEQ`) and the run goes on: its tasks are still the step's current
+    dispatches, so repeating them (deduplicated by their msg ids) sends no stale task."""
+    if not snapshot.started or snapshot.status.finished:
+        return None
+    if snapshot.last_seq != SERVICE_START_SEQ or not snapshot.outbox:
+        return None
+    newest = snapshot.outbox[-1]
+    return newest if newest.seq == SERVICE_START_SEQ else None

@@ -29,9 +29,12 @@ START_CALLS = (
     "kv_create workflow_runs",
     "publish history",
 )
-#: A later start's: the definition read and the index pair are one call (three requests at once).
+#: A later start's: the definition read and the index pair are one call (three requests at once),
+#: and the first task goes with ``workflow.started`` (the service dispatched the step itself,
+#: ``engine.start_dispatched``: one call, the two sent at once).
 READ_AND_INDEX = "kv_get_and_publish_many workflow_defs"
-EARLY_START_CALLS = (READ_AND_INDEX, "kv_create workflow_runs", "publish history")
+TASK_AND_STARTED = "publish_many task"
+EARLY_START_CALLS = (READ_AND_INDEX, "kv_create workflow_runs", TASK_AND_STARTED)
 #: Fuzzed starts of names never registered: each reads, none writes.
 UNKNOWN_STARTS = 20
 
@@ -74,14 +77,16 @@ async def test_a_start_of_a_workflow_read_before_waits_on_three_round_trips(
         t0 = min(s.start for s in steps)
         spans = [(s.kind, round((s.start - t0) * 1e6), round((s.end - t0) * 1e6)) for s in steps]
         print(f"start {n} (kind, start us, end us): {spans}")
-        # The same 5 requests on both paths; after the first, the read and the index pair
-        # in one call.
+        # The same 5 requests on both paths (and the first task after the first start);
+        # after the first, the read and the index pair in one call.
         assert _kinds(steps) == sorted(START_CALLS if n == 0 else EARLY_START_CALLS)
-        # The index before the snapshot, the definition read before it, then the event.
+        # The index before the snapshot, the definition read before it, then the event (with
+        # the task, later: the snapshot holds their dispatch before either is sent).
         befores = START_CALLS[:2] if n == 0 else (READ_AND_INDEX,)
         for before in befores:
             assert _ended_before(steps, before, "kv_create workflow_runs")
-        assert _ended_before(steps, "kv_create workflow_runs", "publish history")
+        announce = "publish history" if n == 0 else TASK_AND_STARTED
+        assert _ended_before(steps, "kv_create workflow_runs", announce)
         chains.append(waited_in_a_row(steps))
         assert (await service.get_run(run)).input == n
     print(f"waited in a row per start: {chains}")
@@ -143,11 +148,14 @@ class CrashBefore:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
-        if name not in {"publish", "kv_create"}:
+        if name not in {"publish", "publish_many", "kv_create"}:
             return attr
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            target = str(args[0]).split(".", 1)[0] if name == "publish" else str(args[0])
+            if name == "publish_many":
+                target = args[0][0].subject.split(".", 1)[0]
+            else:
+                target = str(args[0]).split(".", 1)[0] if name == "publish" else str(args[0])
             if f"{name} {target}" == self.kind:
                 raise _Killed(self.kind)
             return await attr(*args, **kwargs)
@@ -161,16 +169,16 @@ class _Killed(Exception):
 
 @pytest.mark.parametrize(
     ("killed_before", "snapshot_written"),
-    [("kv_create workflow_runs", False), ("publish history", True)],
-    ids=["before-create", "before-started"],
+    [("kv_create workflow_runs", False), (TASK_AND_STARTED, True)],
+    ids=["before-create", "before-task-and-started"],
 )
 async def test_a_start_killed_between_two_writes_is_listed_iff_its_snapshot_exists(
     transport: Transport, killed_before: str, snapshot_written: bool
 ) -> None:
     prefix = uid("run")
-    wf = uid("wf")
+    wf, task = uid("wf"), uid("t")
     reader = Service(transport)
-    await reader.register_workflow({"name": wf, "steps": [{"id": "a", "task": uid("t")}]})
+    await reader.register_workflow({"name": wf, "steps": [{"id": "a", "task": task}]})
     crashing = Service(cast(Transport, CrashBefore(transport, killed_before)), _ids(prefix))
     await crashing.get_workflow(wf)  # read before: the start indexes beside its read
     with pytest.raises(_Killed):
@@ -183,6 +191,8 @@ async def test_a_start_killed_between_two_writes_is_listed_iff_its_snapshot_exis
     assert listed == [r.run_id for r in running.runs] == ([run] if snapshot_written else [])
     history = await transport.get_last_msg(layout.HISTORY_STREAM, layout.history_subject(run))
     assert history is None  # never announced: the engine starts nothing
+    # Nor a worker (tests/engine/test_start_kills.py: what converges such a run).
+    assert await transport.get_last_msg(layout.TASK_STREAM, layout.task_subject(task, run)) is None
 
 
 async def test_a_start_alone_leaves_the_end_of_the_pass_unwatched(
