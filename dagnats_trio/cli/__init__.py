@@ -24,23 +24,15 @@ from ._contract import (
 )
 
 if TYPE_CHECKING:
-    from ._client import (
-        ApiClient,
-        ApiFailure,
-        CannotConnect,
-        ClientError,
-    )
+    from ._client import ApiClient
+    from ._errors import ApiFailure, CannotConnect, ClientError
 else:
     # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
-            "._client": (
-                "ApiClient",
-                "ApiFailure",
-                "CannotConnect",
-                "ClientError",
-            ),
+            "._client": ("ApiClient",),
+            "._errors": ("ApiFailure", "CannotConnect", "ClientError"),
         },
     )
 

@@ -21,13 +21,8 @@ from ..api import JournalEntry, JournalPage, RunList, RunStarted, RunView, Workf
 from ..dag import WorkflowDef
 from ..inputs import Submission
 from ..protocol import DecodeError, JsonValue, from_obj
-from ._contract import (
-    DEFAULT_API_URL,
-    EXIT_CANNOT_CONNECT,
-    EXIT_FAILED,
-    EXIT_NOT_FOUND,
-    EXIT_USAGE,
-)
+from ._contract import DEFAULT_API_URL
+from ._errors import ApiFailure, CannotConnect, ClientError, UsageError
 
 T = TypeVar("T")
 
@@ -39,46 +34,6 @@ CONNECT_TIMEOUT_S = 5.0
 JOURNAL_PAGE_RECORDS = 1_000
 #: Reconnects of a journal follower whose stream broke before its ``end`` event.
 FOLLOW_RECONNECTS_MAX = 5
-
-
-class ClientError(Exception):
-    """A failure a CLI user can act on; ``exit_code`` is what the command exits with."""
-
-    exit_code = EXIT_FAILED
-
-    def __init__(self, message: str) -> None:
-        self.message = message
-        super().__init__(message)
-
-
-@final
-class CannotConnect(ClientError):
-    exit_code = EXIT_CANNOT_CONNECT
-
-
-class UsageError(ClientError):
-    """Bad input given on the command line (detected before any request)."""
-
-    exit_code = EXIT_USAGE
-
-
-@final
-class ApiFailure(ClientError):
-    """The API answered with an error: ``status``, ``code`` and its readable message."""
-
-    def __init__(self, status: int, code: str, message: str, detail: tuple[str, ...] = ()) -> None:
-        self.status = status
-        self.code = code
-        self.detail = detail
-        super().__init__(message)
-
-    @property
-    def exit_code(self) -> int:  # type: ignore[override]
-        if self.status == 404:
-            return EXIT_NOT_FOUND
-        if self.status in (400, 401, 403, 413, 422):
-            return EXIT_USAGE
-        return EXIT_FAILED
 
 
 @attrs.frozen

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 import trio
@@ -19,8 +19,11 @@ from rich.markup import escape
 
 from ..dag import DurationError, parse_duration_text
 from ..protocol import JsonPolicyError, JsonValue, decode_json, to_json
-from ._client import ApiClient, ApiFailure, CannotConnect, ClientError, UsageError
 from ._contract import EXIT_FAILED
+from ._errors import ApiFailure, CannotConnect, ClientError, UsageError
+
+if TYPE_CHECKING:
+    from ._client import ApiClient
 
 #: Width used when output is not a terminal (pipes, tests), so tables do not fold at 80.
 PIPE_WIDTH_CHARS = 120
@@ -121,6 +124,7 @@ def call_api(
     as_json: bool = False,
 ) -> NoReturn:
     """A verb over the API: ``fn`` with a client of ``api``, under :func:`run_async`."""
+    from ._client import ApiClient  # the HTTP stack, for the verbs only
 
     async def go() -> int | None:
         async with ApiClient(api, token) as client:

@@ -67,8 +67,8 @@ def journal_export(
 ) -> None:
     """Print a step's journal as a golden file (JSON lines) for `dagnats journal replay`."""
     from ..worker import GOLDEN_FORMAT_VERSION, GoldenHeader
-    from ._client import UsageError
     from ._common import call_api, echo_json
+    from ._errors import UsageError
 
     async def go(client: ApiClient) -> int:
         run = await client.get_run(run_id)
@@ -99,8 +99,8 @@ def journal_replay(
     when the new code would not replay it."""
     from .._host import HostSetupError, import_spec
     from ..worker import GoldenFormatError, parse_golden, replay_golden
-    from ._client import UsageError
     from ._common import parse_json_arg, read_text, run_async
+    from ._errors import UsageError
 
     async def go() -> int:
         try:

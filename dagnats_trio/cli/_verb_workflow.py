@@ -28,8 +28,8 @@ def workflow_register(
 ) -> None:
     """Validate and store a workflow definition."""
     from ..protocol import JsonPolicyError, decode_json
-    from ._client import UsageError
     from ._common import answer, call_api, json_problem, read_text
+    from ._errors import UsageError
 
     async def go(client: ApiClient) -> int:
         text = read_text(file, "workflow file")

@@ -97,3 +97,13 @@ def test_the_probe_sees_a_verb_load_the_runtime() -> None:
     assert done.returncode == 4, done.stderr[-2000:]
     heavy = set(_heavy(modules))
     assert {"trio", "httpx", "dagnats_trio.cli._client"} <= heavy
+
+
+def test_a_process_command_loads_no_http_client() -> None:
+    """``dev``, ``serve`` and ``worker`` never build an API client: what they share with the
+    verbs (``_common``) loads its failures, not httpx. A worker refused by its restart limit has
+    loaded its host (the positive control of the probe) and nothing of the HTTP stack."""
+    done, modules = _run("worker", "m:h", "--nats", "nats://127.0.0.1:1", "--restart-limit", "0")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert {"dagnats_trio._host", "dagnats_trio.cli._common"} <= modules
+    assert not {"httpx", "dagnats_trio.cli._client"} & modules
