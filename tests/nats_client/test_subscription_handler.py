@@ -41,15 +41,23 @@ async def test_the_reader_hands_each_message_to_the_handler_and_wakes_no_one_per
             if len(got) == MESSAGES:
                 sub.wake()
 
+        async def wait_for_all() -> None:
+            nonlocal woken
+            while len(got) < MESSAGES:
+                # Woken once, by the handler at the last message (not at the deadline).
+                assert await conn.next_msg_before(sub, trio.current_time() + WAIT_S) is None
+                woken += 1
+
         async with conn.subscribe(subject, on_msg=on_msg) as sub:
             await conn.flush()
             with trio.fail_after(WAIT_S):
-                for i in range(MESSAGES):
-                    await conn.publish(subject, str(i).encode())
-                while len(got) < MESSAGES:
-                    # Woken once, by the handler at the last message (not at the deadline).
-                    assert await conn.next_msg_before(sub, trio.current_time() + WAIT_S) is None
-                    woken += 1
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(wait_for_all)
+                    # The waiter waits before the first message can arrive: the reader may
+                    # hand all of them over while the publishes below yield.
+                    await trio.testing.wait_all_tasks_blocked()
+                    for i in range(MESSAGES):
+                        await conn.publish(subject, str(i).encode())
             assert got == [str(i).encode() for i in range(MESSAGES)]
             assert woken == 1
             assert (sub.delivered, sub.buffered, sub.dropped) == (MESSAGES, 0, 0)
