@@ -196,7 +196,11 @@ class RunStarts:
         """
         run_id = event.run_id
         if dispatch and await start_dispatched(
-            self._transport, event, definition, self._env.new_id, indexed=indexed
+            self._transport,
+            attrs.evolve(event, definition_revision=definition_revision),
+            definition,
+            self._env.new_id,
+            indexed=indexed,
         ):
             return run_id
         # The engine's function writes it; on a retry with the same idempotency key the run is

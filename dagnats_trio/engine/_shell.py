@@ -200,6 +200,8 @@ class Engine(EngineState):
                 loaded = await self._derive_first(event)
             if loaded is None:
                 loaded = await self._load(run_id)
+                if loaded is not None and isinstance(event, WorkflowStarted):
+                    loaded = (self._kept_definition(loaded[0], event), *loaded[1:])
             from_cache = loaded is not None and loaded[2]
             snap, rev = (loaded[0], loaded[1]) if loaded is not None else (None, 0)
             definition: WorkflowDef | None = None

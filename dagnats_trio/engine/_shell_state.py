@@ -24,6 +24,7 @@ from ..protocol import WorkflowStarted, layout
 from ..transport import Delivery, Transport, TransportError
 from ._definition_refs import DefinitionRefs
 from ._definitions import Definitions
+from ._replace import replace
 from ._run_end import end_run
 from ._run_ends import RunEnd, RunEnds
 from ._store import create_snapshot, started_with
@@ -145,6 +146,19 @@ class EngineState:
             return None
         self.stats.derived += 1
         return derived[0], derived[1], True
+
+    def _kept_definition(self, snap: RunSnapshot, event: WorkflowStarted) -> RunSnapshot:
+        """``snap`` (read for ``event``) holding the definition object this engine keeps, when
+        its inline one (a first snapshot: the service wrote it) equals the one kept at the
+        revision the event names. Decoded, it is a new object per run, and a snapshot's
+        definition text and reference are memoised by the object (``snapshot.definition_ref``):
+        the kept one has them already, so the run's saves do not spell and hash it again."""
+        if snap.definition is None or event.definition_revision is None:
+            return snap
+        kept = self._definitions.kept(event.workflow, event.definition_revision)
+        if kept is None or kept is snap.definition or kept != snap.definition:
+            return snap
+        return replace(snap, definition=kept)
 
     async def _load(self, run_id: str) -> tuple[RunSnapshot, int, bool] | None:
         cached = self._cache.get(run_id)

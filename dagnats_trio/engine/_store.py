@@ -176,6 +176,11 @@ async def start_dispatched(
     ``workflow.started`` (a retry with its idempotency key publishes it). A snapshot there
     already (such a retry) is left as it is, and ``event`` alone is published, as
     :func:`write_first_snapshot`'s caller does.
+
+    ``event`` may name the revision of ``definition`` (``definition_revision``; no snapshot
+    revision: there is nothing to derive): the engine then uses the definition it keeps at
+    that revision, when equal, instead of the snapshot's decoded copy
+    (``EngineState._kept_definition``).
     """
     out = first_dispatch(event, definition, new_id)
     if out is None or out.snapshot is None:
@@ -184,7 +189,8 @@ async def start_dispatched(
     try:
         await create_snapshot(transport, out.snapshot, indexed=indexed)
     except KeyExists:
-        msgs = []
+        # Made by an earlier attempt, maybe from another revision of the definition.
+        msgs, event = [], attrs.evolve(event, definition_revision=None)
     msgs.append(started_publish_msg(event))
     for result in await transport.publish_many(msgs):
         if isinstance(result, TransportError):
