@@ -3,7 +3,9 @@
 Why a leaf module of their own: ``dagnats --help`` names them (the AckWait, the restart limit,
 the listen address...) and must not load Trio, NATS or the HTTP stack to do it (issue 13: the
 help answers in well under 0.3 s). The packages that own each figure import it from here and
-re-export it under the same name, so there is still one copy of each.
+re-export it under the same name, so there is still one copy of each. The checks of the
+figures a user types (:func:`check_restart_limit`, :func:`parse_client`) live here for the same
+reason: ``dagnats worker --restart-limit 0`` is refused before the host is imported.
 """
 
 from __future__ import annotations
@@ -37,6 +39,28 @@ DEFAULT_CLIENT: Final[Client] = "native"
 #: The environment variable the CLI reads the client from.
 CLIENT_ENV: Final = "DAGNATS_CLIENT"
 
+
+def check_restart_limit(value: int) -> int:
+    """``value`` if it is a restart limit (an int from the bounds above), else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"restart_limit must be an integer, got {value!r}")
+    if not MIN_RESTART_LIMIT <= value <= MAX_RESTART_LIMIT:
+        raise ValueError(
+            f"restart_limit must be from {MIN_RESTART_LIMIT} to {MAX_RESTART_LIMIT}, got {value}"
+        )
+    return value
+
+
+def parse_client(text: str) -> Client:
+    """``native`` or ``nats-py`` (case and surrounding blanks ignored); else ValueError naming
+    the accepted values."""
+    value = text.strip().lower()
+    for client in CLIENTS:
+        if value == client:
+            return client
+    raise ValueError(f"client must be one of {', '.join(CLIENTS)}, got {text!r}")
+
+
 __all__ = [
     "CLIENTS",
     "CLIENT_ENV",
@@ -49,4 +73,6 @@ __all__ = [
     "MAX_RESTART_LIMIT",
     "MIN_RESTART_LIMIT",
     "Client",
+    "check_restart_limit",
+    "parse_client",
 ]

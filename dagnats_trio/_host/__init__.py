@@ -1,17 +1,19 @@
 """Hosting the parts of a process in one Trio nursery (``dagnats dev``, ``serve``, ``worker``,
 ``demo`` and an embedding service): :class:`Host` composes them (:mod:`._compose`), from
-settings checked in :mod:`._settings`."""
+settings checked in :mod:`._settings`.
+
+The settings are imported eagerly and the composition lazily (:mod:`dagnats_trio._lazy`): a
+command parses and refuses its options with :mod:`._settings` alone, before Trio, the transport,
+the engine and the workers load.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dagnats_trio._lazy import lazy_exports
 
 from .._defaults import DEFAULT_LISTEN_HOST, DEFAULT_LISTEN_PORT
-from ._compose import (
-    ANY_NATS_PORT,
-    HOST_START_TIMEOUT_S,
-    MAX_REPLICAS,
-    PROVISION_RETRY_INTERVAL_S,
-    Host,
-    HostConfig,
-    HostInfo,
-)
 from ._settings import (
     HostSetupError,
     Listen,
@@ -25,6 +27,33 @@ from ._settings import (
     parse_restart_limit,
     parse_token,
 )
+
+if TYPE_CHECKING:
+    from ._compose import (
+        ANY_NATS_PORT,
+        HOST_START_TIMEOUT_S,
+        MAX_REPLICAS,
+        PROVISION_RETRY_INTERVAL_S,
+        Host,
+        HostConfig,
+        HostInfo,
+    )
+else:
+    # mypy sees the imports above instead, so a misspelt name is an error, not ``object``.
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "._compose": (
+                "ANY_NATS_PORT",
+                "HOST_START_TIMEOUT_S",
+                "MAX_REPLICAS",
+                "PROVISION_RETRY_INTERVAL_S",
+                "Host",
+                "HostConfig",
+                "HostInfo",
+            ),
+        },
+    )
 
 __all__ = [
     "ANY_NATS_PORT",

@@ -1,6 +1,9 @@
 """What a host is told, checked: the listen address, NATS URLs, client and restart limit as a
 user types them (``--listen``, ``DAGNATS_NATS_URL``, ...), and the handlers a ``module:attr``
-names. Each bad setting is one :class:`HostSetupError` line, never a traceback of ours."""
+names. Each bad setting is one :class:`HostSetupError` line, never a traceback of ours.
+
+Light on purpose: no Trio, transport, worker or journal here (the package loads :mod:`._compose`
+lazily), so ``dagnats worker --restart-limit 0`` is refused before the host is imported."""
 
 from __future__ import annotations
 
@@ -11,15 +14,22 @@ import sys
 import traceback
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
-from .._defaults import DEFAULT_LISTEN_HOST, DEFAULT_LISTEN_PORT
-from ..journal import MAX_RESTART_LIMIT, MIN_RESTART_LIMIT, check_restart_limit
-from ..protocol import is_ascii_digits, parse_decimal
-from ..transport import Client, parse_client
-from ..worker import Handler
+from .._defaults import (
+    DEFAULT_LISTEN_HOST,
+    DEFAULT_LISTEN_PORT,
+    MAX_RESTART_LIMIT,
+    MIN_RESTART_LIMIT,
+    Client,
+    check_restart_limit,
+    parse_client,
+)
+
+if TYPE_CHECKING:
+    from ..worker import Handler
 
 
 class HostSetupError(ValueError):
@@ -66,6 +76,9 @@ class Listen:
 
 def parse_listen(text: str) -> Listen:
     """``HOST:PORT``, ``[V6]:PORT`` or ``:PORT`` (loopback)."""
+    # Here, not at the top: the protocol package loads cattrs, which a worker's refusal skips.
+    from ..protocol import is_ascii_digits, parse_decimal
+
     raw = text.strip()
     host, sep, port_text = raw.rpartition(":")
     if not sep or not is_ascii_digits(port_text):

@@ -14,41 +14,23 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import attrs
 import trio
 import typer
-from rich.console import Console, RenderableType
-from rich.markup import escape
+from rich.console import RenderableType
 
 from ..dag import DurationError, parse_duration_text
 from ..protocol import JsonPolicyError, JsonValue, decode_json, to_json
 from ._contract import EXIT_FAILED
 from ._errors import ApiFailure, CannotConnect, ClientError, UsageError
+from ._say import console, fail
 
 if TYPE_CHECKING:
     from ._client import ApiClient
 
-#: Width used when output is not a terminal (pipes, tests), so tables do not fold at 80.
-PIPE_WIDTH_CHARS = 120
 #: Exit code after Ctrl-C in a command that is not a long-running process.
 EXIT_INTERRUPTED = 130
 
 
-def console(stderr: bool = False) -> Console:
-    out = Console(stderr=stderr)
-    if not out.is_terminal:
-        out = Console(stderr=stderr, width=PIPE_WIDTH_CHARS)
-    return out
-
-
 def echo_json(value: Any, cls: Any = None) -> None:
     typer.echo(to_json(value, cls).decode())
-
-
-def fail(message: str, code: int, detail: tuple[str, ...] = ()) -> NoReturn:
-    err = console(stderr=True)
-    # soft_wrap: an error is one line however narrow the terminal (a pipe or a log keeps it).
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    for line in detail:
-        err.print(f"  - {escape(line)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
 
 
 def leaf(exc: BaseException) -> BaseException:

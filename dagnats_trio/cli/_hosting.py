@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from typing import Final
 
 import trio
@@ -39,21 +38,13 @@ from ..transport import (
     TransportTimeout,
 )
 from ..worker import Handler
-from ._common import console, fail, leaf
+from ._common import leaf
 from ._contract import EXIT_CANNOT_CONNECT, EXIT_FAILED, EXIT_USAGE
+from ._say import console, fail
 
 #: A closed terminal sends SIGHUP: a stop like any other, never a Python that dies and leaves its
 #: nats-server child behind.
 STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@contextmanager
-def setup_errors() -> Iterator[None]:
-    """A bad option or argument found while building a host's config: one line, exit 2."""
-    try:
-        yield
-    except HostSetupError as exc:
-        fail(str(exc), EXIT_USAGE)
 
 
 def setup_logging(verbose: bool, *, quiet: bool = False) -> None:
@@ -212,6 +203,5 @@ __all__ = [
     "load_worker_handlers",
     "run_demo_command",
     "run_host",
-    "setup_errors",
     "setup_logging",
 ]

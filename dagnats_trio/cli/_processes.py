@@ -2,7 +2,8 @@
 
 Each builds a :class:`HostConfig` and runs :class:`Host` until SIGINT, SIGTERM or SIGHUP (a
 closed terminal): ``_hosting``. Declarations only load typer and the named defaults
-(``dagnats --help`` reads them); the runtime is imported when a command runs.
+(``dagnats --help`` reads them); the runtime is imported when a command runs, after the options
+a user typed are parsed with the host's light settings module (a bad one is refused first).
 """
 
 from __future__ import annotations
@@ -154,33 +155,40 @@ def dev(
     it: the ``DAGNATS_NATS_URL`` a dev prints for other shells must not turn the next dev into
     a client of the last one."""
     from .._host import (
-        HostConfig,
         parse_listen,
         parse_nats_client,
         parse_nats_urls,
         parse_restart_limit,
         parse_token,
     )
-    from ._common import fail
-    from ._hosting import load_worker_handlers, run_host, setup_errors, setup_logging
+    from ._say import fail, setup_errors
 
-    setup_logging(verbose)
     if external_nats is not None and nats_port > 0:
         fail("--nats-port is for the embedded server; it cannot go with --nats", EXIT_USAGE)
+    with setup_errors():  # refused here, before the host is imported
+        nats_urls = parse_nats_urls(external_nats) if external_nats is not None else ()
+        listen_at = parse_listen(listen)
+        api_token = parse_token(token)
+        limit = parse_restart_limit(restart_limit)
+        chosen_client = parse_nats_client(client)
+    from .._host import HostConfig
+    from ._hosting import load_worker_handlers, run_host, setup_logging
+
+    setup_logging(verbose)
     with setup_errors():
         config = HostConfig(
-            nats_urls=parse_nats_urls(external_nats) if external_nats is not None else (),
+            nats_urls=nats_urls,
             data_dir=data_dir.resolve() if external_nats is None else None,
             nats_port=nats_port if nats_port > 0 else -1,
-            listen=parse_listen(listen),
+            listen=listen_at,
             api_backlog=backlog,
-            token=parse_token(token),
+            token=api_token,
             legacy_step_events=legacy_step_events,
             bridge=bridge,
-            worker_restart_limit=parse_restart_limit(restart_limit),
+            worker_restart_limit=limit,
             handlers=load_worker_handlers(worker),
             worker_ack_wait_s=ack_wait,
-            client=parse_nats_client(client),
+            client=chosen_client,
         )
     tasks = ", ".join(sorted(config.handlers)) or "none"
     run_host(
@@ -216,27 +224,29 @@ def serve(
 
     ``--ack-wait`` is the workers' AckWait, which the bridge's leases share (they come from the
     same consumers): give it the value the workers of this deployment run with."""
-    from .._host import (
-        HostConfig,
-        parse_listen,
-        parse_nats_client,
-        parse_nats_urls,
-        parse_token,
-    )
-    from ._hosting import run_host, setup_errors, setup_logging
+    from .._host import parse_listen, parse_nats_client, parse_nats_urls, parse_token
+    from ._say import setup_errors
+
+    with setup_errors():  # refused here, before the host is imported
+        nats_urls = parse_nats_urls(nats)
+        listen_at = parse_listen(listen)
+        api_token = parse_token(token)
+        chosen_client = parse_nats_client(client)
+    from .._host import HostConfig
+    from ._hosting import run_host, setup_logging
 
     setup_logging(verbose)
     with setup_errors():
         config = HostConfig(
-            nats_urls=parse_nats_urls(nats),
+            nats_urls=nats_urls,
             replicas=replicas,
-            listen=parse_listen(listen),
+            listen=listen_at,
             api_backlog=backlog,
-            token=parse_token(token),
+            token=api_token,
             legacy_step_events=legacy_step_events,
             bridge=bridge,
             worker_ack_wait_s=ack_wait,
-            client=parse_nats_client(client),
+            client=chosen_client,
         )
     run_host(
         config,
@@ -260,26 +270,28 @@ def worker(
     verbose: VerboseOpt = False,
 ) -> None:
     """Workers only, against an existing NATS server or cluster (provisioned by serve/dev)."""
-    from .._host import (
-        HostConfig,
-        parse_nats_client,
-        parse_nats_urls,
-        parse_restart_limit,
-    )
-    from ._hosting import load_worker_handlers, run_host, setup_errors, setup_logging
+    from .._host import parse_nats_client, parse_nats_urls, parse_restart_limit
+    from ._say import setup_errors
+
+    with setup_errors():  # refused here, before the host is imported
+        nats_urls = parse_nats_urls(nats)
+        limit = parse_restart_limit(restart_limit)
+        chosen_client = parse_nats_client(client)
+    from .._host import HostConfig
+    from ._hosting import load_worker_handlers, run_host, setup_logging
 
     setup_logging(verbose)
     with setup_errors():
         config = HostConfig(
-            nats_urls=parse_nats_urls(nats),
+            nats_urls=nats_urls,
             provision=False,
             engine=False,
             listen=None,
             inputs_endpoints=False,
-            worker_restart_limit=parse_restart_limit(restart_limit),
+            worker_restart_limit=limit,
             handlers=load_worker_handlers(handlers),
             worker_ack_wait_s=ack_wait,
-            client=parse_nats_client(client),
+            client=chosen_client,
         )
     run_host(
         config,

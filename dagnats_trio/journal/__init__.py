@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dagnats_trio._defaults import DEFAULT_RESTART_LIMIT, MAX_RESTART_LIMIT, MIN_RESTART_LIMIT
+from dagnats_trio._defaults import (
+    DEFAULT_RESTART_LIMIT,
+    MAX_RESTART_LIMIT,
+    MIN_RESTART_LIMIT,
+    check_restart_limit,
+)
 from dagnats_trio._lazy import lazy_exports
 from dagnats_trio.protocol import CommitAction, Replay
 
@@ -69,10 +74,7 @@ if TYPE_CHECKING:
         ScriptedModel,
         ScriptExhausted,
     )
-    from ._open import (
-        check_restart_limit,
-        open_journal,
-    )
+    from ._open import open_journal
     from ._reads import (
         READ_PAGE_RECORDS,
         load_commit_state,
@@ -102,10 +104,7 @@ else:
             "._group": ("MAX_GROUP_CALLS",),
             "._handle": ("Journal",),
             "._known": ("KNOWN_COMMITS_MAX_SUBJECTS", "KnownCommits"),
-            "._open": (
-                "check_restart_limit",
-                "open_journal",
-            ),
+            "._open": ("open_journal",),
             "._reads": (
                 "READ_PAGE_RECORDS",
                 "load_commit_state",

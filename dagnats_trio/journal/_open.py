@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import logging
 
-from dagnats_trio._defaults import DEFAULT_RESTART_LIMIT, MAX_RESTART_LIMIT, MIN_RESTART_LIMIT
+from dagnats_trio._defaults import DEFAULT_RESTART_LIMIT, check_restart_limit
 from dagnats_trio._env import DEFAULT_ENV, RuntimeEnv
 from dagnats_trio._seams import Seam, current_hook
 from dagnats_trio.protocol import ClaimRecord, CommitAction, CommitRecord, TaskMessage
@@ -82,16 +82,6 @@ from ._replay import (
 )
 
 _log = logging.getLogger(__name__)
-
-
-def check_restart_limit(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"restart_limit must be an integer, got {value!r}")
-    if not MIN_RESTART_LIMIT <= value <= MAX_RESTART_LIMIT:
-        raise ValueError(
-            f"restart_limit must be from {MIN_RESTART_LIMIT} to {MAX_RESTART_LIMIT}, got {value}"
-        )
-    return value
 
 
 async def open_journal(

@@ -7,7 +7,7 @@ pull in nats-py and trio-asyncio.
 
 from typing import TYPE_CHECKING
 
-from .._defaults import CLIENT_ENV, CLIENTS, DEFAULT_CLIENT, Client
+from .._defaults import CLIENT_ENV, CLIENTS, DEFAULT_CLIENT, Client, parse_client
 from .._lazy import lazy_exports
 from ._errors import (
     Closed,
@@ -23,7 +23,7 @@ from ._errors import (
 from ._feed import fetch_feed
 from ._fetch_puller import fetch_puller
 from ._interface import Delivery, Feed, Puller, Transport
-from ._open import open_nats_transport, parse_client
+from ._open import open_nats_transport
 from ._provision import BUCKETS, STREAMS, provision
 from ._retry import (
     TRANSIENT_BACKOFF_MAX_S,

@@ -11,22 +11,12 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Final
 
-from .._defaults import CLIENTS, DEFAULT_CLIENT, Client
+from .._defaults import DEFAULT_CLIENT, Client, parse_client
 from ._interface import Transport
 from ._values import DEFAULT_REQUEST_TIMEOUT_S
 
 #: Bound on the first connection to a server.
 CONNECT_TIMEOUT_S: Final = 5.0
-
-
-def parse_client(text: str) -> Client:
-    """``native`` or ``nats-py`` (case and surrounding blanks ignored); else ValueError naming
-    the accepted values."""
-    value = text.strip().lower()
-    for client in CLIENTS:
-        if value == client:
-            return client
-    raise ValueError(f"client must be one of {', '.join(CLIENTS)}, got {text!r}")
 
 
 @asynccontextmanager

@@ -101,9 +101,70 @@ def test_the_probe_sees_a_verb_load_the_runtime() -> None:
 
 def test_a_process_command_loads_no_http_client() -> None:
     """``dev``, ``serve`` and ``worker`` never build an API client: what they share with the
-    verbs (``_common``) loads its failures, not httpx. A worker refused by its restart limit has
-    loaded its host (the positive control of the probe) and nothing of the HTTP stack."""
-    done, modules = _run("worker", "m:h", "--nats", "nats://127.0.0.1:1", "--restart-limit", "0")
+    verbs (``_common``) loads its failures, not httpx. A worker refused for a handler module
+    that does not exist has loaded its host (the positive control of the probe: the handlers
+    are loaded after the host) and nothing of the HTTP client."""
+    done, modules = _run("worker", "m:h", "--nats", "nats://127.0.0.1:1")
     assert done.returncode == 2, done.stderr[-2000:]
-    assert {"dagnats_trio._host", "dagnats_trio.cli._common"} <= modules
+    assert "cannot import 'm'" in done.stderr
+    assert {"dagnats_trio.cli._hosting", "dagnats_trio.cli._common", "trio"} <= modules
     assert not {"httpx", "dagnats_trio.cli._client"} & modules
+
+
+#: What a process command refused for an option it was typed loads none of: the option is parsed
+#: by the host's settings module alone, before Trio, NATS and the host's parts are imported.
+#: (``_host._compose`` is loaded through the package's lazy ``__getattr__``, which the probe does
+#: not print; Trio, the transport and ``cli._hosting`` it does, and they come with it.)
+HOST_MODULES = (
+    "trio",
+    "trio_asyncio",
+    "asyncio",
+    "nats",
+    "httpx",
+    "anyio",
+    "starlette",
+    "hypercorn",
+    "dagnats_trio._host._compose",
+    "dagnats_trio.api",
+    "dagnats_trio.bridge",
+    "dagnats_trio.engine",
+    "dagnats_trio.inputs",
+    "dagnats_trio.journal",
+    "dagnats_trio.nats",
+    "dagnats_trio.runtime",
+    "dagnats_trio.server",
+    "dagnats_trio.transport",
+    "dagnats_trio.worker",
+    "dagnats_trio.cli._common",
+    "dagnats_trio.cli._hosting",
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("worker", "m:h", "--nats", "nats://127.0.0.1:1", "--restart-limit", "0"),
+            "restart_limit must be from 1 to 1000, got 0",
+        ),
+        (
+            ("worker", "m:h", "--nats", "nats://127.0.0.1:1", "--client", "bogus"),
+            "client must be one of native, nats-py, got 'bogus'",
+        ),
+        (("serve", "--nats", "nats://127.0.0.1:1", "--listen", "nowhere"), "must look like"),
+        (("dev", "--restart-limit", "x"), "restart_limit must be a whole number"),
+    ],
+    ids=["worker-restart-limit", "worker-client", "serve-listen", "dev-restart-limit"],
+)
+def test_a_refused_option_loads_no_host(args: tuple[str, ...], message: str) -> None:
+    """The refusal is the same line and exit code as after a full import (tests/cli/
+    test_restart_limit.py, test_client_option.py pin those); here, what it costs: the probe sees
+    the settings module load and nothing of the runtime behind it."""
+    done, modules = _run(*args)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert message in done.stderr
+    assert "dagnats_trio._host._settings" in modules  # the probe saw the parse happen
+    loaded = sorted(
+        m for m in modules if any(m == h or m.startswith(f"{h}.") for h in HOST_MODULES)
+    )
+    assert loaded == [], f"dagnats {' '.join(args)} loads the host before refusing"
