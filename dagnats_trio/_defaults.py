@@ -4,8 +4,9 @@ Why a leaf module of their own: ``dagnats --help`` names them (the AckWait, the 
 the listen address...) and must not load Trio, NATS or the HTTP stack to do it (issue 13: the
 help answers in well under 0.3 s). The packages that own each figure import it from here and
 re-export it under the same name, so there is still one copy of each. The checks of the
-figures a user types (:func:`check_restart_limit`, :func:`parse_client`) live here for the same
-reason: ``dagnats worker --restart-limit 0`` is refused before the host is imported.
+figures a user types (:func:`check_restart_limit`, :func:`parse_client`, :func:`check_backlog`)
+live here for the same reason: ``dagnats worker --restart-limit 0`` is refused before the host
+is imported, and a worker-only host checks its config without loading the HTTP server.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ DEFAULT_LISTEN_PORT: Final = 8080
 #: they came in again a second later, or were reset); Linux caps the figure at
 #: ``net.core.somaxconn`` (docs/operations.md).
 DEFAULT_LISTEN_BACKLOG: Final = 2048
+#: Largest backlog accepted (``listen(2)`` takes an int; no kernel queues more than this).
+MAX_LISTEN_BACKLOG: Final = 65_535
 
 #: The clients a transport can run on.
 Client = Literal["native", "nats-py"]
@@ -38,6 +41,14 @@ CLIENTS: Final[tuple[Client, ...]] = ("native", "nats-py")
 DEFAULT_CLIENT: Final[Client] = "native"
 #: The environment variable the CLI reads the client from.
 CLIENT_ENV: Final = "DAGNATS_CLIENT"
+
+
+def check_backlog(backlog: int) -> None:
+    """ValueError unless ``backlog`` is a listen backlog (1 to :data:`MAX_LISTEN_BACKLOG`)."""
+    if isinstance(backlog, bool) or not isinstance(backlog, int):
+        raise ValueError(f"backlog must be an integer, got {backlog!r}")
+    if not 1 <= backlog <= MAX_LISTEN_BACKLOG:
+        raise ValueError(f"backlog must be from 1 to {MAX_LISTEN_BACKLOG}, got {backlog}")
 
 
 def check_restart_limit(value: int) -> int:
@@ -70,9 +81,11 @@ __all__ = [
     "DEFAULT_LISTEN_HOST",
     "DEFAULT_LISTEN_PORT",
     "DEFAULT_RESTART_LIMIT",
+    "MAX_LISTEN_BACKLOG",
     "MAX_RESTART_LIMIT",
     "MIN_RESTART_LIMIT",
     "Client",
+    "check_backlog",
     "check_restart_limit",
     "parse_client",
 ]

@@ -6,7 +6,8 @@ endpoints and workers. Writing that composition once keeps the order of start-up
 transport, provisioning before anything that makes consumers, the engine before the API accepts
 runs) and the wiring of the inputs service into the engine and the workers in one place, so an
 embedding service gets the same process ``dagnats dev`` runs with ``await nursery.start(host.run)``.
-The settings it is given are checked in :mod:`._settings`.
+The settings it is given are checked in :mod:`._settings`. The HTTP parts (hypercorn, the REST
+app, the bridge) are imported only by a host that listens: ``dagnats worker`` loads none of them.
 """
 
 from __future__ import annotations
@@ -14,17 +15,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import attrs
 import trio
 
-from .._defaults import DEFAULT_LISTEN_BACKLOG
+from .._defaults import DEFAULT_LISTEN_BACKLOG, check_backlog
 from .._env import DEFAULT_ENV, RuntimeEnv
 from ..api import Service
-from ..api.rest import create_app
-from ..api.server import ApiServer, check_backlog
-from ..bridge import Bridge
 from ..engine import Engine, ensure_run_index
 from ..inputs import InputsEndpoints, InputsService
 from ..journal import DEFAULT_RESTART_LIMIT
@@ -45,6 +43,9 @@ from ._settings import (
     checked_restart_limit,
     parse_nats_client,
 )
+
+if TYPE_CHECKING:
+    from ..bridge import Bridge
 
 #: The embedded server picks a free client port when none is asked for.
 ANY_NATS_PORT = -1
@@ -208,6 +209,12 @@ class Host:
                     await nursery.start(worker.run)
                 api_url: str | None = None
                 bridge: Bridge | None = None
+                if cfg.listen is not None:
+                    # Here, not at the top: a worker-only host serves no HTTP, and these load
+                    # hypercorn and the REST and bridge routes.
+                    from ..api.rest import create_app
+                    from ..api.server import ApiServer
+                    from ..bridge import Bridge
                 if cfg.listen is not None and cfg.bridge:
                     bridge = Bridge(
                         transport,

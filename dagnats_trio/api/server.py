@@ -13,7 +13,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from starlette.types import ASGIApp
 
-from .._defaults import DEFAULT_LISTEN_BACKLOG
+from .._defaults import DEFAULT_LISTEN_BACKLOG, check_backlog
 
 log = logging.getLogger(__name__)
 #: Hypercorn's own messages: warnings and errors only (its "Running on ..." at INFO would say the
@@ -26,16 +26,6 @@ hypercorn_log.setLevel(logging.WARNING)
 SHUTDOWN_GRACE_S = 2.0
 #: Seconds an idle keep-alive connection stays open.
 KEEP_ALIVE_TIMEOUT_S = 30.0
-#: Largest backlog accepted (``listen(2)`` takes an int; no kernel queues more than this).
-MAX_LISTEN_BACKLOG = 65_535
-
-
-def check_backlog(backlog: int) -> None:
-    """ValueError unless ``backlog`` is a listen backlog (1 to :data:`MAX_LISTEN_BACKLOG`)."""
-    if isinstance(backlog, bool) or not isinstance(backlog, int):
-        raise ValueError(f"backlog must be an integer, got {backlog!r}")
-    if not 1 <= backlog <= MAX_LISTEN_BACKLOG:
-        raise ValueError(f"backlog must be from 1 to {MAX_LISTEN_BACKLOG}, got {backlog}")
 
 
 class ApiServer:

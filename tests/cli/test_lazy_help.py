@@ -103,12 +103,20 @@ def test_a_process_command_loads_no_http_client() -> None:
     """``dev``, ``serve`` and ``worker`` never build an API client: what they share with the
     verbs (``_common``) loads its failures, not httpx. A worker refused for a handler module
     that does not exist has loaded its host (the positive control of the probe: the handlers
-    are loaded after the host) and nothing of the HTTP client."""
+    are loaded after the host) and nothing of the HTTP client; nor, as a worker serves no HTTP,
+    the HTTP server, the REST app or the bridge."""
     done, modules = _run("worker", "m:h", "--nats", "nats://127.0.0.1:1")
     assert done.returncode == 2, done.stderr[-2000:]
     assert "cannot import 'm'" in done.stderr
     assert {"dagnats_trio.cli._hosting", "dagnats_trio.cli._common", "trio"} <= modules
     assert not {"httpx", "dagnats_trio.cli._client"} & modules
+    http_server = sorted(
+        m
+        for m in modules
+        if m.split(".")[0] == "hypercorn"
+        or m.startswith(("dagnats_trio.bridge", "dagnats_trio.api.rest", "dagnats_trio.api.server"))
+    )
+    assert http_server == [], "a worker loads the HTTP server"
 
 
 #: What a process command refused for an option it was typed loads none of: the option is parsed
