@@ -40,6 +40,7 @@ from dagnats_trio.transport import (
 from .._defaults import DEFAULT_ACK_WAIT_S
 from ._context import InputsPending, TaskContext, _WorkerShared, error_text
 from ._errors import JournalUnavailable
+from ._hand_back import HandBack
 from ._lease import heartbeat_interval_s, task_consumer
 from ._polls import POLL_MARK_INTERVAL_S, mark_polls
 from ._slots import Slots
@@ -186,9 +187,9 @@ class Worker:
         A delivery's task is started by the puller's ``on_delivery`` (``start``), not by this
         loop: on the native transport in the connection's reader as the delivery arrives, so
         this loop does not wake per delivery (its fetch returns when nothing is asked any more,
-        or every ``FETCH_WAIT_S``), and it runs in this loop's context. A delivery that arrives
-        while the worker leaves starts cancelled, as one that arrived just before: unsettled,
-        it is redelivered.
+        or every ``FETCH_WAIT_S``), and it runs in this loop's context. A delivery whose task
+        is cancelled at its first step (it came as the worker left) is handed back (nakked)
+        once the puller has left (``_hand_back``): redelivered now, not after its AckWait.
         """
         durable = worker_durable(task_type)
         backoff = Backoff(FETCH_BACKOFF_START_S, FETCH_BACKOFF_MAX_S, self._services.env.random)
@@ -198,42 +199,52 @@ class Worker:
         # it, not the connection reader's, which calls ``start``.
         context = contextvars.copy_context()
 
+        hand_back = HandBack()
+
         def start(delivery: Delivery) -> None:
             # ``puller`` is bound below before anything is asked, so before any delivery.
-            context.run(nursery.start_soon, self._deliver, delivery, slots, puller)
+            context.run(nursery.start_soon, self._deliver, delivery, slots, puller, hand_back)
 
-        async with self._transport.pull(
-            TASK_STREAM,
-            durable,
-            expires_s=FETCH_WAIT_S,
-            on_release=slots.give_back,
-            on_delivery=start,
-        ) as puller:
-            while True:
-                try:
-                    if puller.asked == 0:
-                        # Free places are taken without a scheduler step: the ask below
-                        # checkpoints either way.
-                        taken = await slots.take(FETCH_BATCH_MAX)
-                        try:
-                            await puller.ask(taken)
-                        except BaseException:
-                            slots.give_back(taken)
-                            raise
-                    # Returns [] (its deliveries went to ``start``).
-                    await puller.fetch(FETCH_WAIT_S)
-                except (Closed, NotProvisioned):
-                    raise
-                except TransportError as exc:
-                    # The first failure in a row is worth a warning; the rest of an outage is
-                    # the transport's to report (once down, once back), not a line per retry.
-                    log = _log.warning if backoff.failures == 0 else _log.debug
-                    log("fetch from %s failed: %s; retrying with backoff", durable, exc)
-                    await trio.sleep(backoff.next_s())
-                    continue
-                backoff.reset()
+        try:
+            async with self._transport.pull(
+                TASK_STREAM,
+                durable,
+                expires_s=FETCH_WAIT_S,
+                on_release=slots.give_back,
+                on_delivery=start,
+            ) as puller:
+                while True:
+                    try:
+                        if puller.asked == 0:
+                            # Free places are taken without a scheduler step: the ask below
+                            # checkpoints either way.
+                            taken = await slots.take(FETCH_BATCH_MAX)
+                            try:
+                                await puller.ask(taken)
+                            except BaseException:
+                                slots.give_back(taken)
+                                raise
+                        # Returns [] (its deliveries went to ``start``).
+                        await puller.fetch(FETCH_WAIT_S)
+                    except (Closed, NotProvisioned):
+                        raise
+                    except TransportError as exc:
+                        # The first failure in a row is worth a warning; the rest of an outage
+                        # is the transport's to report (once down, once back), not a line per
+                        # retry.
+                        log = _log.warning if backoff.failures == 0 else _log.debug
+                        log("fetch from %s failed: %s; retrying with backoff", durable, exc)
+                        await trio.sleep(backoff.next_s())
+                        continue
+                    backoff.reset()
+        finally:
+            # The puller has left (its inbox and requests gone): a nak is not redelivered
+            # into it.
+            await hand_back.puller_left()
 
-    async def _deliver(self, delivery: Delivery, slots: Slots, puller: Puller) -> None:
+    async def _deliver(
+        self, delivery: Delivery, slots: Slots, puller: Puller, hand_back: HandBack
+    ) -> None:
         """Handle one delivery and settle it; its place is given back however it ends.
 
         The handler runs in this frame (the delivery task's own), in the delivery's nursery
@@ -247,9 +258,17 @@ class Worker:
         through again.
 
         Its place is given back when it ends, unless its ack asked for the next delivery in
-        that place (:meth:`_finish`)."""
+        that place (:meth:`_finish`).
+
+        A task cancelled at its first step (the worker is leaving) has claimed and run
+        nothing: its delivery is handed back (``_hand_back``), redelivered at once. Once the
+        handler has run, a leaving worker never settles the delivery: it comes back after its
+        AckWait, as any work cut short."""
         asked_next = False
         try:
+            if trio.current_effective_deadline() == -math.inf:
+                await hand_back.give(delivery)
+                return
             try:
                 task = decode_task(delivery.data)
             except DecodeError as exc:
