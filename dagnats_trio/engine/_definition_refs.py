@@ -30,7 +30,7 @@ from ..dag import WorkflowDef
 from ..protocol import DecodeError, from_json, layout
 from ..transport import KeyExists, Transport
 from ._replace import replace
-from .snapshot import RunSnapshot, definition_bytes, definition_ref
+from .snapshot import RunSnapshot, SnapshotEncoder
 
 #: Definitions kept by reference, and references known stored, per process (least recently used
 #: out): a miss costs one read (or one create-only write) of the definition.
@@ -45,13 +45,16 @@ class DefinitionRefs:
     """Stores definitions by reference (:meth:`store`) and resolves the references snapshots
     hold (:meth:`resolve`), each at most once per process while it is kept."""
 
-    def __init__(self, transport: Transport) -> None:
+    def __init__(self, transport: Transport, encoder: SnapshotEncoder | None = None) -> None:
         self._transport = transport
+        #: Spells and hashes each definition object once: the owner's (an engine's, shared
+        #: with its saves), else one of this instance's.
+        self._encoder = encoder if encoder is not None else SnapshotEncoder()
         self._kept: OrderedDict[str, WorkflowDef] = OrderedDict()
 
     def stored(self, definition: WorkflowDef) -> bool:
         """Whether this process knows ``definition`` is stored under its reference."""
-        ref = definition_ref(definition)
+        ref = self._encoder.definition_ref(definition)
         if ref not in self._kept:
             return False
         self._kept.move_to_end(ref)
@@ -60,10 +63,12 @@ class DefinitionRefs:
     async def store(self, definition: WorkflowDef) -> str:
         """Store ``definition`` under its reference (create-only: one there already is the
         same bytes) and return the reference."""
-        ref = definition_ref(definition)
+        ref = self._encoder.definition_ref(definition)
         with contextlib.suppress(KeyExists):  # stored before: the same bytes
             await self._transport.kv_create(
-                layout.DEFS_BUCKET, layout.definition_ref_key(ref), definition_bytes(definition)
+                layout.DEFS_BUCKET,
+                layout.definition_ref_key(ref),
+                self._encoder.definition_bytes(definition),
             )
         self._keep(ref, definition)
         return ref

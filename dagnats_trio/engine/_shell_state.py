@@ -29,7 +29,7 @@ from ._run_end import end_run
 from ._run_ends import RunEnd, RunEnds
 from ._store import create_snapshot, started_with
 from .hooks import InputsHooks, NoInputs
-from .snapshot import RunSnapshot, decode_snapshot, encode_snapshot
+from .snapshot import RunSnapshot, SnapshotEncoder, decode_snapshot
 
 log = logging.getLogger("dagnats_trio.engine")
 
@@ -106,7 +106,9 @@ class EngineState:
         self._stats_changed = trio.Event()
         self._cache: OrderedDict[str, tuple[RunSnapshot, int]] = OrderedDict()
         self._definitions = Definitions(transport)
-        self._refs = DefinitionRefs(transport)
+        #: Spells each run's definition and carried outbox entries once, not on every save.
+        self._encoder = SnapshotEncoder()
+        self._refs = DefinitionRefs(transport, self._encoder)
         #: Finished runs' removals, made by a task of their own (``_run_ends``).
         self._run_ends = RunEnds(transport)
 
@@ -151,8 +153,9 @@ class EngineState:
         """``snap`` (read for ``event``) holding the definition object this engine keeps, when
         its inline one (a first snapshot: the service wrote it) equals the one kept at the
         revision the event names. Decoded, it is a new object per run, and a snapshot's
-        definition text and reference are memoised by the object (``snapshot.definition_ref``):
-        the kept one has them already, so the run's saves do not spell and hash it again."""
+        definition text and reference are memoised by the object (this engine's
+        ``SnapshotEncoder``): the kept one has them already, so the run's saves do not spell
+        and hash it again."""
         if snap.definition is None or event.definition_revision is None:
             return snap
         kept = self._definitions.kept(event.workflow, event.definition_revision)
@@ -187,7 +190,7 @@ class EngineState:
             return create_snapshot(self.transport, new)
         if new.definition is not None and not self._refs.stored(new.definition):
             return self._store_definition_and_save(new, old, rev)
-        data = encode_snapshot(new, definition_by_ref=True)
+        data = self._encoder.encode(new, definition_by_ref=True)
         update = self.transport.kv_update(layout.RUNS_BUCKET, layout.run_key(new.run_id), data, rev)
         if self._ends_run(new, old):
             return self._save_and_end(update, new)

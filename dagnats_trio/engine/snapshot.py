@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from typing import Any, final
+from typing import final
 
 import attrs
 from cattrs.gen import make_dict_unstructure_fn, override
@@ -149,19 +149,6 @@ class RunSnapshot:
         }
 
 
-#: Bound on each memo below; a memo is emptied when full (a miss only costs the encoding).
-OUTBOX_JSON_MEMO_MAX_ENTRIES = 4096
-
-#: An outbox entry's JSON values and (once encoded) text, by the entry's identity. A snapshot
-#: keeps the last ``OUTBOX_KEEP_EVENTS`` entries from one save to the next unchanged (the same
-#: frozen objects), so each is unstructured and spelled once, not on every save. The entry is
-#: held beside its values, so its ``id`` cannot be reused while the slot lives. The values are
-#: only read (encoded).
-_OUTBOX_JSON: dict[int, list[Any]] = {}
-#: A definition's JSON text and its reference (:func:`definition_ref`, or None until asked
-#: for), by its identity: a run's snapshots all hold the one definition object the run started
-#: with (``_replace.replace`` keeps it), so it is spelled and hashed once per run.
-_DEFINITION_TEXT: dict[int, list[Any]] = {}
 # A field at its default is left out of the stored snapshot (decoding puts the default back):
 # most of a step's and a run's fields are None until something happens to them, and every
 # byte of a save is paid again in its fsync. A step's ``status`` is always written: the
@@ -195,108 +182,136 @@ if (
     raise RuntimeError(f"encode_snapshot splices by field order; RunSnapshot has {_FIELD_NAMES}")
 
 
-def _outbox_slot(entry: OutboxEntry) -> list[Any]:
-    """``[entry, values, text or None]``, memoised by identity."""
-    slot = _OUTBOX_JSON.get(id(entry))
-    if slot is not None and slot[0] is entry:
-        return slot
-    slot = [entry, _unstructure_outbox_entry(entry), None]
-    if len(_OUTBOX_JSON) >= OUTBOX_JSON_MEMO_MAX_ENTRIES:
-        _OUTBOX_JSON.clear()
-    _OUTBOX_JSON[id(entry)] = slot
-    return slot
-
-
-def _outbox_entry_json(entry: OutboxEntry) -> dict[str, Any]:
-    raw: dict[str, Any] = _outbox_slot(entry)[1]
-    return raw
-
-
-def _outbox_entry_text(entry: OutboxEntry) -> str:
-    slot = _outbox_slot(entry)
-    text: str | None = slot[2]
-    if text is None:
-        text = slot[2] = dumps_json(slot[1])
-    return text
-
-
-def _definition_slot(definition: WorkflowDef) -> list[Any]:
-    """``[definition, text, reference or None]``, memoised by identity."""
-    slot = _DEFINITION_TEXT.get(id(definition))
-    if slot is not None and slot[0] is definition:
-        return slot
-    slot = [definition, dumps_json(converter.unstructure(definition)), None]
-    if len(_DEFINITION_TEXT) >= OUTBOX_JSON_MEMO_MAX_ENTRIES:
-        _DEFINITION_TEXT.clear()
-    _DEFINITION_TEXT[id(definition)] = slot
-    return slot
-
-
-def _definition_text(definition: WorkflowDef) -> str:
-    text: str = _definition_slot(definition)[1]
-    return text
-
-
-def definition_bytes(definition: WorkflowDef) -> bytes:
-    """What is stored under :func:`definition_ref`: the definition as a snapshot holds it
-    inline (every field, defaults included: a run keeps the definition it started with, even
-    when a later release changes a default)."""
-    return _definition_text(definition).encode()
-
-
-def definition_ref(definition: WorkflowDef) -> str:
-    """The definition's content address: the SHA-256 (hex) of :func:`definition_bytes`. Two
-    definitions have one reference only if they are the same bytes, so what is stored under it
-    never changes: a definition registered again under its name is another reference, and a
-    run that names the old one keeps running it."""
-    slot = _definition_slot(definition)
-    ref: str | None = slot[2]
-    if ref is None:
-        ref = slot[2] = hashlib.sha256(slot[1].encode()).hexdigest()
-    return ref
-
-
-converter.register_unstructure_hook(OutboxEntry, _outbox_entry_json)
+converter.register_unstructure_hook(OutboxEntry, _unstructure_outbox_entry)
 # ``to_json(snapshot)`` is ``encode_snapshot(snapshot)``: one encoding, fields at their
 # defaults left out.
 converter.register_unstructure_hook(
     RunSnapshot, make_dict_unstructure_fn(RunSnapshot, converter, _cattrs_omit_if_default=True)
 )
 
+#: Bound on each memo of a :class:`SnapshotEncoder`; a memo is emptied when full (a miss only
+#: costs the encoding).
+OUTBOX_JSON_MEMO_MAX_ENTRIES = 4096
+
+
+@final
+@attrs.define
+class _DefinitionText:
+    """A definition (held, so its ``id`` is not reused while this lives), its JSON text, and
+    its reference once asked for."""
+
+    definition: WorkflowDef
+    text: str
+    ref: str | None = None
+
+
+@final
+class SnapshotEncoder:
+    """Encodes snapshots (:meth:`encode`), spelling once the parts that rarely change from one
+    save to the next: a run's snapshots all hold the one definition object the run started
+    with (``_replace.replace`` keeps it; an engine derives every run of a kept definition from
+    one object), and a save carries the last ``OUTBOX_KEEP_EVENTS`` outbox entries of the one
+    before unchanged (the same frozen objects). So each is turned into JSON text once, by
+    identity, and the definition hashed once (:meth:`definition_ref`).
+
+    The memos are this instance's, bounded by :data:`OUTBOX_JSON_MEMO_MAX_ENTRIES` each: one
+    encoder per owner that encodes the same runs again (an engine, ``EngineState``), none per
+    process (the library keeps no global state). A memo holds its objects beside their texts,
+    so an ``id`` is not reused while its slot lives.
+    """
+
+    __slots__ = ("_definitions", "_outbox")
+
+    def __init__(self) -> None:
+        self._outbox: dict[int, tuple[OutboxEntry, str]] = {}
+        self._definitions: dict[int, _DefinitionText] = {}
+
+    def encode(self, snapshot: RunSnapshot, *, definition_by_ref: bool = False) -> bytes:
+        """The same bytes as ``to_json(snapshot)``, put together from the snapshot's own fields
+        and the memoised texts of its definition and outbox entries.
+
+        ``definition_by_ref``: the definition is written as its reference alone
+        (:meth:`definition_ref`, 84 bytes instead of the scripted agent's ~370); only for a
+        caller that has stored it under that reference first (``engine.DefinitionRefs.store``).
+        """
+        rest = _unstructure_rest(snapshot)
+        definition, ref = snapshot.definition, snapshot.definition_ref
+        if definition is not None and definition_by_ref:
+            # The engine's saves: the reference is a value like the others, so the run's own
+            # fields are one dict in field order and one encoding (the inline definition is
+            # spliced in as its memoised text, which needs the fields before it apart).
+            body = {name: rest.pop(name) for name in _BEFORE_DEFINITION}
+            body["definition_ref"] = self.definition_ref(definition)
+            body.update(rest)
+            parts = [dumps_json(body)[:-1]]
+        else:
+            head = {name: rest.pop(name) for name in _BEFORE_DEFINITION}
+            parts = [dumps_json(head)[:-1]]
+            if definition is not None:
+                parts.append(f',"definition":{self._definition(definition).text}')
+            if ref is not None:
+                parts.append(f',"definition_ref":{dumps_json(ref)}')
+            if rest:
+                parts.append(f",{dumps_json(rest)[1:-1]}")
+        if snapshot.outbox:
+            parts.append(',"outbox":[')
+            parts.append(",".join([self._outbox_text(entry) for entry in snapshot.outbox]))
+            parts.append("]")
+        parts.append("}")
+        return "".join(parts).encode()
+
+    def definition_bytes(self, definition: WorkflowDef) -> bytes:
+        """What is stored under :meth:`definition_ref`: the definition as a snapshot holds it
+        inline (every field, defaults included: a run keeps the definition it started with,
+        even when a later release changes a default)."""
+        return self._definition(definition).text.encode()
+
+    def definition_ref(self, definition: WorkflowDef) -> str:
+        """The definition's content address: the SHA-256 (hex) of :meth:`definition_bytes`.
+        Two definitions have one reference only if they are the same bytes, so what is stored
+        under it never changes: a definition registered again under its name is another
+        reference, and a run that names the old one keeps running it."""
+        slot = self._definition(definition)
+        ref = slot.ref
+        if ref is None:
+            ref = slot.ref = hashlib.sha256(slot.text.encode()).hexdigest()
+        return ref
+
+    def _outbox_text(self, entry: OutboxEntry) -> str:
+        slot = self._outbox.get(id(entry))
+        if slot is not None and slot[0] is entry:
+            return slot[1]
+        text = dumps_json(_unstructure_outbox_entry(entry))
+        if len(self._outbox) >= OUTBOX_JSON_MEMO_MAX_ENTRIES:
+            self._outbox.clear()
+        self._outbox[id(entry)] = (entry, text)
+        return text
+
+    def _definition(self, definition: WorkflowDef) -> _DefinitionText:
+        slot = self._definitions.get(id(definition))
+        if slot is not None and slot.definition is definition:
+            return slot
+        slot = _DefinitionText(definition, dumps_json(converter.unstructure(definition)))
+        if len(self._definitions) >= OUTBOX_JSON_MEMO_MAX_ENTRIES:
+            self._definitions.clear()
+        self._definitions[id(definition)] = slot
+        return slot
+
 
 def encode_snapshot(snapshot: RunSnapshot, *, definition_by_ref: bool = False) -> bytes:
-    """The same bytes as ``to_json(snapshot)``, put together from the snapshot's own fields and
-    the memoised texts of its definition and outbox entries: the engine saves a run's snapshot
-    on every event, and those two parts (most of its bytes) rarely change between saves.
+    """:meth:`SnapshotEncoder.encode` with nothing remembered, for a caller that encodes a run
+    once (a start, a tool); an owner that saves the same runs again keeps an encoder."""
+    return SnapshotEncoder().encode(snapshot, definition_by_ref=definition_by_ref)
 
-    ``definition_by_ref``: the definition is written as its reference alone (``definition_ref``,
-    84 bytes instead of the scripted agent's ~370); only for a caller that has stored it under
-    that reference first (``engine.DefinitionRefs.store``)."""
-    rest = _unstructure_rest(snapshot)
-    definition, ref = snapshot.definition, snapshot.definition_ref
-    if definition is not None and definition_by_ref:
-        # The engine's saves: the reference is a value like the others, so the run's own
-        # fields are one dict in field order and one encoding (the inline definition is
-        # spliced in as its memoised text, which needs the fields before it apart).
-        body = {name: rest.pop(name) for name in _BEFORE_DEFINITION}
-        body["definition_ref"] = definition_ref(definition)
-        body.update(rest)
-        parts = [dumps_json(body)[:-1]]
-    else:
-        head = {name: rest.pop(name) for name in _BEFORE_DEFINITION}
-        parts = [dumps_json(head)[:-1]]
-        if definition is not None:
-            parts.append(f',"definition":{_definition_text(definition)}')
-        if ref is not None:
-            parts.append(f',"definition_ref":{dumps_json(ref)}')
-        if rest:
-            parts.append(f",{dumps_json(rest)[1:-1]}")
-    if snapshot.outbox:
-        parts.append(',"outbox":[')
-        parts.append(",".join([_outbox_entry_text(entry) for entry in snapshot.outbox]))
-        parts.append("]")
-    parts.append("}")
-    return "".join(parts).encode()
+
+def definition_bytes(definition: WorkflowDef) -> bytes:
+    """:meth:`SnapshotEncoder.definition_bytes`, nothing remembered."""
+    return SnapshotEncoder().definition_bytes(definition)
+
+
+def definition_ref(definition: WorkflowDef) -> str:
+    """:meth:`SnapshotEncoder.definition_ref`, nothing remembered."""
+    return SnapshotEncoder().definition_ref(definition)
 
 
 def decode_snapshot(data: bytes) -> RunSnapshot:

@@ -18,6 +18,7 @@ from dagnats_trio.engine.snapshot import (
     OutboxEntry,
     Park,
     RunSnapshot,
+    SnapshotEncoder,
     StepState,
     StepStatus,
     decode_snapshot,
@@ -32,23 +33,40 @@ def _entry(seq: int) -> OutboxEntry:
     return OutboxEntry(seq, (PublishTask(task, f"r1.agent.n{seq}"),))
 
 
-def test_a_carried_outbox_entry_is_unstructured_once() -> None:
+def test_a_carried_outbox_entry_is_spelled_once_per_encoder() -> None:
+    encoder = SnapshotEncoder()
     entry = _entry(1)
-    first = converter.unstructure(entry)
-    assert converter.unstructure(entry) is first
-    # An equal entry that is another object gets values of its own (no sharing by equality).
+    first = encoder._outbox_text(entry)
+    assert encoder._outbox_text(entry) is first
+    # An equal entry that is another object gets a text of its own (no sharing by equality).
     twin = _entry(1)
     assert twin == entry
-    assert converter.unstructure(twin) is not first
-    assert converter.unstructure(twin) == first
+    assert encoder._outbox_text(twin) is not first
+    assert encoder._outbox_text(twin) == first
+    # Nothing is remembered beyond the encoder: another one, or the converter, spells anew.
+    assert SnapshotEncoder()._outbox_text(entry) is not first
+    assert converter.unstructure(entry) is not converter.unstructure(entry)
+
+
+def test_each_memo_is_bounded() -> None:
+    """A memo full at ``OUTBOX_JSON_MEMO_MAX_ENTRIES`` is emptied, never grown past it."""
+    encoder = SnapshotEncoder()
+    entries = [_entry(i) for i in range(OUTBOX_JSON_MEMO_MAX_ENTRIES + 1)]
+    texts = [encoder._outbox_text(entry) for entry in entries]
+    assert len(encoder._outbox) == 1
+    assert encoder._outbox_text(entries[-1]) is texts[-1]
+    assert encoder._outbox_text(entries[0]) is not texts[0]  # spelled again, the same bytes
+    assert encoder._outbox_text(entries[0]) == texts[0]
 
 
 def test_snapshots_sharing_entries_encode_as_before() -> None:
     entries = tuple(_entry(i) for i in range(1, 9))
     snap = RunSnapshot("r1", RunStatus.RUNNING, "wf", outbox=entries[:7], last_seq=7)
-    older = encode_snapshot(snap)
+    encoder = SnapshotEncoder()
+    older = encoder.encode(snap)
     newer_snap = attrs.evolve(snap, outbox=entries[1:], last_seq=8)
-    newer = encode_snapshot(newer_snap)
+    newer = encoder.encode(newer_snap)
+    assert older == to_json(snap) and newer == to_json(newer_snap)
     assert decode_snapshot(older) == snap
     assert decode_snapshot(newer) == newer_snap
     body = json.loads(newer)
@@ -58,17 +76,6 @@ def test_snapshots_sharing_entries_encode_as_before() -> None:
         "msg_id": "r1.agent.n2",
         "task": converter.unstructure(entries[1].effects[0].task),
     }
-
-
-def test_the_memo_is_bounded() -> None:
-    kept = [_entry(i) for i in range(OUTBOX_JSON_MEMO_MAX_ENTRIES + 1)]
-    first = converter.unstructure(kept[0])
-    for entry in kept[1:]:
-        converter.unstructure(entry)
-    # Past the bound the memo starts again: the first entry is encoded afresh, still the same.
-    again = converter.unstructure(kept[0])
-    assert again is not first
-    assert again == first
 
 
 # --- the spliced encoding (issue 12 goal 3) ---------------------------------------------------
@@ -147,7 +154,9 @@ _snapshots = st.builds(
 def test_the_spliced_snapshot_is_the_bytes_of_the_one_converter(snap: RunSnapshot) -> None:
     data = encode_snapshot(snap)
     assert data == to_json(snap)
-    assert encode_snapshot(snap) == data  # the memoised texts spell the same
+    encoder = SnapshotEncoder()
+    assert encoder.encode(snap) == data
+    assert encoder.encode(snap) == data  # the memoised texts spell the same
     assert decode_snapshot(data) == snap
     # The field order of the class is the order of the bytes; a field is left out only when
     # it is at its default, and a step's status is always written (the inputs service reads it).
@@ -174,7 +183,9 @@ def test_a_shared_definition_and_carried_entries_encode_as_their_own_fields(
     """The next save of a run: the same definition and some of the same entries, everything
     else changed."""
     moved = attrs.evolve(later, definition=snap.definition, outbox=snap.outbox[1:] + later.outbox)
-    data = encode_snapshot(moved)
+    encoder = SnapshotEncoder()
+    encoder.encode(snap)
+    data = encoder.encode(moved)
     assert data == to_json(moved)
     assert decode_snapshot(data) == moved
 
@@ -206,16 +217,24 @@ def test_a_carried_outbox_entry_and_the_definition_are_spelled_once() -> None:
         task = TaskMessage("r1", "a", "t", "wf", DispatchId(0, 1, "n0"), {"c": _Counted(7)})
         entry = OutboxEntry(1, (PublishTask(task, "r1.a.n0"),))
         snap = RunSnapshot("r1", RunStatus.RUNNING, "wf", definition=definition, outbox=(entry,))
-        first = encode_snapshot(snap)
+        encoder = SnapshotEncoder()
+        first = encoder.encode(snap)
         assert json.loads(first)["outbox"][0]["effects"][0]["task"]["input"] == {"c": {"n": 7}}
         assert sorted(spelled) == ["definition", "entry"]
         for last_seq in range(2, 6):
-            encode_snapshot(attrs.evolve(snap, last_seq=last_seq))
+            encoder.encode(attrs.evolve(snap, last_seq=last_seq))
+        encoder.definition_ref(definition)
         assert sorted(spelled) == ["definition", "entry"]
         # Another definition object (another run), equal or not, is spelled for itself.
         twin = WorkflowDef.from_json(agent_workflow("wf-counted"))
-        encode_snapshot(attrs.evolve(snap, definition=twin))
+        encoder.encode(attrs.evolve(snap, definition=twin))
         assert sorted(spelled) == ["definition", "definition", "entry"]
+        # The memos are the encoder's, none the process's: the one-off function and another
+        # encoder spell everything again.
+        spelled.clear()
+        assert encode_snapshot(snap) == first
+        assert SnapshotEncoder().encode(snap) == first
+        assert sorted(spelled) == ["definition", "definition", "entry", "entry"]
     finally:
         converter.register_unstructure_hook(WorkflowDef, unstructure_definition)
 
