@@ -197,6 +197,18 @@ def test_not_an_object_is_a_decode_error(decode: Decoder, raw: bytes) -> None:
         decode(raw)
 
 
+def test_only_an_attrs_class_or_a_union_of_them_needs_a_json_object() -> None:
+    """What ``from_json`` refuses up front as "expected a JSON object" (worked out per call: no
+    process-wide cache): a class, or a tagged union, never a list of them."""
+    with pytest.raises(DecodeError, match="expected a JSON object"):
+        from_json(b"[]", DispatchId)
+    with pytest.raises(DecodeError, match="expected a JSON object"):
+        from_json(b"[]", RunEvent)
+    nonce = {"iteration": 0, "attempt": 1, "nonce": "n"}
+    assert from_json(json.dumps([nonce]), list[DispatchId]) == [DispatchId(0, 1, "n")]
+    assert from_json(b"[1]", Any) == [1]
+
+
 ALL_TAGS = [tag(c) for c in EVENT_CLASSES + RECORD_CLASSES]
 FIELD_NAMES = sorted(
     {f.name for cls in (*EVENT_CLASSES, *RECORD_CLASSES, TaskMessage) for f in attrs.fields(cls)}

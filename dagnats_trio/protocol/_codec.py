@@ -307,26 +307,15 @@ def from_obj(raw: Any, cls: type[T] | Any, what: str | None = None) -> T:
         raise DecodeError(f"not a valid {what or _name(cls)}: {_describe(exc)}") from None
 
 
-#: ``_is_object_shape`` per class (or union) asked about; a pure function of a type, and the
-#: types decoded are a fixed few, so the cache stays that small.
-_OBJECT_SHAPE: dict[Any, bool] = {}
-
-
 def _is_object_shape(cls: Any) -> bool:
-    """An attrs class, or a union of them (a tagged union): both need a JSON object."""
-    try:
-        return _OBJECT_SHAPE[cls]
-    except KeyError:
-        pass
-    except TypeError:  # an unhashable type expression: answer without caching
-        return _object_shape_of(cls)
-    shape = _OBJECT_SHAPE[cls] = _object_shape_of(cls)
-    return shape
+    """An attrs class, or a union of them (a tagged union): both need a JSON object.
 
-
-def _object_shape_of(cls: Any) -> bool:
-    members = typing.get_args(cls) or (cls,)
-    return all(attrs.has(m) for m in members)
+    Worked out on each call, not cached: any caller's type may be asked about (the types are
+    not known at import), and it is asked only of a value that is not a JSON object (a
+    malformed message, or a value decoded as ``Any``), never on a well-formed message's path."""
+    if typing.get_origin(cls) in (typing.Union, types.UnionType):
+        return all(attrs.has(m) for m in typing.get_args(cls))
+    return attrs.has(cls)
 
 
 def _name(cls: Any) -> str:

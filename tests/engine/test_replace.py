@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dagnats_trio.engine import _replace
 from dagnats_trio.engine._replace import replace
 from dagnats_trio.engine.snapshot import Park, RunSnapshot, StepState, StepStatus
 from dagnats_trio.protocol import DispatchId, RunStatus
@@ -56,3 +57,13 @@ class _Private:
 
 def test_a_class_with_an_alias_or_no_init_field_goes_through_evolve() -> None:
     assert replace(_Private(1, b=5), a=4) == attrs.evolve(_Private(1, b=5), a=4) == _Private(4, b=5)
+
+
+def test_the_plans_are_fixed_at_import() -> None:
+    """The table of copy plans is built at import for the engine's two classes and is
+    read-only: copying another class adds nothing to it (no process-wide cache)."""
+    assert set(_replace._PLANS) == {RunSnapshot, StepState}
+    with pytest.raises(TypeError):
+        _replace._PLANS[_Private] = None  # type: ignore[index]
+    assert replace(_Private(1), a=2) == _Private(2)
+    assert set(_replace._PLANS) == {RunSnapshot, StepState}
