@@ -9,12 +9,12 @@ every API route still needs it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from starlette.requests import Request
-from starlette.responses import RedirectResponse
-from starlette.routing import BaseRoute, Mount, Route
-from starlette.staticfiles import StaticFiles
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import RedirectResponse
+    from starlette.routing import BaseRoute
 
 #: Where the console is served; ``/ui`` redirects to ``/ui/``.
 CONSOLE_PREFIX: Final = "/ui"
@@ -23,7 +23,13 @@ CONSOLE_DIR: Final = Path(__file__).resolve().parent / "console"
 
 
 def console_routes() -> list[BaseRoute]:
-    """The console's static files (``index.html`` at ``/ui/``), and ``/ui`` sent there."""
+    """The console's static files (``index.html`` at ``/ui/``), and ``/ui`` sent there.
+
+    Starlette is imported here, not at the top: the package's ``__init__`` names
+    :func:`console_url`, and a worker-only host loads the package but serves no HTTP."""
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+
     return [
         Route(CONSOLE_PREFIX, _to_console, methods=["GET", "HEAD"]),
         Mount(CONSOLE_PREFIX, app=StaticFiles(directory=CONSOLE_DIR, html=True), name="ui"),
@@ -32,6 +38,8 @@ def console_routes() -> list[BaseRoute]:
 
 async def _to_console(request: Request) -> RedirectResponse:
     """A relative ``Location``: the console's address never comes from the Host header."""
+    from starlette.responses import RedirectResponse
+
     return RedirectResponse(f"{CONSOLE_PREFIX}/", status_code=308)
 
 

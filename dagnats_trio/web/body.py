@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any, TypeVar, Union
+from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 import attrs
-from starlette.requests import ClientDisconnect, Request
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
 
 from ..protocol import (
     DecodeError,
@@ -41,6 +43,10 @@ def too_large(limit_bytes: int) -> ApiError:
 
 async def read_body(request: Request, limit_bytes: int) -> bytes:
     """The raw body; 413 as soon as it is known to exceed ``limit_bytes``."""
+    # Here, not at the top: the API's views import this package, and a worker-only host that
+    # creates the API's service serves no HTTP (it loads no starlette).
+    from starlette.requests import ClientDisconnect
+
     declared = request.headers.get("content-length")
     if declared is not None:
         try:

@@ -8,12 +8,14 @@ definition). Handlers raise :class:`ApiError`; each package maps its own typed e
 
 from __future__ import annotations
 
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import attrs
-from starlette.responses import Response
 
 from ..protocol import to_json
+
+if TYPE_CHECKING:
+    from starlette.responses import Response
 
 JSON_MEDIA_TYPE = "application/json"
 
@@ -91,6 +93,10 @@ def not_found(message: str, code: str = "not_found") -> ApiError:
 
 
 def error_response(err: ApiError) -> Response:
+    # Here, not at the top: the API's views import this module for ProblemView, and a
+    # worker-only host that creates the API's service serves no HTTP (it loads no starlette).
+    from starlette.responses import Response
+
     body: ErrorEnvelope | InvalidWorkflowEnvelope
     if err.problems is not None:
         body = InvalidWorkflowEnvelope(InvalidWorkflowBody(err.code, err.message, err.problems))
