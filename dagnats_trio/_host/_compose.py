@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
-from .._defaults import DEFAULT_LISTEN_BACKLOG, check_backlog
+from .._defaults import DEFAULT_LISTEN_BACKLOG
 from .._env import DEFAULT_ENV, RuntimeEnv
 from ..api import Service
 from ..engine import Engine, ensure_run_index
@@ -40,6 +40,7 @@ from ..worker import DEFAULT_ACK_WAIT_S, Handler, Worker
 from ._settings import (
     HostSetupError,
     Listen,
+    checked_backlog,
     checked_restart_limit,
     parse_nats_client,
 )
@@ -111,10 +112,7 @@ class HostConfig:
     def __attrs_post_init__(self) -> None:
         if not 1 <= self.replicas <= MAX_REPLICAS:
             raise HostSetupError(f"replicas must be from 1 to {MAX_REPLICAS}, got {self.replicas}")
-        try:
-            check_backlog(self.api_backlog)
-        except ValueError as exc:
-            raise HostSetupError(f"API {exc}") from None
+        checked_backlog(self.api_backlog)
         checked_restart_limit(self.worker_restart_limit)
         parse_nats_client(self.client)
 

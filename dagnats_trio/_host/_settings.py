@@ -24,6 +24,7 @@ from .._defaults import (
     MAX_RESTART_LIMIT,
     MIN_RESTART_LIMIT,
     Client,
+    check_backlog,
     check_restart_limit,
     parse_client,
 )
@@ -164,6 +165,15 @@ def checked_restart_limit(value: int) -> int:
         return check_restart_limit(value)
     except ValueError as exc:
         raise HostSetupError(str(exc)) from None
+
+
+def checked_backlog(value: int) -> int:
+    """``value`` if it is a listen backlog for the API, else one :class:`HostSetupError` line."""
+    try:
+        check_backlog(value)
+    except ValueError as exc:
+        raise HostSetupError(f"API {exc}") from None
+    return value
 
 
 def import_spec(spec: str, example: str) -> Any:

@@ -155,6 +155,7 @@ def dev(
     it: the ``DAGNATS_NATS_URL`` a dev prints for other shells must not turn the next dev into
     a client of the last one."""
     from .._host import (
+        checked_backlog,
         parse_listen,
         parse_nats_client,
         parse_nats_urls,
@@ -171,6 +172,7 @@ def dev(
         api_token = parse_token(token)
         limit = parse_restart_limit(restart_limit)
         chosen_client = parse_nats_client(client)
+        api_backlog = checked_backlog(backlog)
     from .._host import HostConfig
     from ._hosting import load_worker_handlers, run_host, setup_logging
 
@@ -181,7 +183,7 @@ def dev(
             data_dir=data_dir.resolve() if external_nats is None else None,
             nats_port=nats_port if nats_port > 0 else -1,
             listen=listen_at,
-            api_backlog=backlog,
+            api_backlog=api_backlog,
             token=api_token,
             legacy_step_events=legacy_step_events,
             bridge=bridge,
@@ -224,7 +226,13 @@ def serve(
 
     ``--ack-wait`` is the workers' AckWait, which the bridge's leases share (they come from the
     same consumers): give it the value the workers of this deployment run with."""
-    from .._host import parse_listen, parse_nats_client, parse_nats_urls, parse_token
+    from .._host import (
+        checked_backlog,
+        parse_listen,
+        parse_nats_client,
+        parse_nats_urls,
+        parse_token,
+    )
     from ._say import setup_errors
 
     with setup_errors():  # refused here, before the host is imported
@@ -232,6 +240,7 @@ def serve(
         listen_at = parse_listen(listen)
         api_token = parse_token(token)
         chosen_client = parse_nats_client(client)
+        api_backlog = checked_backlog(backlog)
     from .._host import HostConfig
     from ._hosting import run_host, setup_logging
 
@@ -241,7 +250,7 @@ def serve(
             nats_urls=nats_urls,
             replicas=replicas,
             listen=listen_at,
-            api_backlog=backlog,
+            api_backlog=api_backlog,
             token=api_token,
             legacy_step_events=legacy_step_events,
             bridge=bridge,

@@ -161,8 +161,18 @@ HOST_MODULES = (
         ),
         (("serve", "--nats", "nats://127.0.0.1:1", "--listen", "nowhere"), "must look like"),
         (("dev", "--restart-limit", "x"), "restart_limit must be a whole number"),
+        (
+            ("serve", "--nats", "nats://127.0.0.1:1", "--backlog", "0"),
+            "API backlog must be from 1 to 65535, got 0",
+        ),
     ],
-    ids=["worker-restart-limit", "worker-client", "serve-listen", "dev-restart-limit"],
+    ids=[
+        "worker-restart-limit",
+        "worker-client",
+        "serve-listen",
+        "dev-restart-limit",
+        "serve-backlog",
+    ],
 )
 def test_a_refused_option_loads_no_host(args: tuple[str, ...], message: str) -> None:
     """The refusal is the same line and exit code as after a full import (tests/cli/
