@@ -3,7 +3,8 @@ before anything is claimed) and the records of its iteration it reads back."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Final
 
 import attrs
@@ -34,10 +35,11 @@ JOURNAL_READ_MAX_RECORDS: Final = 4096
 #: Records asked for per read of the journal subject.
 JOURNAL_READ_PAGE_RECORDS: Final = 256
 
-#: The records a client appends itself; claims and commits are the bridge's.
-APPENDABLE: Final[dict[str, Any]] = {
-    cls.TYPE: cls for cls in (ModelRecord, ToolIntentRecord, ToolOutputRecord, ToolResultRecord)
-}
+#: The records a client appends itself; claims and commits are the bridge's. Read-only: it is
+#: exported, and a caller adding a kind would change what every bridge in the process accepts.
+APPENDABLE: Final[Mapping[str, Any]] = MappingProxyType(
+    {cls.TYPE: cls for cls in (ModelRecord, ToolIntentRecord, ToolOutputRecord, ToolResultRecord)}
+)
 #: Filled by the bridge; a body naming them is refused so nobody thinks they are honoured.
 FILLED_FIELDS: Final = ("iteration", "attempt", "claim_id")
 

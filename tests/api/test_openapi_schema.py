@@ -145,3 +145,10 @@ def test_the_journal_append_body_lists_every_field_a_record_kind_takes() -> None
     takes = {f.name for cls in APPENDABLE.values() for f in attrs.fields(cls)}
     assert listed == {"type"} | (takes - set(FILLED_FIELDS))
     assert components["JournalAppendBody"]["required"] == ["type"]
+
+
+def test_the_appendable_kinds_cannot_be_changed_by_a_caller() -> None:
+    """The table is exported: a caller adding a kind would change every bridge's refusals."""
+    with pytest.raises(TypeError):
+        APPENDABLE["claim"] = object  # type: ignore[index]
+    assert "claim" not in APPENDABLE and "tool.intent" in APPENDABLE
