@@ -23,6 +23,7 @@ from .._env import RuntimeEnv
 from ..dag import WorkflowDef
 from ..engine import (
     IndexedStart,
+    SnapshotEncoder,
     index_start,
     start_dispatched,
     started_publish_msg,
@@ -78,6 +79,8 @@ class RunStarts:
         self._definitions = definitions
         self._read_definition = read_definition
         self._definition_of = definition_of
+        # The service's starts spell each definition they write once, not once per run.
+        self._encoder = SnapshotEncoder()
         self._in_flight = trio.CapacityLimiter(START_RUNS_IN_FLIGHT)
 
     async def start(self, workflow: str, input: JsonValue, idempotency_key: str | None) -> str:
@@ -201,13 +204,16 @@ class RunStarts:
             definition,
             self._env.new_id,
             indexed=indexed,
+            encoder=self._encoder,
         ):
             return run_id
         # The engine's function writes it; on a retry with the same idempotency key the run is
         # already recorded and its snapshot is left as it is. When this start wrote it, the
         # event names its revision and the definition's, so the engine derives the snapshot
         # instead of reading it (``engine._store.started_with``).
-        revision = await write_first_snapshot(self._transport, event, definition, indexed=indexed)
+        revision = await write_first_snapshot(
+            self._transport, event, definition, indexed=indexed, encoder=self._encoder
+        )
         if revision is not None:
             event = attrs.evolve(
                 event, snapshot_revision=revision, definition_revision=definition_revision

@@ -187,7 +187,7 @@ class EngineState:
         is stored first, once per definition and process. A create (a run whose service wrote
         no snapshot) holds it inline, as the service's does."""
         if old is None:
-            return create_snapshot(self.transport, new)
+            return create_snapshot(self.transport, new, encoder=self._encoder)
         if new.definition is not None and not self._refs.stored(new.definition):
             return self._store_definition_and_save(new, old, rev)
         data = self._encoder.encode(new, definition_by_ref=True)

@@ -29,7 +29,7 @@ from ._run_index import (
 )
 from .core import first_dispatch, new_run_snapshot, started_msg_id
 from .effects import PublishTask
-from .snapshot import RunSnapshot, encode_snapshot
+from .snapshot import RunSnapshot, SnapshotEncoder, encode_snapshot
 
 
 @final
@@ -83,9 +83,16 @@ def started_index_entry(event: WorkflowStarted) -> RunIndexEntry:
 
 
 async def create_snapshot(
-    transport: Transport, snapshot: RunSnapshot, *, indexed: IndexedStart | None = None
+    transport: Transport,
+    snapshot: RunSnapshot,
+    *,
+    indexed: IndexedStart | None = None,
+    encoder: SnapshotEncoder | None = None,
 ) -> int:
     """Write a snapshot where none is (create-only); its revision. :class:`KeyExists` if one is.
+
+    ``encoder``: the caller's :class:`SnapshotEncoder`, for one who creates many runs of the
+    same definitions (the service, an engine's children), so a definition is spelled once.
 
     The run is indexed before the snapshot is written, unless ``indexed`` proves it is (an
     index written for another entry, a definition whose name is not the one the start asked
@@ -98,7 +105,9 @@ async def create_snapshot(
         await index_run(transport, snapshot)
     try:
         return await transport.kv_create(
-            layout.RUNS_BUCKET, layout.run_key(snapshot.run_id), encode_snapshot(snapshot)
+            layout.RUNS_BUCKET,
+            layout.run_key(snapshot.run_id),
+            encode_snapshot(snapshot) if encoder is None else encoder.encode(snapshot),
         )
     except KeyExists:
         if not snapshot.status.finished:
@@ -119,12 +128,15 @@ async def write_first_snapshot(
     definition: WorkflowDef,
     *,
     indexed: IndexedStart | None = None,
+    encoder: SnapshotEncoder | None = None,
 ) -> int | None:
     """Write :func:`first_snapshot` (indexed first, unless ``indexed`` proves it is: see
     :func:`create_snapshot`); its revision, or None when the run has one already (a start
     retried with its idempotency key), which is left as it is."""
     try:
-        return await create_snapshot(transport, first_snapshot(event, definition), indexed=indexed)
+        return await create_snapshot(
+            transport, first_snapshot(event, definition), indexed=indexed, encoder=encoder
+        )
     except KeyExists:
         return None
 
@@ -160,6 +172,7 @@ async def start_dispatched(
     new_id: Callable[[], str],
     *,
     indexed: IndexedStart | None = None,
+    encoder: SnapshotEncoder | None = None,
 ) -> bool:
     """Start ``event``'s run with its first dispatch already made: the first snapshot is
     created holding the decision on ``event`` (``core.first_dispatch``: ``started``, its tasks
@@ -187,7 +200,7 @@ async def start_dispatched(
         return False
     msgs = [task_publish_msg(e) for e in out.effects if isinstance(e, PublishTask)]
     try:
-        await create_snapshot(transport, out.snapshot, indexed=indexed)
+        await create_snapshot(transport, out.snapshot, indexed=indexed, encoder=encoder)
     except KeyExists:
         # Made by an earlier attempt, maybe from another revision of the definition.
         msgs, event = [], attrs.evolve(event, definition_revision=None)

@@ -189,9 +189,11 @@ converter.register_unstructure_hook(
     RunSnapshot, make_dict_unstructure_fn(RunSnapshot, converter, _cattrs_omit_if_default=True)
 )
 
-#: Bound on each memo of a :class:`SnapshotEncoder`; a memo is emptied when full (a miss only
-#: costs the encoding).
+#: Bounds on each memo of a :class:`SnapshotEncoder`, in entries and in characters of the texts
+#: it holds (a task's input may be up to the server's max payload, so a count alone would let
+#: a memo hold gigabytes); a memo is emptied when full (a miss only costs the encoding).
 OUTBOX_JSON_MEMO_MAX_ENTRIES = 4096
+OUTBOX_JSON_MEMO_MAX_CHARS = 16 * 1024 * 1024
 
 
 @final
@@ -220,11 +222,13 @@ class SnapshotEncoder:
     so an ``id`` is not reused while its slot lives.
     """
 
-    __slots__ = ("_definitions", "_outbox")
+    __slots__ = ("_definitions", "_definitions_chars", "_outbox", "_outbox_chars")
 
     def __init__(self) -> None:
         self._outbox: dict[int, tuple[OutboxEntry, str]] = {}
+        self._outbox_chars = 0
         self._definitions: dict[int, _DefinitionText] = {}
+        self._definitions_chars = 0
 
     def encode(self, snapshot: RunSnapshot, *, definition_by_ref: bool = False) -> bytes:
         """The same bytes as ``to_json(snapshot)``, put together from the snapshot's own fields
@@ -282,9 +286,13 @@ class SnapshotEncoder:
         if slot is not None and slot[0] is entry:
             return slot[1]
         text = dumps_json(_unstructure_outbox_entry(entry))
-        if len(self._outbox) >= OUTBOX_JSON_MEMO_MAX_ENTRIES:
+        chars = self._outbox_chars + len(text)
+        if len(self._outbox) >= OUTBOX_JSON_MEMO_MAX_ENTRIES or chars > OUTBOX_JSON_MEMO_MAX_CHARS:
             self._outbox.clear()
-        self._outbox[id(entry)] = (entry, text)
+            chars = len(text)
+        if chars <= OUTBOX_JSON_MEMO_MAX_CHARS:
+            self._outbox[id(entry)] = (entry, text)
+            self._outbox_chars = chars
         return text
 
     def _definition(self, definition: WorkflowDef) -> _DefinitionText:
@@ -292,9 +300,16 @@ class SnapshotEncoder:
         if slot is not None and slot.definition is definition:
             return slot
         slot = _DefinitionText(definition, dumps_json(converter.unstructure(definition)))
-        if len(self._definitions) >= OUTBOX_JSON_MEMO_MAX_ENTRIES:
+        chars = self._definitions_chars + len(slot.text)
+        if (
+            len(self._definitions) >= OUTBOX_JSON_MEMO_MAX_ENTRIES
+            or chars > OUTBOX_JSON_MEMO_MAX_CHARS
+        ):
             self._definitions.clear()
-        self._definitions[id(definition)] = slot
+            chars = len(slot.text)
+        if chars <= OUTBOX_JSON_MEMO_MAX_CHARS:
+            self._definitions[id(definition)] = slot
+            self._definitions_chars = chars
         return slot
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from dagnats_trio.dag import WorkflowDef
 from dagnats_trio.engine.effects import PublishTask
 from dagnats_trio.engine.snapshot import (
+    OUTBOX_JSON_MEMO_MAX_CHARS,
     OUTBOX_JSON_MEMO_MAX_ENTRIES,
     OutboxEntry,
     Park,
@@ -57,6 +58,29 @@ def test_each_memo_is_bounded() -> None:
     assert encoder._outbox_text(entries[-1]) is texts[-1]
     assert encoder._outbox_text(entries[0]) is not texts[0]  # spelled again, the same bytes
     assert encoder._outbox_text(entries[0]) == texts[0]
+
+
+def test_each_memo_is_bounded_in_characters_too() -> None:
+    """Large inputs fill a memo by size long before its entry count: it never holds more than
+    ``OUTBOX_JSON_MEMO_MAX_CHARS`` of text, and a text larger than that is not kept at all."""
+    encoder = SnapshotEncoder()
+    quarter = "x" * (OUTBOX_JSON_MEMO_MAX_CHARS // 4)
+
+    def big(seq: int, payload: str) -> OutboxEntry:
+        task = TaskMessage("r1", "agent", "t", "wf", DispatchId(seq, 1, f"n{seq}"), payload)
+        return OutboxEntry(seq, (PublishTask(task, f"r1.agent.n{seq}"),))
+
+    entries = [big(i, quarter) for i in range(6)]
+    for entry in entries:
+        encoder._outbox_text(entry)
+        held = sum(len(text) for _, text in encoder._outbox.values())
+        assert 0 < held <= OUTBOX_JSON_MEMO_MAX_CHARS
+        assert len(encoder._outbox) <= 3
+    huge = big(9, "y" * OUTBOX_JSON_MEMO_MAX_CHARS)
+    text = encoder._outbox_text(huge)
+    assert json.loads(text)["seq"] == 9
+    assert encoder._outbox == {}
+    assert encoder._outbox_text(huge) is not text and encoder._outbox_text(huge) == text
 
 
 def test_snapshots_sharing_entries_encode_as_before() -> None:
