@@ -156,7 +156,7 @@ def first_dispatch(
     event: WorkflowStarted, definition: WorkflowDef, new_id: Callable[[], str]
 ) -> Outcome | None:
     """The decision on a run's ``workflow.started`` made before it is published, by the one
-    who creates the run's first snapshot (the service, ``engine._store.create_dispatched``):
+    who creates the run's first snapshot (the service, ``engine._store.start_dispatched``):
     :func:`decide` on no snapshot, at the event's ``started_at_ms``, its outbox entry under
     :data:`SERVICE_START_SEQ`. None unless every effect is a task to publish (a timer, a child
     run, a run that ends at once are left to the engine, which decides them when the event
