@@ -18,6 +18,7 @@ from ._events import Err, Event, Msg, Ok, Ping, Pong, Pub, Sub, Unsub, parse_con
 from ._headers import parse_headers
 from ._limits import (
     DEFAULT_MAX_PAYLOAD_BYTES,
+    DELIVERY_MAX_PAYLOAD_FACTOR,
     MAX_CONTROL_LINE_BYTES,
     MAX_HEADER_BYTES,
     MAX_JSON_LINE_BYTES,
@@ -185,7 +186,9 @@ class Parser:
                     if match is not None:
                         end = match.end()
                         if (
-                            total <= self.max_payload_bytes
+                            total
+                            <= DELIVERY_MAX_PAYLOAD_FACTOR * self.max_payload_bytes
+                            + MAX_HEADER_BYTES
                             and end - pos - 2 <= self.max_control_line_bytes
                         ):
                             reply = match[3]  # the groups by subscript: no call, unlike groups()
@@ -311,7 +314,17 @@ class Parser:
         raise ProtocolError(f"unknown operation {op_raw[:16]!r}")
 
     def _check_sizes(self, op: str, header_bytes: int | None, total_bytes: int) -> None:
-        if total_bytes > self.max_payload_bytes:
+        """A publish within ``max_payload``, as the server bounds it; a delivery within
+        :data:`DELIVERY_MAX_PAYLOAD_FACTOR` of it (the server's own headers and envelopes)."""
+        if op in ("MSG", "HMSG"):
+            bound = DELIVERY_MAX_PAYLOAD_FACTOR * self.max_payload_bytes + MAX_HEADER_BYTES
+            if total_bytes > bound:
+                raise ProtocolError(
+                    f"{op}: {total_bytes} bytes of payload, over {bound} (max_payload "
+                    f"{self.max_payload_bytes}, times {DELIVERY_MAX_PAYLOAD_FACTOR}, plus a "
+                    f"header block)"
+                )
+        elif total_bytes > self.max_payload_bytes:
             raise ProtocolError(
                 f"{op}: {total_bytes} bytes of payload, over max_payload {self.max_payload_bytes}"
             )

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from dagnats_trio.nats import (
     CONFLICT_STATUS,
     DEFAULT_MAX_PAYLOAD_BYTES,
+    DELIVERY_MAX_PAYLOAD_FACTOR,
     IDLE_HEARTBEAT_STATUS,
     MAX_CONTROL_LINE_BYTES,
     MAX_HEADER_BYTES,
@@ -423,9 +424,18 @@ def test_max_payload_comes_from_info_and_binds_both_directions() -> None:
     # headers count towards max_payload
     with pytest.raises(ProtocolError, match="over max_payload 16"):
         proto.send(Pub("a", b"x", headers=Headers.of(K="v")))
-    # and an oversized message from the server is refused at its control line
-    proto.receive_data(b"MSG a 1 17\r\n")
-    with pytest.raises(ProtocolError, match="MSG: 17 bytes of payload, over max_payload 16"):
+    # A message from the server may pass max_payload by what the server itself adds (its
+    # headers on a stored message, the base64 and JSON of a STREAM.MSG.GET answer) ...
+    bound = DELIVERY_MAX_PAYLOAD_FACTOR * 16 + MAX_HEADER_BYTES
+    proto.receive_data(b"MSG a 1 17\r\n" + b"x" * 17 + b"\r\n")
+    assert proto.next_event() == Msg("a", "1", b"x" * 17)
+    hmsg = b"HMSG a 1 12 %d\r\nNATS/1.0\r\n\r\n" % bound
+    proto.receive_data(hmsg + b"x" * (bound - 12) + b"\r\n")
+    got = proto.next_event()
+    assert isinstance(got, Msg) and len(got.payload) == bound - 12
+    # ... and no further: one byte more is refused at its control line.
+    proto.receive_data(b"MSG a 1 %d\r\n" % (bound + 1))
+    with pytest.raises(ProtocolError, match=f"MSG: {bound + 1} bytes of payload, over {bound}"):
         proto.next_event()
 
 
@@ -518,8 +528,11 @@ def test_events_of_one_read_take_an_info_s_limits_before_the_messages_after_it()
     assert proto.events() == [Msg("a", "1", b"x" * 20), Info(max_payload=16), Msg("a", "1", b"xyz")]
     assert proto.max_payload_bytes == 16
     assert proto.events() == []
-    proto.receive_data(encode(Info(max_payload=8)) + b"MSG a 1 9\r\n123456789\r\n")
-    with pytest.raises(ProtocolError, match="MSG: 9 bytes of payload, over max_payload 8"):
+    # A delivery's bound follows max_payload (DELIVERY_MAX_PAYLOAD_FACTOR of it plus a header
+    # block): one byte over the bound of 8, within the bound of the 16 before it.
+    size = DELIVERY_MAX_PAYLOAD_FACTOR * 8 + MAX_HEADER_BYTES + 1
+    proto.receive_data(encode(Info(max_payload=8)) + b"MSG a 1 %d\r\n" % size)
+    with pytest.raises(ProtocolError, match=f"MSG: {size} bytes of payload, over {size - 1}"):
         proto.events()
 
 
