@@ -37,7 +37,14 @@ form of this page is `GET /openapi.json`.
 - **Bounds**: request bodies larger than the server's limit are refused with `413` while they
   are read; an input `wait` is cut to the server's maximum.
 - **Every route** may also answer `401` (token missing or wrong; not `/healthz`), `405` (wrong
-  method), `500` (internal) and `503` (NATS unavailable or not provisioned).
+  method), `500` (internal) and `503` (NATS unavailable or not provisioned); every `POST` and
+  `DELETE` also `403` `cross_origin`.
+- **Web pages of other origins** cannot act through the API, with or without a token: a `POST`
+  or `DELETE` that a browser sent from another site (`Sec-Fetch-Site` other than `same-origin`
+  or `none`; from a browser without it, an `Origin` whose host is not the request's `Host`) is
+  `403 cross_origin`. Otherwise any page open in a browser on the API's machine could start runs
+  or send inputs into an agent through the loopback address, a `text/plain` body being read as
+  JSON. Clients that are not browsers send neither header; the console at `/ui/` is same-origin.
 - **Paths** are matched as written: one this reference does not name, a trailing `/` included
   (`/runs/`), is `404 not_found`. No API route redirects.
 - **Ids** (a workflow `name` and `workflow`, `run_id`, `step_id`, a step's `id` and `task`, a

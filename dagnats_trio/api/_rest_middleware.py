@@ -1,6 +1,7 @@
 """The REST API's middleware: the bearer token on every route but health and the console's
-static files, the error boundary that answers 500 with no details, and Starlette's own 404 and
-405 as JSON errors.
+static files, the refusal of requests a web page of another origin sent (:mod:`._rest_origin`),
+the error boundary that answers 500 with no details, and Starlette's own 404 and 405 as JSON
+errors.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..web import ApiError, error_response, internal_error_response
 from ._console import CONSOLE_PREFIX
+from ._rest_origin import cross_origin_refusal
 
 #: The API's one logger, named for :mod:`.rest` wherever the code that logs lives (operators and
 #: tests filter on it).
@@ -58,6 +60,26 @@ class _ErrorBoundary:
             log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
                 await internal_error_response()(scope, receive, send)
+
+
+class _CrossOriginGuard:
+    """A request a web page of another origin sent is answered 403 ``cross_origin`` before
+    anything else looks at it (:func:`._rest_origin.cross_origin_refusal` says which)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refusal = cross_origin_refusal(scope.get("method", ""), scope.get("headers", []))
+            if refusal is not None:
+                message = (
+                    f"{refusal}: the API takes no request from a web page of another origin "
+                    "(use the console at /ui/ on this origin, or a client that is not a browser)"
+                )
+                await error_response(ApiError(403, "cross_origin", message))(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class _BearerAuth:

@@ -12,6 +12,7 @@ from typing import Any, final
 import attrs
 
 from ..web import ErrorEnvelope
+from ._rest_origin import SAFE_METHODS
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -84,6 +85,11 @@ TOO_LARGE = Answer(413, "The body is larger than the configured limit.", ErrorEn
 #: Answers every route can give, listed per route in the document and once in the Markdown.
 COMMON_ANSWERS: tuple[Answer, ...] = (
     Answer(401, "A token is configured and the request lacks it.", ErrorEnvelope),
+    Answer(
+        403,
+        "`cross_origin`: a browser sent it from a web page of another origin (not on reads).",
+        ErrorEnvelope,
+    ),
     Answer(405, "Method not allowed on this path.", ErrorEnvelope),
     Answer(500, "Internal error (no details are given; see the server log).", ErrorEnvelope),
     Answer(503, "NATS is unavailable or not provisioned.", ErrorEnvelope),
@@ -95,7 +101,12 @@ ID_PARAMS = frozenset({"name", "run_id", "step_id", "request_id", "task_type"})
 
 
 def common_answers(route: RouteDoc) -> tuple[Answer, ...]:
-    common = tuple(a for a in COMMON_ANSWERS if route.auth or a.status != 401)
+    common = tuple(
+        a
+        for a in COMMON_ANSWERS
+        if (route.auth or a.status != 401)
+        and (a.status != 403 or route.method.upper() not in SAFE_METHODS)
+    )
     ids = [
         f"`invalid_{p.name}`" for p in route.params if p.location == "path" and p.name in ID_PARAMS
     ]

@@ -33,7 +33,13 @@ from ._rest_config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_WAIT_S, ApiConfig
 from ._rest_errors import api_error_for
 from ._rest_handlers import _Handlers
 from ._rest_journal import FOLLOW_POLL_INTERVAL_S
-from ._rest_middleware import HEALTH_PATH, _BearerAuth, _ErrorBoundary, _http_exception
+from ._rest_middleware import (
+    HEALTH_PATH,
+    _BearerAuth,
+    _CrossOriginGuard,
+    _ErrorBoundary,
+    _http_exception,
+)
 from ._rest_openapi import ROUTES
 from .service import Service
 
@@ -118,6 +124,7 @@ def create_app(
         routes=routes,
         middleware=[
             Middleware(_ErrorBoundary),
+            Middleware(_CrossOriginGuard),
             Middleware(_BearerAuth, token=config.token),
         ],
         exception_handlers={HTTPException: _http_exception},
