@@ -35,9 +35,25 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     return error_response(err)
 
 
+def _has_body(scope: Scope) -> bool:
+    """Does the request announce a body (a ``Content-Length`` other than 0, or chunks)?"""
+    for name, value in scope.get("headers", []):
+        if name == b"transfer-encoding":
+            return True
+        if name == b"content-length":
+            return bool(value.strip() != b"0")
+    return False
+
+
 class _ErrorBoundary:
     """The last line: an exception no handler expected is logged with its trace and answered
-    500 ``internal`` with no details; it is not re-raised (the server would log it again)."""
+    500 ``internal`` with no details; it is not re-raised (the server would log it again).
+
+    It also marks an answer given before the request's body was read in full (a 413 while the
+    body still comes, a 401, 403, 404 or 405 that never reads it) ``Connection: close``: the
+    server then closes the connection, since the rest of the body is still on it, and a client
+    told nothing reused it and lost its next request (found from outside: httpx's next POST
+    after a 413 failed with "Server disconnected")."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -47,19 +63,30 @@ class _ErrorBoundary:
             await self.app(scope, receive, send)
             return
         started = False
+        body_unread = _has_body(scope)
+
+        async def tracking_receive() -> Message:
+            nonlocal body_unread
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                body_unread = False
+            return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                if body_unread:
+                    headers = [*message.get("headers", []), (b"connection", b"close")]
+                    message = {**message, "headers": headers}
             await send(message)
 
         try:
-            await self.app(scope, receive, tracking_send)
+            await self.app(scope, tracking_receive, tracking_send)
         except Exception:
             log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
-                await internal_error_response()(scope, receive, send)
+                await internal_error_response()(scope, tracking_receive, tracking_send)
 
 
 class _CrossOriginGuard:
