@@ -138,36 +138,44 @@ class Parser:
         """Add ``data`` (bytes read from the peer) and return the whole events buffered, as
         :meth:`receive_data` then :meth:`next_events` do: the reader's one call per read, with
         every message of the read parsed in this frame (no call per message). ``first_only``
-        returns at most one event, and calls no ``on_control`` (:meth:`next_event`)."""
+        returns at most one event, and calls no ``on_control`` (:meth:`next_event`).
+
+        When nothing is buffered (how a read usually starts: the last one ended on a whole
+        event), a read given as ``bytes`` is parsed where it lies: no copy into the buffer, and
+        each payload is one slice of it (from the buffer it is a slice and a copy). Only what
+        is left of it after its last whole event is kept in the buffer."""
         if self._error is not None:
             raise self._error
-        if data:
+        own = self._buf
+        buf: bytes | bytearray
+        read = b""  # the read parsed where it lies (``buf`` itself, typed as bytes)
+        if not own and type(data) is bytes:
+            if not data:
+                return []
+            buf = read = data
+        else:
             if self._pos >= _COMPACT_AFTER_BYTES:
-                del self._buf[: self._pos]
+                del own[: self._pos]
                 self._pos = 0
-            self._buf += data
+            own += data
+            buf = own
+        pos = self._pos
+        size = len(buf)  # once per call: nothing below adds to or removes from ``buf``
         out: list[Event] = []
-        buf = self._buf
         try:
             while True:
                 pending = self._pending
-                if pending is None and not buf:
-                    # All consumed (how a read usually ends; a whole event that ends the
-                    # buffer empties it): no call to find out, not even ``len``.
-                    return out
-                size = len(buf)  # once per event: nothing below adds to the buffer
                 if pending is None:
-                    pos = self._pos
                     if pos == size:
                         return out  # all consumed: nothing to scan
                     # The hot path, in this frame: a well-formed ``MSG``/``HMSG`` line (every
-                    # reply and delivery) matched where it lies in the buffer, in one regular
-                    # expression (no copy of the line, no split). Anything else, or anything
-                    # odd about it (a lower-case op, a tab or two spaces between arguments, a
-                    # wrong argument count, a size that is no plain count, a bound passed, a
-                    # token that is not UTF-8, a line not yet whole), leaves ``pending`` None
-                    # and :meth:`_parse_line` parses it, raising its own errors; so this only
-                    # skips work, never a check.
+                    # reply and delivery) matched where it lies, in one regular expression (no
+                    # copy of the line, no split). Anything else, or anything odd about it (a
+                    # lower-case op, a tab or two spaces between arguments, a wrong argument
+                    # count, a size that is no plain count, a bound passed, a token that is not
+                    # UTF-8, a line not yet whole), leaves ``pending`` None and
+                    # :meth:`_parse_line` parses it, raising its own errors; so this only skips
+                    # work, never a check.
                     first = buf[pos]
                     match = None
                     header_bytes: int | None = None
@@ -204,17 +212,14 @@ class Parser:
                             except UnicodeDecodeError:
                                 pass
                             else:
-                                self._pos = end  # the payload follows
+                                pos = end  # the payload follows
                     if pending is None:
                         end = buf.find(_CRLF, pos)
                         if end < 0:
-                            self._check_partial_line()
+                            self._check_partial_line(buf, pos)
                             return out
                         line = bytes(buf[pos:end])
-                        self._pos = end + 2
-                        if self._pos == size:
-                            del buf[:]  # a statement, not a call: emptied in place
-                            self._pos = size = 0
+                        pos = end + 2
                         event = self._parse_line(line)
                         if event is None:
                             pending = self._pending
@@ -226,8 +231,7 @@ class Parser:
                             self._on_control(event)
                             continue
                 is_msg, subject, sid, reply_text, header_size, total_bytes = pending
-                start = self._pos
-                stop = start + total_bytes
+                stop = pos + total_bytes
                 if size < stop + 2:
                     self._pending = pending  # the payload is awaited
                     return out
@@ -237,15 +241,17 @@ class Parser:
                         f"{op}: payload of {total_bytes} bytes not followed by CRLF"
                     )
                 headers = None
-                body_start = start
-                if header_size is not None:
-                    body_start = start + header_size
-                    headers = parse_headers(bytes(buf[start:body_start]))
-                payload = bytes(buf[body_start:stop])
-                self._pos = stop + 2
-                if self._pos == size:
-                    del buf[:]
-                    self._pos = 0
+                if buf is own:  # a slice of a bytearray is one: copied out as bytes
+                    if header_size is not None:
+                        headers = parse_headers(bytes(buf[pos : pos + header_size]))
+                        pos += header_size
+                    payload = bytes(buf[pos:stop])
+                else:
+                    if header_size is not None:
+                        headers = parse_headers(read[pos : pos + header_size])
+                        pos += header_size
+                    payload = read[pos:stop]
+                pos = stop + 2
                 self._pending = None
                 if is_msg:
                     out.append(Msg(subject, sid, payload, reply_text, headers))
@@ -260,14 +266,27 @@ class Parser:
         except ProtocolError as exc:
             self._error = exc
             raise
+        finally:
+            # Where parsing stopped. The buffer is emptied once all of it is consumed; of a
+            # read parsed where it lay, what is left (an event not yet whole) is kept.
+            if buf is own:
+                if pos == size:
+                    del own[:]  # a statement, not a call: emptied in place
+                    pos = 0
+            elif pos < size:
+                own += buf[pos:]
+                pos = 0
+            else:
+                pos = 0
+            self._pos = pos
 
     # --- internals ------------------------------------------------------------------------
 
-    def _check_partial_line(self) -> None:
-        waiting = len(self._buf) - self._pos
+    def _check_partial_line(self, buf: bytes | bytearray, pos: int) -> None:
+        waiting = len(buf) - pos
         if waiting <= self.max_control_line_bytes + 1:  # +1: a CR whose LF has not come
             return
-        head = bytes(self._buf[self._pos : self._pos + 8]).upper()
+        head = bytes(buf[pos : pos + 8]).upper()
         if head.startswith(_JSON_OPS) and waiting <= MAX_JSON_LINE_BYTES + 1:
             return
         raise ProtocolError(

@@ -120,14 +120,27 @@ events: st.SearchStrategy[Event] = st.one_of(
 
 
 def parse_all(data: bytes, *, chunks: list[int] | None = None) -> list[Event]:
-    parser = Parser()
+    """The events of ``data`` read in ``chunks``, parsed both ways a parser is given bytes:
+    added to its buffer (``receive_data``, then ``events``), and handed to ``feed``, which
+    parses a read where it lies when nothing is buffered and keeps only what is left of it;
+    both must give the same events and leave nothing buffered."""
+    parser, fed = Parser(), Parser()
     out: list[Event] = []
+    got_fed: list[Event] = []
     pieces = [data] if chunks is None else split_at(data, chunks)
     for piece in pieces:
         parser.receive_data(piece)
         out.extend(parser.events())
+        # Without ``on_control``, ``feed`` stops after an event that is not a MSG: the rest
+        # of the read waits in the buffer for the next call.
+        got = fed.feed(piece)
+        while got:
+            got_fed += got
+            got = fed.feed()
     assert parser.next_event() is NEED_DATA
     assert parser.buffered_bytes == 0
+    assert fed.buffered_bytes == 0
+    assert got_fed == out
     return out
 
 
