@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import random as random_module
 import ssl
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import final
 
@@ -122,7 +122,7 @@ class Connection(ConnectionLifecycle):
         payload: bytes = b"",
         *,
         reply: str | None = None,
-        headers: Headers | dict[str, str] | None = None,
+        headers: Headers | Mapping[str, str] | None = None,
     ) -> None:
         """Queue a message; the writer sends it with whatever else is queued. Returns once it is
         queued (``flush`` waits for the server). Raises :class:`ProtocolError` for a message
@@ -139,7 +139,7 @@ class Connection(ConnectionLifecycle):
         payload: bytes = b"",
         *,
         reply: str | None = None,
-        headers: Headers | dict[str, str] | None = None,
+        headers: Headers | Mapping[str, str] | None = None,
         soon: bool = False,
     ) -> bool:
         """Queue a message now, without a checkpoint, if the outbox has room; False (nothing
@@ -160,7 +160,7 @@ class Connection(ConnectionLifecycle):
         subject: str,
         payload: bytes = b"",
         *,
-        headers: Headers | dict[str, str] | None = None,
+        headers: Headers | Mapping[str, str] | None = None,
         timeout_s: float = REQUEST_TIMEOUT_S,
         preceding: Sequence[Pub] = (),
     ) -> Msg:

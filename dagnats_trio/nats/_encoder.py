@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ._errors import ProtocolError, utf8
 from ._events import (
     Connect,
@@ -18,7 +20,7 @@ from ._events import (
     connect_json,
     info_json,
 )
-from ._headers import Headers, encode_headers
+from ._headers import Headers, as_headers, encode_headers
 from ._limits import DEFAULT_MAX_PAYLOAD_BYTES, MAX_CONTROL_LINE_BYTES, MAX_JSON_LINE_BYTES
 
 _CRLF = b"\r\n"
@@ -68,13 +70,13 @@ def encode_pub(
     subject: str,
     payload: bytes,
     reply: str | None,
-    headers: Headers | None,
+    headers: Headers | Mapping[str, str] | None,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> bytes:
     """The bytes of a PUB/HPUB, from its fields (no :class:`Pub` made: this is every request's
-    path). Plain tokens are framed in one pass; anything else goes through :func:`encode`'s
-    field-by-field checks, which raise the errors (so the fast path only skips work, never a
-    check)."""
+    path); ``headers`` a block or a mapping of fields (see :func:`encode_headers`). Plain
+    tokens are framed in one pass; anything else goes through :func:`encode`'s field-by-field
+    checks, which raise the errors (so the fast path only skips work, never a check)."""
     # Subject and reply are tested together (one string, one test of each kind) and encoded
     # together; each on its own has no space and is not empty.
     head = subject if reply is None else subject + " " + reply
@@ -97,7 +99,8 @@ def encode_pub(
             line = f"HPUB {head} {size} {total}\r\n"
             if total <= max_payload_bytes and len(line) <= MAX_CONTROL_LINE_BYTES + 2:
                 return line.encode() + block + payload + _CRLF
-    return _encode_checked(Pub(subject, payload, reply, headers), max_payload_bytes)
+    pub = Pub(subject, payload, reply, None if headers is None else as_headers(headers))
+    return _encode_checked(pub, max_payload_bytes)
 
 
 def encode(event: Event, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:

@@ -7,6 +7,7 @@ optional description. Keys may repeat, so fields are an ordered tuple of pairs, 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from typing import final
 
 import attrs
@@ -76,29 +77,40 @@ class Headers:
         return tuple(value for name, value in self.fields if name.lower() == folded)
 
     @classmethod
-    def of(cls, mapping: dict[str, str] | None = None, /, **fields: str) -> Headers:
+    def of(cls, mapping: Mapping[str, str] | None = None, /, **fields: str) -> Headers:
         """Build a plain (status-less) block from a mapping."""
         items = dict(mapping or {}, **fields)
         return cls(fields=tuple(items.items()))
+
+
+def as_headers(headers: Headers | Mapping[str, str]) -> Headers:
+    """``headers`` as a :class:`Headers` block (a mapping's fields in its order)."""
+    return headers if type(headers) is Headers else Headers.of(headers)
 
 
 #: The version line of a block without a status.
 _PLAIN_VERSION_LINE = HEADER_VERSION.decode() + "\r\n"
 
 
-def encode_headers(headers: Headers) -> bytes:
-    """The wire bytes of ``headers``, ending with the blank line.
+def encode_headers(headers: Headers | Mapping[str, str]) -> bytes:
+    """The wire bytes of ``headers``, ending with the blank line: a :class:`Headers` block, or
+    a mapping of fields (a plain block, in the mapping's order: what a caller holding its
+    headers as a dict sends without building a :class:`Headers` per message).
 
     A block without a status (every request's) is spelled as text and encoded once; a name
     is tested whole in this frame (printable ASCII, no space, no ``:``: two string methods, no
     call of ours; no process-wide memo of names seen), and a value with ``in`` and indexing (no
     calls). Anything else, and a block that is not UTF-8 (a lone surrogate), goes through
     :func:`_encode_headers_checked`, which names what cannot be sent."""
-    if headers.status is not None or headers.description:
-        return _encode_headers_checked(headers)
+    if type(headers) is Headers:
+        if headers.status is not None or headers.description:
+            return _encode_headers_checked(headers)
+        fields: Iterable[tuple[str, str]] = headers.fields
+    else:
+        fields = headers.items()
     text = _PLAIN_VERSION_LINE
     try:
-        for key, value in headers.fields:
+        for key, value in fields:
             if not (
                 key and key.isascii() and key.isprintable() and " " not in key and ":" not in key
             ):
@@ -113,7 +125,7 @@ def encode_headers(headers: Headers) -> bytes:
         block = (text + "\r\n").encode()
     except (ProtocolError, UnicodeEncodeError):
         # The part-by-part encoding raises the error of the first part that is wrong.
-        return _encode_headers_checked(headers)
+        return _encode_headers_checked(as_headers(headers))
     if len(block) > MAX_HEADER_BYTES:
         raise ProtocolError(f"headers: {len(block)} bytes, more than {MAX_HEADER_BYTES}")
     return block

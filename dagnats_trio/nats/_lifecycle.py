@@ -20,7 +20,7 @@ import functools
 import itertools
 import random as random_module
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import trio
 
@@ -117,20 +117,14 @@ class ConnectionLifecycle:
         subject: str,
         payload: bytes,
         reply: str | None,
-        headers: Headers | dict[str, str] | None,
+        headers: Headers | Mapping[str, str] | None,
     ) -> bytes:
         if self._closed:  # _check_open, inline: once per frame
             raise ConnectionClosedError(self._close_reason)
-        # The common kinds (no headers or a block; bytes) are told by ``is``, without a call.
-        block = (
-            headers
-            if headers is None or type(headers) is Headers
-            else Headers.of(headers)
-            if isinstance(headers, dict)
-            else headers
-        )
+        # Headers go to the encoder as given: a block, or a mapping of fields encoded as one
+        # (no ``Headers`` built per message). Bytes are told by ``is``, without a call.
         data = payload if type(payload) is bytes else bytes(payload)
-        return self._wire.send_pub(subject, data, reply, block)
+        return self._wire.send_pub(subject, data, reply, headers)
 
     def _queue_ping(self, waiter: PongWaiter) -> None:
         self._pings.sent(waiter)

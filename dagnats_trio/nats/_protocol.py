@@ -10,7 +10,7 @@ them. The caller owns the socket, the clock and every wait.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Literal, Protocol, final
 
 from ._encoder import encode, encode_pub
@@ -25,7 +25,12 @@ class _SendPub(Protocol):
     """What :attr:`ClientProtocol.send_pub` is: the bytes of a PUB/HPUB from its fields."""
 
     def __call__(
-        self, subject: str, payload: bytes, reply: str | None, headers: Headers | None, /
+        self,
+        subject: str,
+        payload: bytes,
+        reply: str | None,
+        headers: Headers | Mapping[str, str] | None,
+        /,
     ) -> bytes: ...
 
 
@@ -110,7 +115,11 @@ class ClientProtocol:
             self.send_pub = self._send_pub_checked
 
     def _send_pub_checked(
-        self, subject: str, payload: bytes, reply: str | None, headers: Headers | None
+        self,
+        subject: str,
+        payload: bytes,
+        reply: str | None,
+        headers: Headers | Mapping[str, str] | None,
     ) -> bytes:
         """:attr:`send_pub` for a server that does not take headers."""
         if headers is not None:

@@ -102,7 +102,9 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches, TrioNatsCore):
             msg = await self._conn.request(
                 subject,
                 payload,
-                headers=wire_headers(headers) if headers else None,
+                # The mapping itself: the connection encodes its fields as one block (no
+                # ``Headers`` built per request); an empty one sends none.
+                headers=headers if headers else None,
                 timeout_s=self._timeout_s if timeout_s is None else timeout_s,
             )
         except (NatsError, ProtocolError) as exc:

@@ -245,6 +245,29 @@ def test_a_plain_header_block_encodes_as_the_part_by_part_path_encodes_it(
         assert parse_headers(b"NATS/1.0\r\n" + plain[0]).fields == tuple(fields)
 
 
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.dictionaries(names, values, max_size=4), st.booleans())
+def test_headers_given_as_a_mapping_frame_as_the_block_does(
+    fields: dict[str, str], with_reply: bool
+) -> None:
+    """A mapping of fields (what the transport holds its headers in, sent without building a
+    ``Headers``) gives the bytes of the block with the same fields in the same order, or the
+    same error naming the part that cannot be sent; through the frame's encoder too."""
+    block = Headers(fields=tuple(fields.items()))
+
+    def outcome(headers: Headers | dict[str, str]) -> tuple[bytes, bytes, str | None]:
+        try:
+            return (
+                encode_headers(headers),
+                ClientProtocol().send_pub("a.b", b"x", "r" if with_reply else None, headers),
+                None,
+            )
+        except ProtocolError as exc:
+            return b"", b"", str(exc)
+
+    assert outcome(fields) == outcome(block)
+
+
 @pytest.mark.parametrize(
     ("subject", "reply", "named"),
     [
