@@ -78,6 +78,7 @@ PURE_MODULES = sorted(
         "dagnats_trio.engine.effects",
         "dagnats_trio.engine.hooks",
         "dagnats_trio.engine.snapshot",
+        "dagnats_trio.engine._start_sweep_rules",
         "dagnats_trio.journal",
         "dagnats_trio.journal._replay",
         "dagnats_trio.journal._replay_calls",

@@ -83,6 +83,7 @@ HC = "tests/guards/test_honour_chain.py"
 MX = "tests/matrix/test_matrix.py"
 PC = "tests/journal/test_predicted_claim.py"
 SP = "tests/engine/test_start_path.py"
+SK = "tests/engine/test_start_kills.py"
 
 GUARDS: tuple[Guard, ...] = (
     _g(
@@ -622,6 +623,30 @@ GUARDS: tuple[Guard, ...] = (
             )
         ],
         [f"{SP}::test_a_definition_stored_under_another_name_is_indexed_under_its_own"],
+    ),
+    _g(
+        "Start sweep: a start already stored is never published again",
+        "StartSweep._examine: the run's history is not read before its start is published",
+        [("if await self._start_stored(run_id):", "if False:")],
+        [
+            f"{SK}::test_an_unkeyed_start_killed_after_its_snapshot_completes_once[announced]",
+            f"{SK}::test_a_live_start_is_never_published_by_the_sweep",
+        ],
+    ),
+    _g(
+        "Start sweep: only a start not applied is looked for",
+        "start_state: a start the service dispatched counts as applied at once",
+        [
+            (
+                "if not snapshot.started or service_start_entry(snapshot) is not None:",
+                "if not snapshot.started:",
+            )
+        ],
+        [
+            f"{SK}::test_an_unkeyed_start_killed_after_its_snapshot_completes_once[dispatch]",
+            "tests/engine/test_start_sweep_rules.py::"
+            "test_a_start_the_service_dispatched_is_unapplied_until_an_event_is_applied",
+        ],
     ),
 )
 

@@ -59,6 +59,13 @@ if TYPE_CHECKING:
         EngineStats,
         legacy_from_env,
     )
+    from ._start_sweep import (
+        START_SWEEP_AFTER_S,
+        START_SWEEP_EVERY_S,
+        StartSweep,
+        SweepReport,
+        SweepStats,
+    )
     from ._store import (
         IndexedStart,
         create_snapshot,
@@ -92,6 +99,13 @@ else:
                 "EngineStats",
                 "legacy_from_env",
             ),
+            "._start_sweep": (
+                "START_SWEEP_AFTER_S",
+                "START_SWEEP_EVERY_S",
+                "StartSweep",
+                "SweepReport",
+                "SweepStats",
+            ),
             "._timer_stream": (
                 "TIMER_DUE_HEADER",
                 "TIMER_ID_HEADER",
@@ -108,6 +122,8 @@ __all__ = [
     "LOOP_ERROR_BACKOFF_MAX_S",
     "LOOP_ERROR_BACKOFF_S",
     "SERVICE_START_SEQ",
+    "START_SWEEP_AFTER_S",
+    "START_SWEEP_EVERY_S",
     "TIMER_DUE_HEADER",
     "TIMER_ID_HEADER",
     "TIMER_LOOP_DELAY",
@@ -135,8 +151,11 @@ __all__ = [
     "RunSnapshot",
     "SettleInputs",
     "SnapshotEncoder",
+    "StartSweep",
     "StepState",
     "StepStatus",
+    "SweepReport",
+    "SweepStats",
     "advance",
     "arm_timer",
     "child_run_id",

@@ -54,7 +54,8 @@ TIMER_MIN_NAK_S = 0.001
 
 @final
 class Engine(EngineState):
-    """Run with ``await nursery.start(engine.run)``; cancel the nursery to stop it.
+    """Run with ``await nursery.start(engine.run)``; cancel the nursery to stop it. Beside its
+    loops it runs :attr:`start_sweep` (``_start_sweep``: the start of a run whose starter died).
 
     ``legacy_step_events`` None means: read ``DAGNATS_LEGACY_STEP_EVENTS`` (default true).
     """
@@ -73,6 +74,7 @@ class Engine(EngineState):
         await self.transport.ensure_consumer(timer_consumer(self.timer_ack_wait_s))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._run_ends.run)
+            nursery.start_soon(self.start_sweep.run)
             nursery.start_soon(self._history_loop)
             nursery.start_soon(self._timer_loop)
             task_status.started()

@@ -27,6 +27,7 @@ from ._definitions import Definitions
 from ._replace import replace
 from ._run_end import end_run
 from ._run_ends import RunEnd, RunEnds
+from ._start_sweep import START_SWEEP_AFTER_S, START_SWEEP_EVERY_S, StartSweep
 from ._store import create_snapshot, started_with
 from .hooks import InputsHooks, NoInputs
 from .snapshot import RunSnapshot, SnapshotEncoder, decode_snapshot
@@ -90,6 +91,8 @@ class EngineState:
         timer_ack_wait_s: float = TIMER_ACK_WAIT_S,
         fetch_batch: int = FETCH_BATCH,
         fetch_wait_s: float = FETCH_WAIT_S,
+        start_sweep_after_s: float = START_SWEEP_AFTER_S,
+        start_sweep_every_s: float = START_SWEEP_EVERY_S,
     ) -> None:
         self.transport = transport
         self.env = env
@@ -111,6 +114,10 @@ class EngineState:
         self._refs = DefinitionRefs(transport, self._encoder)
         #: Finished runs' removals, made by a task of their own (``_run_ends``).
         self._run_ends = RunEnds(transport)
+        #: Publishes the ``workflow.started`` of runs whose start died (``_start_sweep``).
+        self.start_sweep = StartSweep(
+            transport, after_s=start_sweep_after_s, every_s=start_sweep_every_s
+        )
 
     async def wait_stats(self, predicate: Callable[[EngineStats], bool]) -> None:
         """Return once ``predicate(self.stats)`` holds (the caller bounds the wait)."""

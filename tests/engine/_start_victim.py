@@ -9,8 +9,10 @@ dispatches the first step itself (``engine.start_dispatched``), then starts a ru
 create of the run's first snapshot), ``dispatch`` (the snapshot holding the dispatch created,
 before its task and ``workflow.started`` are sent), ``task`` (after the task is stored, before
 the event: the two are sent at once, so a process that dies while writing them can leave that)
-or ``announced`` (after both are stored, before the start returns). It exits 3 if the start
-ends without reaching that point.
+or ``announced`` (after both are stored, before the start returns). ``started`` takes the
+engine's path instead (the workflow not read before: the snapshot is created undispatched) and
+dies before that start's ``workflow.started`` is sent. It exits 3 if the start ends without
+reaching that point.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ SNAPSHOT: Final = "snapshot"
 DISPATCH: Final = "dispatch"
 TASK: Final = "task"
 ANNOUNCED: Final = "announced"
+STARTED: Final = "started"
 NO_KEY: Final = "-"
 EXIT_NOT_KILLED: Final = 3
 
@@ -95,10 +98,13 @@ async def _main(url: str, workflow: str, run_id: str, key: str, kill_at: str) ->
         killing: Any
         if kill_at == SNAPSHOT:
             killing = KillAt(transport, "kv_create", layout.run_key(run_id))
+        elif kill_at == STARTED:
+            killing = KillAt(transport, "publish", layout.history_subject(run_id))
         else:
             killing = KillAtAnnounce(transport, run_id, kill_at)
         service = Service(killing, env)
-        await service.get_workflow(workflow)
+        if kill_at != STARTED:
+            await service.get_workflow(workflow)
         await service.start_run(workflow, {"n": 1}, None if key == NO_KEY else key)
     sys.exit(EXIT_NOT_KILLED)
 
