@@ -18,7 +18,8 @@ checks the snapshot, leaves the run out and removes the stale marker). So the fi
 after any crash. A stale marker disappears the first time a listing meets it; an entry (and
 marker) without a snapshot stays, skipped by every listing, until a retried start creates the
 snapshot or a purge removes it: a listing cannot tell it from a start still under way, whose
-snapshot may yet be created, so removing it could hide that run (docs/listing.md).
+snapshot may yet be created, so removing it could hide that run (docs/listing.md); the
+engine's start sweep (``_start_sweep``) leaves it for the same reason.
 
 Writers are :func:`index_run` (called by the one function that creates snapshots, or by the
 service through ``engine._store.index_start`` while it reads the definition: then, should the

@@ -18,17 +18,21 @@ Why publishing cannot start a run twice:
 
 - A start already stored is never published again: the history is read first (on the leader,
   which has every acknowledged message), and only a run whose history holds none is published.
-- A start that a slow but living creator publishes after the sweep did (or the sweep after it,
-  both having read an empty history) carries the same msg id, and the history stream keeps msg
-  ids for its duplicate window (``transport.STREAMS``, 120 s), so the later one stores nothing.
-  The sweep publishes at least :data:`START_SWEEP_AFTER_S` after the marker was written (it
-  was written before it was first seen), and a living creator publishes right after its snapshot
-  is created (its next request, bounded by the request timeout): the bound is a quarter of the
-  shorter of the history's and the task stream's duplicate windows, so a creator stalled for up
-  to three quarters of the window more is still deduplicated, and so is the dispatched task the
-  engine repeats (its msg id is the one the creator used). Only a creator stopped (SIGSTOP, a
-  frozen VM) longer than that could store a second start, which the engine drops (the run is
-  started), as it drops any redelivered one.
+- A start that a slow but living creator publishes after the sweep did carries the same msg id
+  (``started_msg_id``), and the history stream keeps msg ids for its duplicate window
+  (``transport.STREAMS``, 120 s), so it stores nothing when it comes within the window of the
+  sweep's: a creator publishes right after its snapshot is created (its next request, bounded
+  by the request timeout), and the sweep publishes no earlier than :data:`START_SWEEP_AFTER_S`
+  after the marker was written (it was written before the sweep first saw it), so only a
+  creator stopped (SIGSTOP, a frozen VM) for longer than the bound and the window together
+  could store a second start; the engine drops that one (the run is started), as it drops any
+  redelivered start.
+- The bound is short against the windows so that what the engine repeats is still a duplicate:
+  for a start the service dispatched whose task was stored (and not its event), the engine
+  repeats the task under the creator's msg id when it applies the sweep's start. The bound is a
+  quarter of the shorter of the history's and the task stream's windows, which leaves three
+  quarters of the window (90 s) for the pass interval and the engine's lag in applying it.
+  A bound much shorter would publish the starts of living creators still at work, needlessly.
 - Two engines sweeping at once publish the same message with the same msg id: stored once.
 
 An index entry and marker left by a start killed before its snapshot (``NO_SNAPSHOT``) are left
@@ -75,9 +79,9 @@ def _duplicate_window_s(stream: str) -> float:
 
 
 #: How long the sweep waits, from when it first sees a run's marker, before it publishes the
-#: run's ``workflow.started``: a quarter of the shorter duplicate window of the two streams
-#: it may write a run's start to (history for the event, tasks for the task the engine then
-#: repeats), so a late publish by a slow creator is deduplicated (module docstring).
+#: run's ``workflow.started``: a quarter of the shorter duplicate window of the two streams a
+#: run's start writes to (history for the event, tasks for the task the engine then repeats),
+#: so what the sweep's start makes the engine repeat is still deduplicated (module docstring).
 START_SWEEP_AFTER_S: Final = (
     min(_duplicate_window_s(layout.HISTORY_STREAM), _duplicate_window_s(layout.TASK_STREAM)) / 4
 )

@@ -186,7 +186,8 @@ async def start_dispatched(
     tasks (``core.service_start_entry``), as it repeats its own entry when an event comes
     again after a crash between its save and its publishes: a start that died after the
     snapshot and before the publishes is converged by what converges one that died before its
-    ``workflow.started`` (a retry with its idempotency key publishes it). A snapshot there
+    ``workflow.started`` (a retry with its idempotency key publishes it, or, without a key, the
+    engine's start sweep: ``_start_sweep``). A snapshot there
     already (such a retry) is left as it is, and ``event`` alone is published, as
     :func:`write_first_snapshot`'s caller does.
 
