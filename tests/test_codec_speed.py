@@ -13,6 +13,7 @@ import cProfile
 import enum
 import json
 import math
+import sys
 from typing import Any, Final, NamedTuple
 
 import attrs
@@ -29,13 +30,17 @@ from dagnats_trio.protocol import (
     DispatchId,
     JsonPolicyError,
     ModelRecord,
+    StepContinue,
     TaskMessage,
+    Wait,
     canonical_json_text,
     check_json,
     converter,
+    decode_event,
     decode_record,
     decode_task,
     dumps_json,
+    encode_event,
     encode_json,
     encode_record,
     encode_task,
@@ -186,6 +191,32 @@ def test_an_optional_scalar_of_the_wrong_json_type_is_refused(field: str, wrong:
     assert from_obj({field: None}, _Optionals) == _Optionals()
 
 
+def test_an_optional_object_is_structured_by_a_hook_bound_once() -> None:
+    """``DispatchId | None`` and the like: the inner type's hook is looked up once, when the
+    optional's hook is made; cattrs' own optional hook (``_structure_optional``) dispatched on
+    the inner type on every value decoded. The answers are the same: None as it is, an object
+    by the inner hook, anything else refused naming the field."""
+    event = StepContinue("r1", "agent", DispatchId(2, 1, "n1"), wait=Wait(delay_ms=5))
+    data = encode_event(event)
+    assert decode_event(data) == event  # warm
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        decoded = decode_event(data)
+    finally:
+        profiler.disable()
+    assert decoded == event
+    profiler.create_stats()
+    stats: dict[tuple[str, int, str], Any] = profiler.stats  # type: ignore[attr-defined]
+    dispatched = [key for key in stats if key[2] == "_structure_optional"]
+    assert dispatched == []
+    assert decode_event(encode_event(StepContinue("r1", "agent"))) == StepContinue("r1", "agent")
+    raw = json.loads(data)
+    raw["dispatch"] = "n1"
+    with pytest.raises(DecodeError, match=r"dispatch"):
+        decode_event(json.dumps(raw).encode())
+
+
 #: Built-in calls the codec's own hooks make while one task message is decoded (its strings,
 #: integers, its dispatch identity): 16 while every scalar was tested with ``isinstance`` (two
 #: for an integer) and each object's structuring function was found with ``dict.get``; 0 since
@@ -302,6 +333,20 @@ def test_dumps_json_still_refuses_a_circular_value_as_the_encoder_does() -> None
     assert got == _outcome(_JSON_ENCODER.encode, loop)
     assert got == ("error", ValueError, "Circular reference detected")
     assert dumps_json([1, {"a": "b"}]) == '[1,{"a":"b"}]'  # and the next value is fine
+
+
+def test_dumps_json_answers_nesting_past_the_recursion_limit_as_the_encoder_does() -> None:
+    """``dumps_json`` writes without the encoder's circular-reference check first; nesting too
+    deep to write (as a cycle is) then goes to the encoder that checks, whose answer it gives.
+    A value shared twice (not a cycle) is written twice, as the checking encoder writes it."""
+    deep: list[Any] = []
+    for _ in range(sys.getrecursionlimit() + 100):
+        deep = [deep]
+    got = _outcome(dumps_json, deep)
+    assert got == _outcome(_JSON_ENCODER.encode, deep)
+    assert got[:2] == ("error", RecursionError)
+    shared = {"k": [1, 2]}
+    assert dumps_json([shared, {"again": shared}]) == '[{"k":[1,2]},{"again":{"k":[1,2]}}]'
 
 
 #: What may follow (or replace the end of) an object's text: whitespace, which is allowed, and

@@ -225,7 +225,7 @@ class HandleState:
             await self._holder.seam(Seam.AFTER_TOOL_RESULT)  # stored with the commit
         if current_hook() is not None:
             await self._holder.seam(Seam.AFTER_COMMIT)
-        if action is not CommitAction.FAIL:
+        if action is not CommitAction.FAIL and self._on_committed is not None:
             ids = tuple(p.request_id for p in self._placed)
             await notify_committed(self._on_committed, t, commit, seq, ids)
         await publish_lifecycle(self._transport, event_for_commit(commit, t, seq))

@@ -82,6 +82,12 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook_factory(
         lambda t: _optional_scalar(t) is not None, _optional_scalar_structure
     )
+    # Any other optional (``DispatchId | None``, ``Wait | None``...): its inner hook looked up
+    # once, here, where cattrs' own optional hook dispatches on the inner type on every call.
+    conv.register_structure_hook_factory(
+        lambda t: _optional_other(t) is not None,
+        lambda t: _optional_structure(t, conv),
+    )
     # An enum (of plain values, cattrs' own case) by its value: cattrs' hooks are a lambda
     # reading the ``value`` property (two Python calls), and a lambda calling the class (three:
     # the lambda, ``EnumType.__call__``, ``Enum.__new__``).
@@ -137,6 +143,33 @@ def _optional_scalar(t: Any) -> Any:
     return inner if inner in _SCALARS else None
 
 
+def _optional_other(t: Any) -> Any:
+    """``X`` when ``t`` is ``X | None`` (either order) for an ``X`` that is not a JSON scalar
+    (an attrs class, a list...), else None."""
+    if typing.get_origin(t) not in (typing.Union, types.UnionType):
+        return None
+    args = typing.get_args(t)
+    if len(args) != 2 or type(None) not in args:
+        return None
+    inner = args[0] if args[1] is type(None) else args[1]
+    return None if inner in _SCALARS else inner
+
+
+def _optional_structure(t: Any, conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    """cattrs' answer for ``X | None`` (None as it is, else ``X``'s hook), that hook bound once.
+
+    Bound when the hook is first asked for, which is when the hook of a class with such a
+    field is generated: on the first decode of that class (``_require_object``), after every
+    module has registered its hooks at import."""
+    inner = _optional_other(t)
+    hook = conv.get_structure_hook(inner)
+
+    def structure(value: Any, _: Any, _hook: Any = hook, _inner: Any = inner) -> Any:
+        return None if value is None else _hook(value, _inner)
+
+    return structure
+
+
 def _optional_scalar_structure(t: Any) -> Callable[[Any, Any], Any]:
     inner = _optional_scalar(t)
     strict = _SCALARS[inner]
@@ -177,6 +210,16 @@ converter = _make_converter()
 #: from a record stored by an older release, so such a run can still be cancelled and purged
 #: (with ``allow_nan=False`` its every event failed and it was stuck; docs/upgrading.md).
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+#: :data:`_ENCODER` without its circular-reference check, the one :func:`dumps_json` tries
+#: first: that check keeps a dict of the ids of the containers being written, an insert and a
+#: delete per dict and list of every record, event and task, and only tells a cycle apart from
+#: nesting too deep (both end the write). Values here are acyclic: the converter's output, and
+#: JSON values that passed :mod:`.json_policy` (nesting bounded, so no cycle). A value that is
+#: not (a cycle, or nesting past the interpreter's recursion limit) raises ``RecursionError``
+#: here, and is then written by :data:`_ENCODER`, which answers it as it always did.
+_ENCODER_UNCHECKED = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, check_circular=False
+)
 
 #: ``json.loads``' own decoder (the module's default one), called without its wrapper.
 _DECODER = json.JSONDecoder()
@@ -260,6 +303,17 @@ def encoder_of(cls: Any) -> Callable[[Any], bytes]:
 def dumps_json(raw: Any) -> str:
     """The compact JSON text of an unstructured value (what :func:`to_json` encodes), for a
     caller that puts stored JSON texts together itself."""
+    try:
+        return _ENCODER_UNCHECKED.encode(raw)
+    except (TypeError, RecursionError):
+        # Not plain JSON, a cycle, or nested too deep: the encoder that checks for cycles
+        # says which (the same text, or the same error, as before the unchecked one).
+        return _dumps_checked(raw)
+
+
+def _dumps_checked(raw: Any) -> str:
+    """:func:`dumps_json` by the encoder that checks for cycles (``Circular reference
+    detected``), then, for a value that is not plain JSON, by its parts' own types."""
     try:
         return _ENCODER.encode(raw)
     except TypeError:

@@ -52,10 +52,19 @@ PATH_SHOWN_MAX_PARTS: Final = 12
 KEY_SHOWN_MAX_CHARS: Final = 40
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+#: Both encoders write only values :func:`check_json` passed: nested at most
+#: :data:`MAX_JSON_DEPTH` levels, so without a cycle, and their own circular-reference check
+#: (an insert and a delete in a dict of ids per container written) is left off.
+_ENCODER = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
+)
 #: The one spelling per value: :data:`_ENCODER`'s, keys sorted.
 _CANONICAL = json.JSONEncoder(
-    separators=(",", ":"), ensure_ascii=False, allow_nan=False, sort_keys=True
+    separators=(",", ":"),
+    ensure_ascii=False,
+    allow_nan=False,
+    sort_keys=True,
+    check_circular=False,
 )
 
 
