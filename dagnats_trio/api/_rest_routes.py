@@ -116,7 +116,13 @@ API_ROUTES: tuple[RouteDoc, ...] = (
             Answer(201, "Started; the run id.", RunStarted),
             BAD_REQUEST,
             Answer(404, "Unknown workflow.", ErrorEnvelope),
-            TOO_LARGE,
+            Answer(
+                413,
+                "The body is larger than the configured limit, or `input_too_large`: the input "
+                "is over 480 KiB encoded (`RUN_INPUT_MAX_BYTES`; a run's first snapshot holds it "
+                "twice, in one NATS message).",
+                ErrorEnvelope,
+            ),
         ),
     ),
     RouteDoc(

@@ -102,7 +102,11 @@ async def register_workflows(service: Service) -> None:
 
 @asynccontextmanager
 async def open_stack(
-    transport: Transport, token: str | None, *, unserved_after_s: float = UNSERVED_AFTER_S
+    transport: Transport,
+    token: str | None,
+    *,
+    unserved_after_s: float = UNSERVED_AFTER_S,
+    max_body_bytes: int = TEST_MAX_BODY_BYTES,
 ) -> AsyncIterator[Stack]:
     service = Service(transport, unserved_after_s=unserved_after_s)
     inputs = InputsService(transport)
@@ -112,7 +116,7 @@ async def open_stack(
         inputs,
         transport,
         token=token,
-        max_body_bytes=TEST_MAX_BODY_BYTES,
+        max_body_bytes=max_body_bytes,
         max_wait_s=TEST_MAX_WAIT_S,
         poll_interval_s=TEST_POLL_INTERVAL_S,
     )
