@@ -188,7 +188,8 @@ class Connection(ConnectionLifecycle):
                     self._outbox.write(data)
                     await slot.wait()
         finally:
-            self._mux.forget(token)
+            if slot.msg is None:  # answered, it is forgotten already (``RequestMux.deliver``)
+                self._mux.forget(token)
         msg = slot.msg
         if msg is None:
             self._check_open()
@@ -228,8 +229,9 @@ class Connection(ConnectionLifecycle):
                     if not slot.woken:
                         await slot.wait()
         finally:
-            for token, _ in opened:
-                self._mux.forget(token)
+            for token, slot in opened:
+                if slot.msg is None:  # answered, it is forgotten already
+                    self._mux.forget(token)
         answers: list[Msg | NatsError] = []
         for r, (_, slot) in zip(requests, opened, strict=True):
             msg = slot.msg

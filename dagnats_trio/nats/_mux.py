@@ -64,11 +64,14 @@ class RequestMux:
         return token, f"{self._inbox}.{token}", slot
 
     def forget(self, token: str) -> None:
-        """The request is over (answered, timed out or cancelled): later replies are dropped."""
-        del self._slots[token]
-        self.pending -= 1
-        if len(self._deadlines) > 2 * (self.pending + self._alarms) + _HEAP_SLACK_ENTRIES:
-            self._prune()  # tested here: no call per request while the heap is small
+        """The request is over unanswered (timed out, cancelled, or the connection closed):
+        a later reply is dropped. An answered request needs none: :meth:`deliver` took its
+        slot out (so a caller calls this only while its slot has no ``msg``; calling it
+        after does nothing)."""
+        if self._slots.pop(token, None) is not None:
+            self.pending -= 1
+            if len(self._deadlines) > 2 * (self.pending + self._alarms) + _HEAP_SLACK_ENTRIES:
+                self._prune()  # tested here: no call per request while the heap is small
 
     def alarm(self, deadline: float) -> tuple[str, ReplySlot]:
         """A slot woken at ``deadline`` (Trio clock) unless woken before, kept in the same heap
@@ -98,11 +101,17 @@ class RequestMux:
         heapq.heapify(self._deadlines)
 
     def deliver(self, msg: Msg) -> None:
-        """A reply from the mux subscription; the first for a token wins, strays are dropped."""
-        slot = self._slots.get(msg.subject.rpartition(".")[2])
-        if slot is not None and slot.msg is None:
+        """A reply from the mux subscription: the first for a token wins (its slot is taken
+        out here, so the answered caller has nothing to :meth:`forget`: one call fewer per
+        request), strays and later replies are dropped. An alarm's token holds a space, which
+        no subject token does: no reply takes an alarm's slot."""
+        slot = self._slots.pop(msg.subject.rpartition(".")[2], None)
+        if slot is not None:
+            self.pending -= 1
             slot.msg = msg
             slot.wake()
+            if len(self._deadlines) > 2 * (self.pending + self._alarms) + _HEAP_SLACK_ENTRIES:
+                self._prune()
 
     def wake_all(self) -> None:
         """The connection closed: every waiting request wakes with no reply (and every alarm

@@ -40,8 +40,9 @@ ROUND_TRIPS: Final = 50
 #: method (the client protocol checks a non-MSG event through the parser's ``on_control``,
 #: with no ``events`` frame of its own around it); 9 since a read's bytes are added and its
 #: events parsed in one ``feed`` call (no ``_next`` per message) and ``send_pub`` is
-#: ``encode_pub`` itself (a partial; no frame of the client protocol per PUB).
-MAX_CORE_CALLS_PER_ROUND_TRIP: Final = 10
+#: ``encode_pub`` itself (a partial; no frame of the client protocol per PUB); 9 at 368dbd8, 8
+#: since headers given as a mapping are encoded as they are (no ``Headers.of`` per request).
+MAX_CORE_CALLS_PER_ROUND_TRIP: Final = 9
 #: The sans-IO modules that frame and parse every message.
 CORE_MODULES: Final = (
     "nats/_parser.py",
@@ -61,8 +62,9 @@ CORE_MODULES: Final = (
 #: without ``len`` (a whole event that ends the buffer empties it); 53 since (as above); 47
 #: since (as above: ``feed``, ``send_pub``); 53 since a header name is tested in place on every
 #: block (``isascii``, ``isprintable``: 2 per name, 3 names a round trip) instead of looked up
-#: in a process-wide set of names seen, which the library may not keep (no global state).
-MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 54
+#: in a process-wide set of names seen, which the library may not keep (no global state); 53
+#: at 368dbd8, 52 since (as above).
+MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 53
 #: Python calls into the connection's own modules per round trip (the request and the
 #: responder's publish queued, written, read, routed and woken): 36 before a frame checked the
 #: connection inline and the request mux kept its count of requests in flight as an attribute
@@ -72,16 +74,18 @@ MAX_CORE_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 54
 #: socket's errors itself (the guard coroutine around it was resumed on every read); 24 since
 #: the outbox tests a frame's room in the write (no ``has_room`` call per request) and the mux
 #: tests its heap's slack itself (no ``_prune`` call per answered request); 22 since the
-#: outbox reads the mux's count of requests in flight itself (no ``_queue`` frame per frame).
-MAX_CONNECTION_CALLS_PER_ROUND_TRIP: Final = 23
+#: outbox reads the mux's count of requests in flight itself (no ``_queue`` frame per frame);
+#: 22 at 368dbd8, 21 since the mux takes an answered request's slot out as it delivers the
+#: reply (no ``forget`` call per answered request).
+MAX_CONNECTION_CALLS_PER_ROUND_TRIP: Final = 22
 #: The same with the built-in calls they make: 62 while the request mux made each token with
 #: ``format(next(...))``, counted the requests in flight with ``len`` and read its alarm's
 #: deadline through the scope's property, and a reply slot's wait was a coroutine of its own;
 #: 56 since; 52 since the reader task runs read_events itself; 53 measured at 8c927c1, 51 since
 #: read_events handles the socket's errors itself; 40 since (as above, and a frame's kinds
 #: told by ``type(...) is``: no ``isinstance``, ``bytes`` or ``len`` call per frame in the
-#: common case); 38 since (as above).
-MAX_CONNECTION_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 40
+#: common case); 38 since (as above); 36 since (as above).
+MAX_CONNECTION_CALLS_WITH_BUILTINS_PER_ROUND_TRIP: Final = 38
 #: The Trio shell around the core: connection (its calls, its lifecycle), request mux, outbox,
 #: reply slots, reader.
 CONNECTION_MODULES: Final = (
