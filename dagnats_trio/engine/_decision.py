@@ -5,6 +5,7 @@ kind of event build on it in :mod:`._decision_events`. Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..dag import StepType, WorkflowDef, ready_steps, run_output, step_input
@@ -112,7 +113,16 @@ class _Working:
         for sid in ready_steps(self.definition, completed, started):
             self.dispatch(sid, iteration=0, attempt=1)
 
-    def dispatch(self, step_id: str, *, iteration: int, attempt: int) -> None:
+    def dispatch(
+        self,
+        step_id: str,
+        *,
+        iteration: int,
+        attempt: int,
+        ending: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``ending``: what the iteration that ended leaves on the step (``continue_step``), set
+        in the same copy of its state as the dispatch; the task carries its ``journal_seq``."""
         sdef = self.definition.step(step_id)
         st = self.steps[step_id]
         run = self.snap.run_id
@@ -128,6 +138,8 @@ class _Working:
             "started_at_ms": started_at,
             "dispatched_at_ms": self.now,
         }
+        if ending is not None:
+            common.update(ending)
         outputs = {
             sid: other.output
             for sid, other in self.steps.items()
@@ -147,7 +159,7 @@ class _Working:
             )
             self.effects.append(PublishEvent(child, started, started_msg_id(child)))
             return
-        self.set(step_id, **common)
+        now_running = self.set(step_id, **common)
         loop = sdef.agent_loop
         task = TaskMessage(
             run_id=run,
@@ -156,7 +168,7 @@ class _Working:
             workflow=self.snap.workflow,
             dispatch=dispatch,
             input=value,
-            journal_seq=st.journal_seq,
+            journal_seq=now_running.journal_seq,
             loop_state_max_bytes=loop.loop_state_max_bytes if loop else None,
             is_loop=sdef.is_loop,
         )

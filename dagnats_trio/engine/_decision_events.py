@@ -5,6 +5,8 @@ copy of :mod:`._decision`; pure: no I/O.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..dag import StepDef, StepType
 from ..protocol import (
     ChildFinished,
@@ -66,9 +68,15 @@ class _Decision(_Working):
             self.pause_step(sid, ev.duration_ms)
 
     def complete_step(self, sid: str, output: object) -> None:
-        st = self.set(sid, status=StepStatus.COMPLETED, output=output, finished_at_ms=self.now)
-        if st.dispatch is not None:
-            self.set(sid, iterations=st.dispatch.iteration + 1)
+        dispatch = self.steps[sid].dispatch
+        changes: dict[str, Any] = {
+            "status": StepStatus.COMPLETED,
+            "output": output,
+            "finished_at_ms": self.now,
+        }
+        if dispatch is not None:
+            changes["iterations"] = dispatch.iteration + 1
+        self.set(sid, **changes)  # one copy of the step's state
         self.effects.append(SettleInputs(self.snap.run_id, sid))
         if all(s.status is StepStatus.COMPLETED for s in self.steps.values()):
             self.complete_run()
@@ -90,15 +98,23 @@ class _Decision(_Working):
         assert st.dispatch is not None
         done = st.dispatch.iteration + 1
         ended = st.dispatch
-        st = self.set(sid, output=ev.output, journal_seq=ev.journal_seq, iterations=done)
+        # What the ended iteration leaves on the step, set with the step's next move: one copy
+        # of its state per event (the agent loop's path: continue, dispatch the next iteration).
+        ending: dict[str, Any] = {
+            "output": ev.output,
+            "journal_seq": ev.journal_seq,
+            "iterations": done,
+        }
         if done >= loop.max_iterations:
+            self.set(sid, **ending)
             self.fail_step_and_run(
                 sid,
                 f"agent loop reached max_iterations ({loop.max_iterations})",
                 REASON_MAX_ITERATIONS,
             )
             return
-        if self.max_duration_exceeded(sdef, st):
+        if self.max_duration_exceeded(sdef, st):  # ``ending`` leaves started_at_ms as it is
+            self.set(sid, **ending)
             self.fail_step_and_run(
                 sid,
                 f"agent loop exceeded max_duration ({loop.max_duration} ms)",
@@ -107,6 +123,7 @@ class _Decision(_Working):
             return
         wait = ev.wait
         if wait is not None and not wait.is_empty():
+            self.set(sid, **ending)
             self.enter_wait(sid, wait)
         elif loop.loop_delay > 0:
             self.set(
@@ -114,10 +131,11 @@ class _Decision(_Working):
                 status=StepStatus.WAITING,
                 park=Park.LOOP_DELAY,
                 wake_at_ms=self.now + loop.loop_delay,
+                **ending,
             )
             self.arm(sid, TIMER_LOOP_DELAY, ended, self.now + loop.loop_delay)
         else:
-            self.dispatch(sid, iteration=done, attempt=1)
+            self.dispatch(sid, iteration=done, attempt=1, ending=ending)
 
     def enter_wait(self, sid: str, wait: Wait) -> None:
         st = self.steps[sid]

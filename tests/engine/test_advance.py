@@ -34,6 +34,7 @@ from dagnats_trio.engine import (
     encode_snapshot,
     new_run_snapshot,
 )
+from dagnats_trio.engine.snapshot import StepState
 from dagnats_trio.protocol import (
     CancelRequested,
     ChildFinished,
@@ -695,3 +696,36 @@ def test_child_run_id_is_deterministic_and_a_token() -> None:
     a = child_run_id(long_run, "step", 1)
     assert a == child_run_id(long_run, "step", 1) != child_run_id(long_run, "step", 2)
     assert len(a) <= 128 and "." not in a
+
+
+def test_an_agent_loop_event_copies_the_step_state_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A continue that dispatches the next iteration, and the completion that ends the loop,
+    each make one copy of the step's state (what the ended iteration leaves is set with the
+    dispatch): the engine's per-event path, counted, not timed."""
+    from dagnats_trio.engine import _decision
+
+    copies: list[type] = []
+    real = _decision.replace
+
+    def counting(inst: Any, **changes: Any) -> Any:
+        copies.append(type(inst))
+        return real(inst, **changes)
+
+    h = Harness(LOOP)
+    (t0,) = tasks(h.start("prompt"))
+    monkeypatch.setattr(_decision, "replace", counting)
+    h.send(StepContinue(RUN, "loop", t0.dispatch, output="o0", journal_seq=17))
+    assert copies.count(StepState) == 1
+    st = h.s.steps["loop"]
+    assert (st.output, st.journal_seq, st.iterations, st.status) == (
+        "o0",
+        17,
+        1,
+        StepStatus.RUNNING,
+    )
+    (t1,) = tasks(h.effects)
+    assert t1.journal_seq == 17
+    copies.clear()
+    h.send(StepCompleted(RUN, "loop", t1.dispatch, output="final"))
+    assert copies.count(StepState) == 1
+    assert h.s.steps["loop"].iterations == 2 and h.s.status is RunStatus.COMPLETED
