@@ -115,6 +115,14 @@ class Engine(EngineState):
                 await trio.sleep(backoff.next_s())
 
     async def _history(self, deliveries: list[Delivery]) -> None:
+        if len(deliveries) == 1:
+            # One event per fetch is the common case (a run waits on its step between events):
+            # handled as a group of one without building the groups.
+            d = deliveries[0]
+            event = await self._decode(d)
+            if event is not None:
+                await self._handle_group([(d, event)])
+            return
         groups: dict[str, list[tuple[Delivery, RunEvent]]] = {}
         for d in deliveries:
             event = await self._decode(d)

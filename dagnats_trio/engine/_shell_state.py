@@ -106,7 +106,9 @@ class EngineState:
         self.fetch_wait_s = fetch_wait_s
         self._legacy_warned = False
         self.stats = EngineStats()
-        self._stats_changed = trio.Event()
+        #: Made by a waiter of :meth:`wait_stats` only: a count with no one waiting allocates
+        #: nothing (one per event otherwise, on the engine's hot path).
+        self._stats_changed: trio.Event | None = None
         self._cache: OrderedDict[str, tuple[RunSnapshot, int]] = OrderedDict()
         self._definitions = Definitions(transport)
         #: Spells each run's definition and carried outbox entries once, not on every save.
@@ -122,11 +124,15 @@ class EngineState:
     async def wait_stats(self, predicate: Callable[[EngineStats], bool]) -> None:
         """Return once ``predicate(self.stats)`` holds (the caller bounds the wait)."""
         while not predicate(self.stats):
+            if self._stats_changed is None:
+                self._stats_changed = trio.Event()
             await self._stats_changed.wait()
 
     def _counted(self) -> None:
-        self._stats_changed.set()
-        self._stats_changed = trio.Event()
+        changed = self._stats_changed
+        if changed is not None:
+            self._stats_changed = None
+            changed.set()
 
     def _count_applied(self) -> None:
         self.stats.applied += 1
