@@ -161,6 +161,8 @@ API_ROUTES: tuple[RouteDoc, ...] = (
         "/runs/{run_id}/cancel",
         "cancel_run",
         "Ask the engine to cancel a run (asynchronous).",
+        description="The `reason` becomes the run's error: at most 4096 characters "
+        "(`CANCEL_REASON_MAX_CHARS`), a longer one is 400.",
         params=(RUN_ID,),
         body=CancelBody,
         body_required=False,

@@ -68,6 +68,11 @@ WAIT_FOR_RUN_RESYNC_S = 5.0
 RUN_KEY_PREFIX = "run."
 #: Longest signal payload accepted, in bytes of JSON.
 SIGNAL_PAYLOAD_MAX_BYTES = 1_048_576
+#: Longest cancel reason accepted. It becomes the run's error, kept in its snapshot and shown in
+#: every listing of the run; a reason near the body limit was accepted (202), and the snapshot
+#: that holds it was then over the server's ``max_payload``, so the engine retried the cancel
+#: forever and the run never ended (found from outside).
+CANCEL_REASON_MAX_CHARS = 4096
 
 
 @final
@@ -221,7 +226,12 @@ class Service:
         return RunPage(page.runs, page.next_cursor)
 
     async def cancel_run(self, run_id: str, reason: str = "cancelled") -> RunSnapshot:
-        """Ask the engine to cancel; returns the snapshot as it was (cancel is asynchronous)."""
+        """Ask the engine to cancel; returns the snapshot as it was (cancel is asynchronous).
+        :class:`InvalidRequest` for a ``reason`` over :data:`CANCEL_REASON_MAX_CHARS`."""
+        if len(reason) > CANCEL_REASON_MAX_CHARS:
+            raise InvalidRequest(
+                f"reason is {len(reason)} characters; the limit is {CANCEL_REASON_MAX_CHARS}"
+            )
         snap = await self.get_run(run_id)
         if not snap.status.finished:
             await self.transport.publish(

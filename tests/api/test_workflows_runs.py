@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 import trio
 
+from dagnats_trio.api.service import CANCEL_REASON_MAX_CHARS
 from dagnats_trio.protocol import layout
 
 from ._stack import (
@@ -300,3 +301,24 @@ async def test_a_step_view_carries_its_timers(api: Stack) -> None:
     await api.service.wait_for_run(run_id, RUN_FINISH_S)
     view = (await api.client.get(f"/runs/{run_id}")).json()["steps"][0]
     assert view["timeout_at_ms"] is None and view["max_duration_at_ms"] is None
+
+
+async def test_a_cancel_reason_over_the_bound_is_refused_and_one_at_it_cancels(api: Stack) -> None:
+    """Found from outside: a reason near the body limit was accepted (202) and made the run's
+    snapshot too large for NATS, so the engine retried the cancel forever and the run never
+    ended. Over :data:`CANCEL_REASON_MAX_CHARS` it is a 400 naming the reason, and nothing is
+    sent to the engine."""
+    r = await api.client.post("/runs", json={"workflow": IDLE_WORKFLOW})
+    run_id = r.json()["run_id"]
+    r = await api.client.post(
+        f"/runs/{run_id}/cancel", json={"reason": "r" * (CANCEL_REASON_MAX_CHARS + 1)}
+    )
+    assert r.status_code == 400, r.text[:200]
+    assert r.json()["error"]["message"].startswith(f"reason is {CANCEL_REASON_MAX_CHARS + 1}")
+    last = await api.transport.get_last_msg(layout.HISTORY_STREAM, layout.history_subject(run_id))
+    assert last is not None and b"cancel" not in last.data.lower()
+    reason = "r" * CANCEL_REASON_MAX_CHARS
+    r = await api.client.post(f"/runs/{run_id}/cancel", json={"reason": reason})
+    assert r.status_code == 202, r.text[:200]
+    snap = await api.service.wait_for_run(run_id, RUN_FINISH_S)
+    assert snap.status.value == "cancelled" and snap.error == reason
