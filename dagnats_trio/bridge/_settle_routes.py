@@ -105,7 +105,10 @@ class SettleRoutes(ABC):
                     "(nothing was settled)",
                 )
             journal = lease.journal
-            request = SettleRequest(action, output, wait, error, retriable, pause_ms)
+            # compact_json above checked the output by the JSON policy.
+            request = SettleRequest(
+                action, output, wait, error, retriable, pause_ms, output_checked=True
+            )
             try:
                 seq = await journal_call(
                     lease,

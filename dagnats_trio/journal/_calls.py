@@ -160,7 +160,7 @@ def require_json_value(what: str, value: JsonValue) -> None:
     """:func:`require_json` for a value whose canonical text is not needed (a response, a state,
     an output): the same policy check, without spelling the value out."""
     try:
-        check_json(value)
+        check_json(value, where=what)
     except ValueError as exc:
         raise TypeError(f"{what} is not a JSON value: {exc}") from None
 

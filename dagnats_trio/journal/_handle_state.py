@@ -178,9 +178,37 @@ class HandleState:
     ) -> int:
         """Commit the iteration (action, state, output, wait, ...), then publish the lifecycle
         event with the commit's sequence as ``journal_seq``. Returns that sequence."""
+        return await self.settle_checked(
+            action,
+            output=output,
+            wait=wait,
+            error=error,
+            retriable=retriable,
+            reason=reason,
+            pause_ms=pause_ms,
+            output_checked=False,
+        )
+
+    async def settle_checked(
+        self,
+        action: CommitAction,
+        *,
+        output: JsonValue = None,
+        wait: Wait | None = None,
+        error: str | None = None,
+        retriable: bool = True,
+        reason: str | None = None,
+        pause_ms: int | None = None,
+        output_checked: bool,
+    ) -> int:
+        """:meth:`settle`, for a caller that may have checked ``output`` by the JSON policy
+        already (``output_checked``: :func:`~._settle.settle_delivery` for ``tc.complete`` and
+        the bridge, which check it before they begin settling, so that a bad output leaves the
+        step unsettled): the output is then not walked a second time."""
         with self._guard:
             self._check_open()
-            require_json_value("step output", output)
+            if not output_checked:
+                require_json_value("step output", output)
             return await self._settle(
                 action,
                 output=output,

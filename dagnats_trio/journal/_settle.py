@@ -19,6 +19,7 @@ from dagnats_trio._seams import Seam, current_hook
 from dagnats_trio.protocol import CommitAction, JsonValue, Wait, lifecycle_event
 from dagnats_trio.transport import Transport
 
+from ._calls import require_json_value
 from ._events import publish_lifecycle
 from ._handle import Journal
 from ._holder import DeliveryState, Settlement
@@ -35,6 +36,9 @@ class SettleRequest:
     error: str | None = None
     retriable: bool = True
     pause_ms: int | None = None
+    #: The caller has checked ``output`` by the JSON policy (and refused it before settling
+    #: when it broke it): the settlement does not walk it again. False: it is checked here.
+    output_checked: bool = False
 
 
 async def settle_delivery(
@@ -50,16 +54,19 @@ async def settle_delivery(
     published, and the delivery is marked for its ack before the after-event crash seam.
     """
     if journal is not None:
-        return await journal.settle(
+        return await journal.settle_checked(
             request.action,
             output=request.output,
             wait=request.wait,
             error=request.error,
             retriable=request.retriable,
             pause_ms=request.pause_ms,
+            output_checked=request.output_checked,
         )
     holder.check_writable()
     t = holder.task
+    if not request.output_checked:
+        require_json_value("step output", request.output)
     await publish_lifecycle(
         transport,
         lifecycle_event(

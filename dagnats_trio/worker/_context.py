@@ -368,7 +368,7 @@ class TaskContext:
             self._svc.transport,
             self._holder,
             self._journal,
-            SettleRequest(action, output, wait, error, retriable, pause_ms),
+            SettleRequest(action, output, wait, error, retriable, pause_ms, output_checked=True),
         )
 
 

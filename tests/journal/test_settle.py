@@ -82,3 +82,30 @@ async def test_a_journaled_step_settles_through_its_commit(transport: Transport)
     assert isinstance(ev, StepCompleted)
     assert (ev.output, ev.journal_seq) == ({"a": 1}, seq)
     assert holder.settlement is Settlement.ACK
+
+
+@pytest.mark.parametrize("journaled", [False, True])
+async def test_an_unchecked_request_is_checked_and_refused_before_anything(
+    transport: Transport, journaled: bool
+) -> None:
+    """An exported entry point never settles an output that breaks the JSON policy: a request
+    that does not say its output was checked is checked here, journaled or plain, and refused
+    with nothing written; the step can then settle."""
+    task = make_task(uid())
+    holder = DeliveryState(TaskIdentity.of(task))
+    journal = await open_journal(transport, task, holder=holder) if journaled else None
+    bad = SettleRequest(CommitAction.COMPLETE, output={"x": [float("inf")]})
+    with pytest.raises(TypeError, match=r"step output is not a JSON value: step output\.x\[0\]"):
+        await settle_delivery(transport, holder, journal, bad)
+    assert holder.settlement is None
+    assert await history(transport, task.run_id) == []
+    assert not [
+        r
+        for _, r in await read_journal(transport, task.run_id, task.step_id)
+        if isinstance(r, CommitRecord)
+    ]
+    await settle_delivery(
+        transport, holder, journal, SettleRequest(CommitAction.COMPLETE, output={"x": [1]})
+    )
+    (ev,) = await history(transport, task.run_id)
+    assert isinstance(ev, StepCompleted) and ev.output == {"x": [1]}

@@ -198,6 +198,47 @@ async def test_step_output_is_checked_not_encoded_by_the_context(
     assert encoded == []
 
 
+async def test_a_journaled_complete_checks_its_output_once(
+    nats_transport: NatsTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tc.complete`` on a journaled step walks the output by the JSON policy once (the
+    context's check, before it begins settling; the journal's commit does not walk it again),
+    and a bad output is still refused there with the step left to settle."""
+    from dagnats_trio.journal import _calls as calls_module
+
+    checked: list[Any] = []
+    for module in (context_module, calls_module):
+        real = module.check_json
+
+        def counted(value: Any, *, where: str = "value", real: Any = real) -> None:
+            checked.append(value)
+            real(value, where=where)
+
+        monkeypatch.setattr(module, "check_json", counted)
+    output = {"echo": [1, 2]}
+    errors: list[str] = []
+
+    async def complete(tc: TaskContext) -> None:
+        await tc.journal()
+        try:
+            await tc.complete({"bad": [float("nan")]})
+        except TypeError as exc:
+            errors.append(str(exc))
+        await tc.complete(output)
+
+    task, (ev,) = await run_one(
+        nats_transport, complete, make_task(uid(), task_type=uid("t"), input=[1])
+    )
+    assert isinstance(ev, StepCompleted) and ev.output == output
+    assert errors == [
+        "step output is not a JSON value: step output.bad[0]: nan is not a JSON number "
+        "(finite numbers only)"
+    ]
+    assert sum(1 for v in checked if v is output) == 1
+    records = await read_journal(nats_transport, task.run_id, "agent")
+    assert [type(r).__name__ for _, r in records] == ["ClaimRecord", "CommitRecord"]
+
+
 async def test_return_completes_and_exception_fails(nats_transport: NatsTransport) -> None:
     async def returns(tc: TaskContext) -> None:
         return None
