@@ -53,6 +53,7 @@ from ._errors import (
     JournalUnavailable,
     RunCancelled,
 )
+from ._helpers import DeliveryHelpers
 from ._waits import WaitArg, build_wait
 
 #: ``async (run_id, step_id) -> bool``: are inputs queued for the step? (wired to the inputs
@@ -112,10 +113,10 @@ class TaskContext:
         task: TaskMessage,
         delivery: Delivery,
         holder: DeliveryState,
-        nursery: trio.Nursery,
+        helpers: DeliveryHelpers,
     ) -> None:
         self._svc = services
-        self._nursery = nursery
+        self._helpers = helpers
         self._task = task
         self._delivery = delivery
         self._holder = holder
@@ -174,7 +175,7 @@ class TaskContext:
         """Start a helper task in this delivery's nursery: it is cancelled with the delivery (the
         run's cancellation, a lost lease) and when the handler returns; an exception it raises
         fails the delivery like the handler's own. Raises RuntimeError once the delivery is over."""
-        self._nursery.start_soon(fn, *args)
+        self._helpers.start_soon(fn, *args)
 
     def key(self, *parts: str | int) -> str:
         """An idempotency key for this iteration, ``{run}.{step}.{iteration}[.part...]``: the
