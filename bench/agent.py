@@ -190,7 +190,7 @@ docs/jetstream.md "Cost") or a write the spec requires dropped. Not done.
 Each record alone (printed beside): the model record, the tool intent, the tool result and the
 commit are a write each, each fenced on the one before: 8 durable writes and 8 round trips per
 tool iteration, and the answer's model record a write of its own too (worker 4 round trips in
-the answer iteration): 39 round trips per run, 32 of them waited on.
+the answer iteration): 38 round trips per run, 32 of them waited on.
 
 Per run (3 tool iterations, 1 answer iteration), the records paired:
  client  run index entry and active marker, sent with               6  (the definition may be
@@ -208,16 +208,16 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
                                                                        the key's claim beside the
                                                                        read, then the index, one
                                                                        more too)
- engine  workflow.started: snapshot read + the task                 2  (off the critical path:
-         repeated (a duplicate by its msg id: the server               the worker has the task
-         stores nothing), as for an event that comes                   already. The engine's
-         again after the engine's own crash between its                CAS and its hop were on
-         save and its publish (core.service_start_entry);              it: 27 waited before.
-         the copy read is kept, so step.continue reads                 A start the service
-         nothing                                                       does not dispatch (its
-                                                                       first of a workflow, a
-                                                                       timer or a child at the
-                                                                       start) is the engine's:
+ engine  workflow.started: the task repeated (a                      1  (off the critical path:
+         duplicate by its msg id: the server stores                    the worker has the task
+         nothing), as for an event that comes again after              already. The engine's
+         the engine's own crash between its save and its               CAS and its hop were on
+         publish (core.service_start_entry). No snapshot               it: 27 waited before.
+         read: the event names the snapshot's revision and             A start the service
+         the ids its dispatch drew, and the engine rebuilds            does not dispatch (its
+         it (engine._store.started_with,                               first of a workflow, a
+         core.first_dispatch_again); the copy is kept, so              timer or a child at the
+         step.continue reads nothing                                   start) is the engine's:
                                                                        CAS + task, with no read,
                                                                        engine._store.
                                                                        started_with)
@@ -226,10 +226,12 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
          (CAS + active marker purge + task purge, the
          two at once after the finished snapshot is saved: off
          the critical path)
- => 32 counted, of which 7 overlap or follow the worker's first task or the run's end (the
+ => 31 counted, of which 6 overlap or follow the worker's first task or the run's end (the
     definition read and the second index publish, each sent with the first index publish;
-    workflow.started, sent with the first task; the engine's snapshot read and repeated task;
-    the two purges): 25 on the critical path. (Each record alone: 39 and 32. Before the
+    workflow.started, sent with the first task; the engine's repeated task; the two purges):
+    25 on the critical path. (Each record alone: 38 and 32. Before the engine rebuilt the
+    snapshot of a start the service dispatched (it read it: one more, off the path): 32 and
+    25, 39 and 32 each record alone. Before the
     service dispatched the first step (the engine's CAS + task on the critical path, the
     start's event alone): 31 and 27, 38 and 34 each record alone. Before the worker's acks carried
     its pull requests (a request per task, 4 per run, left waiting before the task: 44 socket
@@ -261,10 +263,11 @@ Per run (3 tool iterations, 1 answer iteration), the records paired:
 #: commit message, lifecycle event), for the answer 3 (claim, model + commit message, lifecycle
 #: event); no pull request (each ack carries the next: an ack with next).
 WORKER_ROUND_TRIPS_PER_RUN = 3 * 4 + 3
-#: The engine's: for the start the service dispatched, the snapshot read and its task repeated
-#: (a duplicate); per later dispatch a CAS and a task publish (3 step.continue), then the run's
-#: end CAS and its two purges; no pull request (its feeds keep one waiting).
-ENGINE_ROUND_TRIPS_PER_RUN = 2 + 3 * 2 + 3
+#: The engine's: for the start the service dispatched, its task repeated (a duplicate; the
+#: snapshot rebuilt from the event, not read); per later dispatch a CAS and a task publish (3
+#: step.continue), then the run's end CAS and its two purges; no pull request (its feeds keep
+#: one waiting).
+ENGINE_ROUND_TRIPS_PER_RUN = 1 + 3 * 2 + 3
 #: The client's: the definition read and the index pair (three at once), the snapshot create,
 #: the first task and workflow.started (two at once).
 CLIENT_ROUND_TRIPS_PER_RUN = 3 + 1 + 2
@@ -283,9 +286,9 @@ PULLS_PER_RUN = 0
 FETCHES_PER_RUN = 4 + 4
 #: And those not waited on: the client's definition read and its second index publish, both sent
 #: with the first index publish, its workflow.started, sent with the first task, the engine's
-#: handling of that event (the snapshot read and the task repeated, while the worker has the
-#: task), and the two purges after the run's end (its active marker, its tasks).
-OFF_PATH_PER_RUN = 7
+#: handling of that event (the task repeated, while the worker has the task), and the two
+#: purges after the run's end (its active marker, its tasks).
+OFF_PATH_PER_RUN = 6
 #: Per tool iteration: worker 4 waited on, engine 2 waited on (no pull request counted).
 MIN_ROUND_TRIPS_PER_TOOL_ITERATION = 6
 #: Durable writes per tool iteration, the records paired (worker: claim, model + intent

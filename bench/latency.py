@@ -497,29 +497,28 @@ def _on_the_path(step: Step, start: float, end: float) -> bool:
 
 
 #: The engine's read of a run's snapshot: in a crash-free run only for a start the service
-#: dispatched (``engine.start_dispatched``), whose later events it decides on the copy it kept.
+#: dispatched whose snapshot it could not derive from the event (an older service's event,
+#: ``engine._store.started_with``), whose later events it decides on the copy it kept.
 _START_READ = "kv_get workflow_runs"
 
 
 def _start_handling(steps: list[Step]) -> set[int]:
     """Indices in ``steps`` of the engine's handling of a start the service dispatched: the
-    fetch that delivered its ``workflow.started``, the snapshot read, and the first task
-    repeated (a duplicate). Off the path (``agent.OFF_PATH_PER_RUN``): the worker has had the
-    task since the start answered, and works on it meanwhile."""
+    fetch that delivered its ``workflow.started`` and the first task repeated (a duplicate),
+    with no save between them (the snapshot derived from the event, or read: then the read
+    too). Off the path (``agent.OFF_PATH_PER_RUN``): the worker has had the task since the
+    start answered, and works on it meanwhile. Every later task follows a save."""
     engine = sorted(
         (i for i, s in enumerate(steps) if s.side == "engine"), key=lambda i: steps[i].start
     )
     off: set[int] = set()
     for n, i in enumerate(engine):
-        if steps[i].kind != _START_READ:
+        if steps[i].kind != "publish task":
             continue
-        off.add(i)
         before = engine[:n]
+        read = [before.pop()] if before and steps[before[-1]].kind == _START_READ else []
         if before and steps[before[-1]].kind.startswith("fetch"):
-            off.add(before[-1])
-        repeat = next((j for j in engine[n + 1 :] if steps[j].kind == "publish task"), None)
-        if repeat is not None:
-            off.add(repeat)
+            off.update([i, before[-1], *read])
     return off
 
 

@@ -204,10 +204,12 @@ class Engine(EngineState):
         derive = isinstance(event, WorkflowStarted) and d.num_delivered == 1
         for _ in range(CAS_ATTEMPTS_MAX):
             loaded = None
+            derived = False
             if derive:
                 assert isinstance(event, WorkflowStarted)
                 derive = False  # once: after a failed compare-and-set, the store is read
                 loaded = await self._derive_first(event)
+                derived = loaded is not None
             if loaded is None:
                 loaded = await self._load(run_id)
                 if loaded is not None and isinstance(event, WorkflowStarted):
@@ -224,7 +226,7 @@ class Engine(EngineState):
                 legacy_step_events=self.legacy_step_events,
                 seq=d.stream_seq,
                 # A cached snapshot is kept only once its effects are stored (below); a derived
-                # first snapshot has no outbox.
+                # first snapshot has no outbox, or the service's start (repeated, not saved on).
                 outbox_stored=from_cache,
             )
             out = decide(snap, event, ctx)
@@ -242,12 +244,12 @@ class Engine(EngineState):
                     self._counted()
                     await execute_effects(self.transport, self.inputs, out.effects)
                     kept = out.snapshot
-                    if not from_cache and (
+                    if (derived or not from_cache) and (
                         kept.last_seq == d.stream_seq or service_start_entry(kept) is not None
                     ):
                         # The newest entry's effects are all stored now (a start the service
-                        # decided, its tasks repeated): kept, as after a save, so the run's
-                        # next event is decided without a read.
+                        # decided, its tasks repeated; read, or derived from the event): kept,
+                        # as after a save, so the run's next event is decided without a read.
                         self._remember(kept, rev)
                 elif out.dropped is not None:
                     self.stats.dropped += 1

@@ -146,13 +146,15 @@ class EngineState:
 
     async def _derive_first(self, event: WorkflowStarted) -> tuple[RunSnapshot, int, bool] | None:
         """The run's first snapshot derived from the event that names it (``started_with``:
-        why a compare-and-set on it is safe), unless this engine holds the run already; counted
-        as a cached copy, so a drop decided on it is confirmed against the store. The definition
-        is the one kept at the event's revision, else read once (None if it moved on)."""
+        why using it is safe), the service's dispatch in it or not, unless this engine holds
+        the run already; counted as a cached copy, so a drop decided on it is confirmed against
+        the store. The definition is the one kept at the event's revision, else read once (None
+        if it moved on)."""
         if event.run_id in self._cache or event.definition_revision is None:
             return None
         definition = self._definitions.kept(event.workflow, event.definition_revision)
-        if definition is None and event.snapshot_revision is not None:
+        names_snapshot = event.snapshot_revision is not None or event.dispatched is not None
+        if definition is None and names_snapshot:
             current = await self._definitions.current(event.workflow)
             if current is not None and current[1] == event.definition_revision:
                 definition = current[0]

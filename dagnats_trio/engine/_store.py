@@ -16,7 +16,7 @@ from typing import final
 import attrs
 
 from ..dag import WorkflowDef
-from ..protocol import RunIndexEntry, WorkflowStarted, encode_event, layout
+from ..protocol import RunIndexEntry, StartDispatch, WorkflowStarted, encode_event, layout
 from ..transport import KeyExists, KvEntry, PublishMsg, Transport, TransportError
 from ._execute import task_publish_msg
 from ._run_index import (
@@ -27,7 +27,7 @@ from ._run_index import (
     index_run,
     unindex_run,
 )
-from .core import first_dispatch, new_run_snapshot, started_msg_id
+from .core import first_dispatch, first_dispatch_again, new_run_snapshot, started_msg_id
 from .effects import PublishTask
 from .snapshot import RunSnapshot, SnapshotEncoder, encode_snapshot
 
@@ -146,21 +146,37 @@ def started_with(
 ) -> tuple[RunSnapshot, int] | None:
     """The run's first snapshot and its revision, derived from the ``workflow.started`` that
     names them instead of read (one waited round trip fewer per run); None when the event names
-    no revisions or ``definition`` is not the one stored at ``event.definition_revision``
-    (the caller passes only that one, or None).
+    no revisions, names both kinds of first snapshot (no service of ours does), or
+    ``definition`` is not the one stored at ``event.definition_revision`` (the caller passes
+    only that one, or None).
 
-    Safe to compare-and-set on: the service wrote ``first_snapshot(event, definition)`` at
-    ``event.snapshot_revision`` with the definition read at ``event.definition_revision`` (a KV
-    revision names one write, so that definition is this one), and published the event after.
-    The event's input is the JSON of the service's, as a read snapshot's would be. A KV update
-    on a revision succeeds only while that revision is the key's last write, that is while the
-    stored snapshot is still exactly the derived one; a run that moved on (a start applied by
-    an earlier delivery, a cancel, a purge) has a later revision, the update fails, and the
-    engine reads the snapshot as before.
+    Two kinds: ``snapshot_revision`` names :func:`first_snapshot` (the start not applied: the
+    engine decides it); ``dispatched`` names the snapshot :func:`start_dispatched` created,
+    the start applied by the service, made again from the ids its decision drew
+    (``core.first_dispatch_again``, None when they are not that decision's). Never the first
+    kind for the second: the engine would decide the start again and dispatch twice (hence a
+    field of its own, which an engine from before it ignores and reads).
+
+    Safe to use: the service wrote that snapshot at that revision with the definition read at
+    ``event.definition_revision`` (a KV revision names one write, so that definition is this
+    one), and published the event after. The event's input is the JSON of the service's, as a
+    read snapshot's would be. A KV update on a revision succeeds only while that revision is
+    the key's last write, that is while the stored snapshot is still exactly the derived one; a
+    run that moved on (a start applied by an earlier delivery, a cancel, a purge) has a later
+    revision, the update fails, and the engine reads the snapshot as before. A dispatched one
+    is not saved on by the start: its outbox entry's tasks are repeated (duplicates by their
+    msg ids) and the copy is kept for the run's next event, whose compare-and-set fails on a
+    run that moved on. Those tasks are repeated without asking the store whether the run moved
+    on meanwhile, as they were after a read (the read and the repeat were never one step).
     """
-    if event.snapshot_revision is None or event.definition_revision is None:
+    if definition is None or event.definition_revision is None:
         return None
-    if definition is None:
+    if event.dispatched is not None:
+        if event.snapshot_revision is not None:
+            return None
+        snapshot = first_dispatch_again(event, definition)
+        return None if snapshot is None else (snapshot, event.dispatched.snapshot_revision)
+    if event.snapshot_revision is None:
         return None
     return first_snapshot(event, definition), event.snapshot_revision
 
@@ -191,20 +207,29 @@ async def start_dispatched(
     already (such a retry) is left as it is, and ``event`` alone is published, as
     :func:`write_first_snapshot`'s caller does.
 
-    ``event`` may name the revision of ``definition`` (``definition_revision``; no snapshot
-    revision: there is nothing to derive): the engine then uses the definition it keeps at
-    that revision, when equal, instead of the snapshot's decoded copy
-    (``EngineState._kept_definition``).
+    ``event`` may name the revision of ``definition`` (``definition_revision``; never
+    ``snapshot_revision``, which names an undispatched snapshot): the event published then
+    names the created snapshot's revision and the ids the decision drew (``dispatched``), so
+    the engine holding that definition rebuilds the snapshot (:func:`started_with`) and reads
+    nothing. A retry that found a snapshot names neither revision: the engine reads it.
     """
-    out = first_dispatch(event, definition, new_id)
+    drawn: list[str] = []
+
+    def draw() -> str:
+        drawn.append(new_id())
+        return drawn[-1]
+
+    out = first_dispatch(event, definition, draw)
     if out is None or out.snapshot is None:
         return False
     msgs = [task_publish_msg(e) for e in out.effects if isinstance(e, PublishTask)]
     try:
-        await create_snapshot(transport, out.snapshot, indexed=indexed, encoder=encoder)
+        revision = await create_snapshot(transport, out.snapshot, indexed=indexed, encoder=encoder)
     except KeyExists:
         # Made by an earlier attempt, maybe from another revision of the definition.
         msgs, event = [], attrs.evolve(event, definition_revision=None)
+    else:
+        event = attrs.evolve(event, dispatched=StartDispatch(revision, tuple(drawn)))
     msgs.append(started_publish_msg(event))
     for result in await transport.publish_many(msgs):
         if isinstance(result, TransportError):

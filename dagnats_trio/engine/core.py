@@ -12,6 +12,7 @@ things are in ``_advance_terms``. This module is the engine core's one import po
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import final
 
 from ..dag import WorkflowDef
 from ..protocol import (
@@ -72,6 +73,7 @@ __all__ = [
     "child_run_id",
     "decide",
     "first_dispatch",
+    "first_dispatch_again",
     "new_run_snapshot",
     "service_start_entry",
     "started_msg_id",
@@ -178,6 +180,37 @@ def first_dispatch(
     if not out.effects or not all(isinstance(e, PublishTask) for e in out.effects):
         return None
     return out
+
+
+def first_dispatch_again(event: WorkflowStarted, definition: WorkflowDef) -> RunSnapshot | None:
+    """The snapshot :func:`first_dispatch` gave the service that published ``event``, made
+    again from what the event says that decision drew (``event.dispatched.nonces``, its only
+    input that is not the event or the definition): the same ids in the same order give the
+    same snapshot. None when the event names no dispatch, or when the decision made again draws
+    more or fewer ids than were drawn, or is not a dispatch (then it is not that decision: the
+    caller reads the stored snapshot instead)."""
+    if event.dispatched is None:
+        return None
+    drawn = _DrawnAgain(event.dispatched.nonces)
+    out = first_dispatch(event, definition, drawn)
+    if out is None or out.snapshot is None or drawn.used != len(drawn.ids):
+        return None
+    return out.snapshot
+
+
+@final
+class _DrawnAgain:
+    """The ids a decision drew, handed out again in order; counts the draws (one past the end
+    is an empty id, never used: the decision is refused by its count)."""
+
+    def __init__(self, ids: tuple[str, ...]) -> None:
+        self.ids = ids
+        self.used = 0
+
+    def __call__(self) -> str:
+        i = self.used
+        self.used += 1
+        return self.ids[i] if i < len(self.ids) else ""
 
 
 def service_start_entry(snapshot: RunSnapshot) -> OutboxEntry | None:

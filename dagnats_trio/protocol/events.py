@@ -14,12 +14,32 @@ from .records import CommitAction
 
 @final
 @attrs.frozen
+class StartDispatch:
+    """What a service that made a run's first dispatch itself (``engine.start_dispatched``)
+    tells the engine in its ``workflow.started``: the revision it created the run's first
+    snapshot at, and the ids that decision drew (the dispatch nonces, in the order drawn). The
+    rest of that snapshot is a pure function of the event and its definition, so the engine
+    rebuilds it exactly instead of reading it (``engine._store.started_with``).
+
+    A field of its own, not ``snapshot_revision``: that one names an UNdispatched first
+    snapshot, and an engine that derived one at this revision would dispatch the step a second
+    time. An engine from before this field ignores it (the converter skips unknown keys) and
+    reads the snapshot, as it did."""
+
+    snapshot_revision: int
+    nonces: tuple[str, ...]
+
+
+@final
+@attrs.frozen
 class WorkflowStarted:
     """A run's start. ``snapshot_revision`` and ``definition_revision`` are set by the service
     that wrote the run's first snapshot from this very event (``engine.new_run_snapshot`` of
     it, the definition stored at ``definition_revision`` and ``started_at_ms``) at
     ``snapshot_revision``: the engine can then derive that snapshot instead of reading it (see
-    ``engine._first_snapshot``). None when the service did not write it (a retried start left
+    ``engine._store.started_with``). ``dispatched`` (with ``definition_revision``) instead,
+    never both, when the service also made the start's dispatch in that snapshot
+    (:class:`StartDispatch`). None when the service did not write it (a retried start left
     the run's snapshot as it was, a child run's start, an older service)."""
 
     TYPE: ClassVar[str] = "workflow.started"
@@ -31,6 +51,7 @@ class WorkflowStarted:
     started_at_ms: int = 0
     snapshot_revision: int | None = None
     definition_revision: int | None = None
+    dispatched: StartDispatch | None = None
 
 
 @final

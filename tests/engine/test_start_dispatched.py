@@ -70,9 +70,14 @@ async def test_the_engine_settles_a_dispatched_start_without_a_second_dispatch(
             layout.HISTORY_STREAM, layout.history_subject(run), 1, 8
         )
     ]
-    # No revisions named: the engine must read the snapshot (nothing to derive).
+    # No undispatched snapshot named (an engine deciding the start on one would dispatch
+    # twice): the dispatched one, its revision and the id its decision drew, for the engine to
+    # rebuild it (engine._store.started_with).
     assert isinstance(started, WorkflowStarted) and started.snapshot_revision is None
     revision = (await transport.kv_get(layout.RUNS_BUCKET, layout.run_key(run))).revision  # type: ignore[union-attr]
+    assert started.dispatched is not None and dispatch is not None
+    assert started.dispatched.snapshot_revision == revision
+    assert started.dispatched.nonces == (dispatch.nonce,)
 
     taken, release = trio.Event(), trio.Event()
 
@@ -88,6 +93,7 @@ async def test_the_engine_settles_a_dispatched_start_without_a_second_dispatch(
         async with running(engine, worker):
             # The engine takes the start: the task repeated (stored once), nothing saved.
             await engine.wait_stats(lambda s: s.replayed >= 1)
+            assert engine.stats.derived >= 1
             await taken.wait()
             again = await transport.read_subject(
                 layout.TASK_STREAM, layout.task_subject(task_type, run), 1, 8
