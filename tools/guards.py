@@ -603,6 +603,36 @@ GUARDS: tuple[Guard, ...] = (
         ],
     ),
     _g(
+        "Service: a dispatched start names its snapshot apart from an undispatched one",
+        "start_dispatched: the created snapshot's revision published as snapshot_revision (an "
+        "engine then decides the start again on an undispatched first snapshot)",
+        [
+            (
+                "event = attrs.evolve(event, dispatched=StartDispatch(revision, tuple(drawn)))",
+                "event = attrs.evolve(event, snapshot_revision=revision)",
+            )
+        ],
+        [
+            "tests/engine/test_start_dispatched.py::"
+            "test_the_engine_settles_a_dispatched_start_without_a_second_dispatch",
+            "tests/engine/test_start_derived.py::test_the_derived_snapshot_is_the_stored_one",
+        ],
+    ),
+    _g(
+        "Engine: a dispatched start is rebuilt only from exactly the ids its decision drew",
+        "first_dispatch_again: the count of ids drawn again is not checked",
+        [
+            (
+                "if out is None or out.snapshot is None or drawn.used != len(drawn.ids):",
+                "if out is None or out.snapshot is None:",
+            )
+        ],
+        [
+            "tests/engine/test_start_derived.py::"
+            "test_the_dispatch_is_made_again_only_from_exactly_the_ids_drawn",
+        ],
+    ),
+    _g(
         "Run index: a start refused after its early index takes the index back",
         "index_start: the unindex of a start whose definition read failed deleted",
         [
