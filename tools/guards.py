@@ -613,6 +613,8 @@ GUARDS: tuple[Guard, ...] = (
             )
         ],
         [
+            "tests/engine/test_first_snapshot.py::"
+            "test_a_started_run_is_dispatched_without_reading_its_snapshot",
             "tests/engine/test_start_dispatched.py::"
             "test_the_engine_settles_a_dispatched_start_without_a_second_dispatch",
             "tests/engine/test_start_derived.py::test_the_derived_snapshot_is_the_stored_one",
