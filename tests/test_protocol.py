@@ -33,6 +33,7 @@ from dagnats_trio.protocol import (
     RunEvent,
     RunHeader,
     RunStatus,
+    StartDispatch,
     TaskMessage,
     ToolIntentRecord,
     Wait,
@@ -53,7 +54,7 @@ from dagnats_trio.protocol import (
 
 EVENT_CLASSES: tuple[type[Any], ...] = get_args(RunEvent)
 RECORD_CLASSES: tuple[type[Any], ...] = get_args(JournalRecord)
-COMMON_CLASSES: tuple[type[Any], ...] = (DispatchId, Wait, ParentRef)
+COMMON_CLASSES: tuple[type[Any], ...] = (DispatchId, Wait, ParentRef, StartDispatch)
 
 Decoder = Callable[[bytes], Any]
 DECODERS: dict[str, Decoder] = {
@@ -106,6 +107,8 @@ def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
         return st.one_of(*(strategy_for(arg) for arg in get_args(tp)))
     if origin is list:
         return st.lists(strategy_for(get_args(tp)[0]), max_size=MAX_LIST_ITEMS)
+    if origin is tuple and len(get_args(tp)) == 2 and get_args(tp)[1] is Ellipsis:
+        return st.lists(strategy_for(get_args(tp)[0]), max_size=MAX_LIST_ITEMS).map(tuple)
     raise TypeError(f"no strategy for field type {tp!r}: teach strategy_for about it")
 
 
