@@ -5,7 +5,14 @@ It sits below both so neither imports the other's private modules (the API mount
 routes; the bridge needs only these helpers).
 """
 
-from .body import CONTENT_LENGTH_MAX, decode_body, parse_json, read_body, too_large
+from .body import (
+    CONTENT_LENGTH_MAX,
+    decode_body,
+    listed_names,
+    parse_json,
+    read_body,
+    too_large,
+)
 from .errors import (
     JSON_MEDIA_TYPE,
     ApiError,
@@ -33,6 +40,7 @@ __all__ = [
     "decode_body",
     "error_response",
     "internal_error_response",
+    "listed_names",
     "not_found",
     "parse_json",
     "read_body",

@@ -35,6 +35,16 @@ T = TypeVar("T")
 
 #: Largest ``Content-Length`` read as a number (any larger is refused as too large anyway).
 CONTENT_LENGTH_MAX = 2**63 - 1
+#: Unknown field names a 400 quotes; the rest are counted. A body of 60,000 unknown keys was
+#: answered with every name (found from outside).
+UNKNOWN_FIELDS_LISTED_MAX = 20
+
+
+def listed_names(names: list[str]) -> str:
+    """``a, b, c``, at most :data:`UNKNOWN_FIELDS_LISTED_MAX` of them, then how many more."""
+    shown = ", ".join(names[:UNKNOWN_FIELDS_LISTED_MAX])
+    more = len(names) - UNKNOWN_FIELDS_LISTED_MAX
+    return f"{shown} and {more} more" if more > 0 else shown
 
 
 def too_large(limit_bytes: int) -> ApiError:
@@ -94,7 +104,7 @@ def decode_body(raw: JsonValue, cls: type[T]) -> T:
     if unknown:
         allowed = ", ".join(sorted(fields))
         raise bad_request(
-            f"unknown field(s) {', '.join(unknown)}; allowed: {allowed}", code="invalid_body"
+            f"unknown field(s) {listed_names(unknown)}; allowed: {allowed}", code="invalid_body"
         )
     for field_name, field in fields.items():
         if field_name not in raw:
