@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from starlette.requests import Request
 
 from ..dag import DurationError, parse_duration_text
 from ..inputs import SubmissionStatus
 from ..protocol import parse_decimal
-from ..web import bad_request
+from ..web import bad_request, listed_names
 
 
 def _only_params(request: Request, allowed: set[str]) -> None:
-    unknown = sorted(k for k in request.query_params if k not in allowed)
+    """400 for a parameter the route does not take, or one given twice: ``?limit=1&limit=2``
+    or ``?workflow=a&workflow=b`` was answered by the last value alone, so a client that meant
+    both (or either) got neither said (found from outside)."""
+    keys = [k for k, _ in request.query_params.multi_items()]
+    unknown = sorted({k for k in keys if k not in allowed})
     if unknown:
         names = ", ".join(sorted(allowed))
         raise bad_request(
-            f"unknown query parameter(s) {', '.join(unknown)}; allowed: {names}",
+            f"unknown query parameter(s) {listed_names(unknown)}; allowed: {names}",
             code="invalid_query",
+        )
+    repeated = sorted(k for k, n in Counter(keys).items() if n > 1)
+    if repeated:
+        raise bad_request(
+            f"query parameter(s) {', '.join(repeated)} given more than once", code="invalid_query"
         )
 
 

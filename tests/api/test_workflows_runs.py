@@ -322,3 +322,16 @@ async def test_a_cancel_reason_over_the_bound_is_refused_and_one_at_it_cancels(a
     assert r.status_code == 202, r.text[:200]
     snap = await api.service.wait_for_run(run_id, RUN_FINISH_S)
     assert snap.status.value == "cancelled" and snap.error == reason
+
+
+async def test_a_query_parameter_given_twice_is_refused(api: Stack) -> None:
+    """Found from outside: ``?workflow=a&workflow=b`` listed the runs of ``b`` alone, and
+    ``?limit=1&limit=2`` took 2; a client meaning both got neither said. Each is a 400 naming
+    the parameter; one of each is answered as before."""
+    for query in ("workflow=a&workflow=b", "limit=1&limit=2", "status=running&status=failed"):
+        r = await api.client.get(f"/runs?{query}")
+        assert r.status_code == 400, (query, r.text)
+        assert error_code(r) == "invalid_query"
+        assert query.split("=")[0] in r.json()["error"]["message"], r.text
+    r = await api.client.get(f"/runs?workflow={IDLE_WORKFLOW}&limit=1&status=running")
+    assert r.status_code == 200, r.text
