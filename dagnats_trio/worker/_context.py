@@ -103,9 +103,10 @@ def _not_json(what: str, exc: JsonPolicyError) -> TypeError:
 
 @final
 class TaskContext:
-    """One delivery of one task. The handler runs in the delivery's own nursery, whose cancel
-    scope the run's cancellation and a lost lease cancel (the spec's ``tc.Context()``); helpers
-    started with :meth:`start_soon` run in it too, so they end with the delivery."""
+    """One delivery of one task. The handler runs in the delivery's own cancel scope, which the
+    run's cancellation and a lost lease cancel (the spec's ``tc.Context()``); helpers started
+    with :meth:`start_soon` run in the delivery's nursery (opened when the first starts: see
+    ``_helpers``), and end with the delivery."""
 
     def __init__(
         self,
