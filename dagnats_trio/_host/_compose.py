@@ -223,7 +223,14 @@ class Host:
                     )
                     await nursery.start(bridge.run)
                 if cfg.listen is not None:
-                    app = create_app(service, inputs, transport, token=cfg.token, bridge=bridge)
+                    app = create_app(
+                        service,
+                        inputs,
+                        transport,
+                        token=cfg.token,
+                        bridge=bridge,
+                        listen_host=cfg.listen.host,
+                    )
                     api = ApiServer(app, cfg.listen.host, cfg.listen.port, backlog=cfg.api_backlog)
                     api_url = await nursery.start(api.run)
             task_status.started()

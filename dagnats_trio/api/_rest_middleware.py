@@ -1,5 +1,6 @@
 """The REST API's middleware: the bearer token on every route but health and the console's
-static files, the refusal of requests a web page of another origin sent (:mod:`._rest_origin`),
+static files, the refusal of requests a web page of another origin sent (:mod:`._rest_origin`)
+and of requests naming another host than loopback to an open loopback API (:mod:`._rest_host`),
 the error boundary that answers 500 with no details, and Starlette's own 404 and 405 as JSON
 errors.
 """
@@ -16,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..web import ApiError, error_response, internal_error_response
 from ._console import CONSOLE_PREFIX
+from ._rest_host import host_refusal
 from ._rest_origin import cross_origin_refusal
 
 #: The API's one logger, named for :mod:`.rest` wherever the code that logs lives (operators and
@@ -87,6 +89,29 @@ class _ErrorBoundary:
             log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
                 await internal_error_response()(scope, tracking_receive, tracking_send)
+
+
+class _LoopbackHostGuard:
+    """Mounted only on an API that listens on loopback with no token: a request whose ``Host``
+    is not a loopback name is answered 403 ``host_not_allowed`` (:func:`._rest_host.host_refusal`
+    says which), but ``/healthz``, which tells nothing."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path", "") != HEALTH_PATH:
+            refusal = host_refusal(scope.get("headers", []))
+            if refusal is not None:
+                message = (
+                    f"{refusal}: this API listens on loopback without a token, so it serves only "
+                    "requests to localhost, 127.0.0.1 or [::1] (a DNS rebinding page names its own "
+                    "host); set a token to serve it under other names"
+                )
+                err = ApiError(403, "host_not_allowed", message)
+                await error_response(err)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class _CrossOriginGuard:

@@ -32,6 +32,7 @@ from ._console import console_routes
 from ._rest_config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_WAIT_S, ApiConfig
 from ._rest_errors import api_error_for
 from ._rest_handlers import _Handlers
+from ._rest_host import guards_host
 from ._rest_journal import FOLLOW_POLL_INTERVAL_S
 from ._rest_middleware import (
     HEALTH_PATH,
@@ -39,6 +40,7 @@ from ._rest_middleware import (
     _CrossOriginGuard,
     _ErrorBoundary,
     _http_exception,
+    _LoopbackHostGuard,
 )
 from ._rest_openapi import ROUTES
 from .service import Service
@@ -72,10 +74,13 @@ def create_app(
     max_wait_s: float = DEFAULT_MAX_WAIT_S,
     poll_interval_s: float = FOLLOW_POLL_INTERVAL_S,
     bridge: Bridge | None = None,
+    listen_host: str | None = None,
 ) -> Starlette:
     """The ASGI app. ``token`` (when not None or empty) is required as a bearer token on every
     route but ``/healthz``. ``bridge`` serves the ``/bridge/...`` routes (without one they answer
-    404 ``bridge_disabled``)."""
+    404 ``bridge_disabled``). ``listen_host`` is the address the app is served on: when it is
+    loopback and there is no token, a request naming another host than loopback is refused
+    (:mod:`._rest_host`, DNS rebinding); None (an app served some other way) leaves that out."""
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     if not max_wait_s >= 0:
@@ -124,6 +129,7 @@ def create_app(
         routes=routes,
         middleware=[
             Middleware(_ErrorBoundary),
+            *([Middleware(_LoopbackHostGuard)] if guards_host(listen_host, config.token) else []),
             Middleware(_CrossOriginGuard),
             Middleware(_BearerAuth, token=config.token),
         ],

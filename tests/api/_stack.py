@@ -107,7 +107,10 @@ async def open_stack(
     *,
     unserved_after_s: float = UNSERVED_AFTER_S,
     max_body_bytes: int = TEST_MAX_BODY_BYTES,
+    listen_host: str | None = None,
 ) -> AsyncIterator[Stack]:
+    """``listen_host`` is the bind the app is told of (the server binds 127.0.0.1 whatever it
+    says); None leaves out the loopback Host rule, as for an app served some other way."""
     service = Service(transport, unserved_after_s=unserved_after_s)
     inputs = InputsService(transport)
     await register_workflows(service)
@@ -119,6 +122,7 @@ async def open_stack(
         max_body_bytes=max_body_bytes,
         max_wait_s=TEST_MAX_WAIT_S,
         poll_interval_s=TEST_POLL_INTERVAL_S,
+        listen_host=listen_host,
     )
     async with trio.open_nursery() as nursery:
         with trio.fail_after(STACK_START_S):
