@@ -38,13 +38,19 @@ form of this page is `GET /openapi.json`.
   are read; an input `wait` is cut to the server's maximum.
 - **Every route** may also answer `401` (token missing or wrong; not `/healthz`), `405` (wrong
   method), `500` (internal) and `503` (NATS unavailable or not provisioned); every `POST` and
-  `DELETE` also `403` `cross_origin`.
+  `DELETE` also `403` `cross_origin`; with no token on a loopback bind, every route but `/healthz`
+  also `403` `host_not_allowed`.
 - **Web pages of other origins** cannot act through the API, with or without a token: a `POST`
   or `DELETE` that a browser sent from another site (`Sec-Fetch-Site` other than `same-origin`
   or `none`; from a browser without it, an `Origin` whose host is not the request's `Host`) is
   `403 cross_origin`. Otherwise any page open in a browser on the API's machine could start runs
   or send inputs into an agent through the loopback address, a `text/plain` body being read as
   JSON. Clients that are not browsers send neither header; the console at `/ui/` is same-origin.
+- **Host names** (DNS rebinding): an API that listens on a loopback address with no token serves
+  only requests whose `Host` is `localhost`, an address of `127.0.0.0/8` or `[::1]` (any port);
+  any other is `403 host_not_allowed`, but `/healthz`. Otherwise a page whose name was rebound to
+  `127.0.0.1` would be same-origin with the API and could read and act on it. With a token, or
+  on a bind other than loopback, this rule is off.
 - **Paths** are matched as written: one this reference does not name, a trailing `/` included
   (`/runs/`), is `404 not_found`. No API route redirects.
 - **Ids** (a workflow `name` and `workflow`, `run_id`, `step_id`, a step's `id` and `task`, a

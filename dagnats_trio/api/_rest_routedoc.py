@@ -87,7 +87,9 @@ COMMON_ANSWERS: tuple[Answer, ...] = (
     Answer(401, "A token is configured and the request lacks it.", ErrorEnvelope),
     Answer(
         403,
-        "`cross_origin`: a browser sent it from a web page of another origin (not on reads).",
+        "`cross_origin`: a browser sent it from a web page of another origin (not on reads); "
+        "`host_not_allowed`: the API listens on loopback with no token and the `Host` is not "
+        "a loopback name.",
         ErrorEnvelope,
     ),
     Answer(405, "Method not allowed on this path.", ErrorEnvelope),
@@ -105,7 +107,7 @@ def common_answers(route: RouteDoc) -> tuple[Answer, ...]:
         a
         for a in COMMON_ANSWERS
         if (route.auth or a.status != 401)
-        and (a.status != 403 or route.method.upper() not in SAFE_METHODS)
+        and (a.status != 403 or route.auth or route.method.upper() not in SAFE_METHODS)
     )
     ids = [
         f"`invalid_{p.name}`" for p in route.params if p.location == "path" and p.name in ID_PARAMS
