@@ -53,7 +53,6 @@ from ._errors import (
     JournalUnavailable,
     RunCancelled,
 )
-from ._helpers import DeliveryHelpers
 from ._waits import WaitArg, build_wait
 
 #: ``async (run_id, step_id) -> bool``: are inputs queued for the step? (wired to the inputs
@@ -103,10 +102,9 @@ def _not_json(what: str, exc: JsonPolicyError) -> TypeError:
 
 @final
 class TaskContext:
-    """One delivery of one task. The handler runs in the delivery's own cancel scope, which the
-    run's cancellation and a lost lease cancel (the spec's ``tc.Context()``); helpers started
-    with :meth:`start_soon` run in the delivery's nursery (opened when the first starts: see
-    ``_helpers``), and end with the delivery."""
+    """One delivery of one task. The handler runs in the delivery's own nursery, whose cancel
+    scope the run's cancellation and a lost lease cancel (the spec's ``tc.Context()``); helpers
+    started with :meth:`start_soon` run in it too, so they end with the delivery."""
 
     def __init__(
         self,
@@ -114,10 +112,10 @@ class TaskContext:
         task: TaskMessage,
         delivery: Delivery,
         holder: DeliveryState,
-        helpers: DeliveryHelpers,
+        nursery: trio.Nursery,
     ) -> None:
         self._svc = services
-        self._helpers = helpers
+        self._nursery = nursery
         self._task = task
         self._delivery = delivery
         self._holder = holder
@@ -176,7 +174,7 @@ class TaskContext:
         """Start a helper task in this delivery's nursery: it is cancelled with the delivery (the
         run's cancellation, a lost lease) and when the handler returns; an exception it raises
         fails the delivery like the handler's own. Raises RuntimeError once the delivery is over."""
-        self._helpers.start_soon(fn, *args)
+        self._nursery.start_soon(fn, *args)
 
     def key(self, *parts: str | int) -> str:
         """An idempotency key for this iteration, ``{run}.{step}.{iteration}[.part...]``: the

@@ -41,7 +41,6 @@ from .._defaults import DEFAULT_ACK_WAIT_S
 from ._context import InputsPending, TaskContext, _WorkerShared, error_text
 from ._errors import JournalUnavailable
 from ._hand_back import HandBack
-from ._helpers import DeliveryHelpers
 from ._lease import heartbeat_interval_s, task_consumer
 from ._polls import POLL_MARK_INTERVAL_S, mark_polls
 from ._slots import Slots
@@ -204,9 +203,7 @@ class Worker:
 
         def start(delivery: Delivery) -> None:
             # ``puller`` is bound below before anything is asked, so before any delivery.
-            context.run(
-                nursery.start_soon, self._deliver, delivery, slots, puller, hand_back, nursery
-            )
+            context.run(nursery.start_soon, self._deliver, delivery, slots, puller, hand_back)
 
         try:
             async with self._transport.pull(
@@ -246,24 +243,19 @@ class Worker:
             await hand_back.puller_left()
 
     async def _deliver(
-        self,
-        delivery: Delivery,
-        slots: Slots,
-        puller: Puller,
-        hand_back: HandBack,
-        spawner: trio.Nursery,
+        self, delivery: Delivery, slots: Slots, puller: Puller, hand_back: HandBack
     ) -> None:
         """Handle one delivery and settle it; its place is given back however it ends.
 
-        The handler runs in this frame (the delivery task's own), inside the scope that a run
-        cancel or a lost lease cancels. Helpers from ``tc.start_soon`` run in a nursery opened
-        for them only when the first one starts (``_helpers``: in ``spawner``, the pull loop's
-        nursery): a nursery around every handler cost a scheduler step on the way out even
-        when no helper ran. When the handler's scope is left its helpers are cancelled and
-        waited for, and a helper's exception is the delivery's error (it cancels the handler's
-        scope, as a nursery would). No frame of a helper method sits between this task and the
-        handler: every time the handler wakes (each journal write, each tool), each frame above
-        it is passed through again.
+        The handler runs in this frame (the delivery task's own), in the delivery's nursery
+        (helpers from ``tc.start_soon`` beside it), inside the scope that a run cancel or a
+        lost lease cancels; when the handler returns, its helpers are cancelled, and a
+        helper's exception is the delivery's error. That scope is the nursery's own: it holds
+        the handler and every helper, and it catches the cancellation it raises, so a scope of
+        its own around the nursery would only cost one more scope entered and closed per
+        delivery. No frame of a helper method sits between this task and the handler: every
+        time the handler wakes (each journal write, each tool), each frame above it is passed
+        through again.
 
         Its place is given back when it ends, unless its ack asked for the next delivery in
         that place (:meth:`_finish`).
@@ -294,23 +286,24 @@ class Worker:
             self._beating[holder] = delivery
             try:
                 error: Exception | None = None
-                scope = holder.scope = trio.CancelScope()
-                helpers = DeliveryHelpers(spawner, scope)
-                tc = TaskContext(self._services, task, delivery, holder, helpers)
+                tc: TaskContext | None = None
                 try:
-                    with scope:
+                    async with trio.open_nursery() as nursery:
+                        holder.scope = nursery.cancel_scope
                         if holder.cancelled or holder.lease_lost_because:
-                            scope.cancel()
+                            nursery.cancel_scope.cancel()
+                        tc = TaskContext(self._services, task, delivery, holder, nursery)
                         try:
                             await handler(tc)
                         except Exception as exc:
                             error = exc
+                        nursery.cancel_scope.cancel()
+                except ExceptionGroup as group:
+                    # A helper failed (the handler's own exception was caught above).
+                    error = group.exceptions[0] if len(group.exceptions) == 1 else group
                 finally:
                     holder.scope = None
-                    await helpers.close()
-                if helpers.error is not None:
-                    # A helper failed (the handler's own exception was caught above).
-                    error = helpers.error
+                assert tc is not None  # the nursery body runs at least until the context exists
                 asked_next = await self._finish(tc, holder, delivery, error, slots, puller)
             finally:
                 del self._beating[holder]

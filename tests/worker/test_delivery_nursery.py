@@ -1,18 +1,15 @@
-"""A delivery's helpers (``tc.start_soon``, a nursery opened when the first starts), on a real
-nats-server: a helper ends with the run's cancellation, with a lost lease (a failed heartbeat),
-and when the handler returns; its failure fails the delivery; a delivery without helpers pays
-for no nursery."""
+"""Each delivery runs in its own nursery (``tc.start_soon``), on a real nats-server: a helper
+ends with the run's cancellation, with a lost lease (a failed heartbeat), and when the handler
+returns."""
 
 from __future__ import annotations
 
-import contextvars
 from typing import Any
 
-import pytest
 import trio
 import trio.lowlevel
 
-from dagnats_trio.protocol import StepCompleted, StepFailed
+from dagnats_trio.protocol import StepCompleted
 from dagnats_trio.protocol.layout import cancel_subject
 from dagnats_trio.transport import Delivery, NatsTransport, TransportError, fetch_puller
 from dagnats_trio.worker import TaskContext
@@ -144,107 +141,3 @@ async def test_a_helper_is_cancelled_when_the_lease_is_lost(nats_transport: Nats
     assert deliveries == [1, 2]
     (ev,) = await history(nats_transport, task.run_id)
     assert isinstance(ev, StepCompleted) and ev.output == "second delivery"
-
-
-async def test_a_helper_failure_fails_the_delivery_and_cancels_the_handler(
-    nats_transport: NatsTransport,
-) -> None:
-    outcome: list[str] = []
-
-    async def boom() -> None:
-        await trio.lowlevel.checkpoint()
-        raise ValueError("boom")
-
-    async def handler(tc: TaskContext) -> None:
-        tc.start_soon(boom)
-        try:
-            await trio.sleep_forever()
-        finally:
-            outcome.append("handler cancelled")
-
-    task = make_task(uid(), task_type=uid("t"))
-    async with running(worker_for(nats_transport, task.task, handler)):
-        await wait_acked(nats_transport, await publish_task(nats_transport, task))
-    assert outcome == ["handler cancelled"]
-    (ev,) = await history(nats_transport, task.run_id)
-    assert isinstance(ev, StepFailed) and ev.error == "ValueError: boom"
-
-
-_SEEN: contextvars.ContextVar[str] = contextvars.ContextVar("_SEEN", default="unset")
-
-
-async def test_helpers_start_after_earlier_ones_ended_and_not_after_the_delivery(
-    nats_transport: NatsTransport,
-) -> None:
-    """A helper started once the earlier ones have all ended still runs (in the context of the
-    task that started it); once the delivery is over, start_soon raises RuntimeError."""
-    seen: list[str] = []
-    contexts: list[TaskContext] = []
-
-    async def note(what: str) -> None:
-        await trio.lowlevel.checkpoint()
-        seen.append(f"{what}:{_SEEN.get()}")
-
-    async def handler(tc: TaskContext) -> None:
-        contexts.append(tc)
-        _SEEN.set("first")
-        done = trio.Event()
-
-        async def first() -> None:
-            await note("one")
-            done.set()
-
-        tc.start_soon(first)
-        with trio.fail_after(WAIT_S):
-            await done.wait()
-        for _ in range(3):  # the first helper's host ends
-            await trio.lowlevel.checkpoint()
-        _SEEN.set("second")
-        again = trio.Event()
-
-        async def second() -> None:
-            await note("two")
-            again.set()
-
-        tc.start_soon(second)
-        with trio.fail_after(WAIT_S):
-            await again.wait()
-        await tc.complete("done")
-
-    task = make_task(uid(), task_type=uid("t"))
-    async with running(worker_for(nats_transport, task.task, handler)):
-        await wait_acked(nats_transport, await publish_task(nats_transport, task))
-    assert seen == ["one:first", "two:second"]
-    (ev,) = await history(nats_transport, task.run_id)
-    assert ev == StepCompleted(task.run_id, "agent", task.dispatch, output="done")
-    with pytest.raises(RuntimeError, match="the delivery is over"):
-        contexts[0].start_soon(note, "late")
-
-
-class _DeliverySteps(trio.abc.Instrument):
-    def __init__(self) -> None:
-        self.steps = 0
-
-    def after_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task.name.endswith("Worker._deliver"):
-            self.steps += 1
-
-
-async def test_a_delivery_without_helpers_opens_no_nursery(nats_transport: NatsTransport) -> None:
-    """A plain step's delivery takes two scheduler steps: its first, and the wait for its
-    lifecycle event's ack (a nursery around the handler cost a third on its way out)."""
-
-    async def handler(tc: TaskContext) -> None:
-        await tc.complete("done")
-
-    task = make_task(uid(), task_type=uid("t"))
-    steps = _DeliverySteps()
-    async with running(worker_for(nats_transport, task.task, handler)):
-        trio.lowlevel.add_instrument(steps)
-        try:
-            await wait_acked(nats_transport, await publish_task(nats_transport, task))
-        finally:
-            trio.lowlevel.remove_instrument(steps)
-    (ev,) = await history(nats_transport, task.run_id)
-    assert ev == StepCompleted(task.run_id, "agent", task.dispatch, output="done")
-    assert steps.steps == 2
