@@ -91,7 +91,10 @@ async def test_a_delivery_that_arrives_as_the_worker_leaves_is_handed_back_at_on
             async with trio.open_nursery() as nursery:
                 leaving.scope = nursery.cancel_scope
                 await nursery.start(worker.run)
-                seq = await publish_task(t, task)
+                # Shielded: the delivery can reach the worker (which cancels this nursery)
+                # before the publish's own ack is read, and the publish must still return.
+                with trio.CancelScope(shield=True), trio.fail_after(WAIT_S):
+                    seq = await publish_task(t, task)
         # The worker is gone; its transport stays open (a process hosting more than it).
         assert leaving.arrived == [(seq, 1)]
         assert ran == []
