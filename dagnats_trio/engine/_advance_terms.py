@@ -30,6 +30,9 @@ REASON_MAX_ITERATIONS = "max_iterations"
 REASON_MAX_DURATION = "max_duration"
 REASON_CHILD_FAILED = "child_failed"
 REASON_NOT_A_LOOP = "not_a_loop"
+#: The run's snapshot with the event applied would be over the bound a snapshot may be stored
+#: at (:func:`.core.fail_too_large`): the run fails instead of retrying the save forever.
+REASON_SNAPSHOT_TOO_LARGE = "snapshot_too_large"
 
 #: Longest token a run id may be (see :func:`protocol.check_id`).
 MAX_RUN_ID_CHARS = ID_MAX_CHARS

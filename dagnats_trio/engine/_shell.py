@@ -35,10 +35,17 @@ from ..protocol import (
 )
 from ..transport import ConsumerConfig, Delivery, KeyExists, RevisionMismatch, TransportError
 from ._execute import execute_effects
-from ._shell_state import LEGACY_ENV_VAR, EngineState, log
+from ._shell_state import (
+    LEGACY_ENV_VAR,
+    SNAPSHOT_MAX_BYTES,
+    EngineState,
+    SnapshotTooLarge,
+    log,
+)
 from ._timer_stream import TIMER_DUE_HEADER, TIMER_ID_HEADER, timer_consumer
-from .core import AdvanceContext, decide, service_start_entry
+from .core import AdvanceContext, Outcome, decide, fail_too_large, service_start_entry
 from .effects import Effect, PublishTask
+from .snapshot import RunSnapshot
 
 #: Compare-and-set attempts on one event before giving it back to the server.
 CAS_ATTEMPTS_MAX = 25
@@ -260,7 +267,7 @@ class Engine(EngineState):
                 self._ack(d)
                 return
             try:
-                new_rev = await self._save(out.snapshot, snap, rev)
+                out, new_rev = await self._save_decided(out, snap, rev, event, ctx)
             except (RevisionMismatch, KeyExists):
                 self.stats.conflicts += 1
                 self._counted()
@@ -282,6 +289,28 @@ class Engine(EngineState):
             "run %s: %d compare-and-set conflicts in a row; redelivering", run_id, CAS_ATTEMPTS_MAX
         )
         await self._settle(d.nak, ERROR_NAK_DELAY_S)
+
+    async def _save_decided(
+        self,
+        out: Outcome,
+        snap: RunSnapshot | None,
+        rev: int,
+        event: RunEvent,
+        ctx: AdvanceContext,
+    ) -> tuple[Outcome, int]:
+        """Save the decided snapshot; one too large to store ever (:class:`SnapshotTooLarge`)
+        is replaced by the run failed on the stored one (``fail_too_large``), saved in its
+        place. The outcome saved and the new revision."""
+        assert out.snapshot is not None
+        try:
+            return out, await self._save(out.snapshot, snap, rev)
+        except SnapshotTooLarge as exc:
+            if snap is None:
+                raise
+            failed = fail_too_large(snap, event, ctx, exc.size_bytes, SNAPSHOT_MAX_BYTES)
+            log.error("%s; failing the run", exc)
+            assert failed.snapshot is not None
+            return failed, await self._save(failed.snapshot, snap, rev)
 
     @staticmethod
     async def _dispatch_saved(effects: tuple[Effect, ...]) -> None:

@@ -35,6 +35,7 @@ from ._advance_terms import (
     REASON_MAX_DURATION,
     REASON_MAX_ITERATIONS,
     REASON_NOT_A_LOOP,
+    REASON_SNAPSHOT_TOO_LARGE,
     REASON_TIMEOUT,
     SERVICE_START_SEQ,
     TIMER_LOOP_DELAY,
@@ -59,6 +60,7 @@ __all__ = [
     "REASON_MAX_DURATION",
     "REASON_MAX_ITERATIONS",
     "REASON_NOT_A_LOOP",
+    "REASON_SNAPSHOT_TOO_LARGE",
     "REASON_TIMEOUT",
     "SERVICE_START_SEQ",
     "TIMER_LOOP_DELAY",
@@ -72,6 +74,7 @@ __all__ = [
     "advance",
     "child_run_id",
     "decide",
+    "fail_too_large",
     "first_dispatch",
     "first_dispatch_again",
     "new_run_snapshot",
@@ -152,6 +155,31 @@ def decide(snapshot: RunSnapshot | None, event: RunEvent, ctx: AdvanceContext) -
     else:  # pragma: no cover - the union is exhaustive
         tx.drop(f"unhandled event {type(event).__name__}")
     return tx.finish()
+
+
+def fail_too_large(
+    snapshot: RunSnapshot, event: RunEvent, ctx: AdvanceContext, size_bytes: int, bound_bytes: int
+) -> Outcome:
+    """The run failed with :data:`REASON_SNAPSHOT_TOO_LARGE` in place of ``event`` applied, when
+    the snapshot that applies it encodes to ``size_bytes``, over ``bound_bytes`` (the most a
+    snapshot may be stored at): no save of it could ever succeed, and retrying it would leave
+    the run running forever. Decided on ``snapshot``, the stored one, so what made it too large
+    (a step's output, a failure message) is left out and the failed run fits. A step event
+    fails its step with the reason; any other event fails the run."""
+    error = (
+        f"{REASON_SNAPSHOT_TOO_LARGE}: the run's snapshot would be {size_bytes} bytes, "
+        f"over {bound_bytes}"
+    )
+    tx = _Decision(snapshot, ctx)
+    step = snapshot.steps.get(event.step_id) if isinstance(event, _STEP_EVENTS) else None
+    if step is not None and not step.status.finished:
+        tx.fail_step_and_run(step.step_id, error, REASON_SNAPSHOT_TOO_LARGE)
+    else:
+        tx.fail_run(None, error)
+    return tx.finish()
+
+
+_STEP_EVENTS = (StepCompleted, StepFailed, StepContinue, StepPaused)
 
 
 def first_dispatch(
