@@ -530,13 +530,27 @@ GUARDS: tuple[Guard, ...] = (
         "Engine._handle: a run-ending event is counted applied by the history loop too",
         [
             (
-                "if not self._ends_run(out.snapshot, snap):  # a run end counts it (_save_and_end)",
+                "if not self._ends_run(saved, snap):  # a run end counts it (_save_and_end)",
                 "if True:",
             )
         ],
         [
             "tests/engine/test_run_ends.py::"
             "test_a_held_run_end_holds_back_no_other_run_and_counts_once_made",
+        ],
+    ),
+    _g(
+        "Engine: a snapshot too large to store fails its run, on the stored snapshot",
+        "Engine._save_decided: the failure decided on the oversize snapshot, not the stored one",
+        [
+            (
+                "failed = fail_too_large(snap, event, ctx,",
+                "failed = fail_too_large(out.snapshot, event, ctx,",
+            )
+        ],
+        [
+            "tests/engine/test_snapshot_too_large.py::"
+            "test_outputs_over_the_snapshot_bound_fail_the_run",
         ],
     ),
     _g(

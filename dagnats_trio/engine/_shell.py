@@ -267,22 +267,22 @@ class Engine(EngineState):
                 self._ack(d)
                 return
             try:
-                out, new_rev = await self._save_decided(out, snap, rev, event, ctx)
+                saved, effects, new_rev = await self._save_decided(out, snap, rev, event, ctx)
             except (RevisionMismatch, KeyExists):
                 self.stats.conflicts += 1
                 self._counted()
                 self._cache.pop(run_id, None)
                 continue
-            if not self._ends_run(out.snapshot, snap):  # a run end counts it (_save_and_end)
+            if not self._ends_run(saved, snap):  # a run end counts it (_save_and_end)
                 self._count_applied()
             if hook_installed():  # a test's crash seam; production installs none
-                await self._dispatch_saved(out.effects)
-            await execute_effects(self.transport, self.inputs, out.effects)
+                await self._dispatch_saved(effects)
+            await execute_effects(self.transport, self.inputs, effects)
             # Kept only now that its effects are stored: the next event decided on this copy
             # drops them from its outbox entry (AdvanceContext.outbox_stored). A failure above
             # drops the run's cached copy (_handle_group); so does a compare-and-set on the
             # older one left here, which fails.
-            self._remember(out.snapshot, new_rev)
+            self._remember(saved, new_rev)
             self._ack(d)
             return
         log.warning(
@@ -297,20 +297,20 @@ class Engine(EngineState):
         rev: int,
         event: RunEvent,
         ctx: AdvanceContext,
-    ) -> tuple[Outcome, int]:
+    ) -> tuple[RunSnapshot, tuple[Effect, ...], int]:
         """Save the decided snapshot; one too large to store ever (:class:`SnapshotTooLarge`)
         is replaced by the run failed on the stored one (``fail_too_large``), saved in its
-        place. The outcome saved and the new revision."""
+        place. The snapshot saved, its effects and the new revision."""
         assert out.snapshot is not None
         try:
-            return out, await self._save(out.snapshot, snap, rev)
+            return out.snapshot, out.effects, await self._save(out.snapshot, snap, rev)
         except SnapshotTooLarge as exc:
             if snap is None:
                 raise
             failed = fail_too_large(snap, event, ctx, exc.size_bytes, SNAPSHOT_MAX_BYTES)
             log.error("%s; failing the run", exc)
             assert failed.snapshot is not None
-            return failed, await self._save(failed.snapshot, snap, rev)
+            return failed.snapshot, failed.effects, await self._save(failed.snapshot, snap, rev)
 
     @staticmethod
     async def _dispatch_saved(effects: tuple[Effect, ...]) -> None:
