@@ -25,6 +25,7 @@ from dagnats_trio.journal._fencing import FencedWriter
 from dagnats_trio.protocol import check_json, dumps_json
 from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expected_answer
 from dagnats_trio.transport import TransientRetry, retry_transient
+from dagnats_trio.worker._lease import keep_alive
 
 WORKFLOW: Final = "trio-calls-agent"
 WARMUP_RUNS: Final = 3
@@ -39,8 +40,6 @@ RUNS: Final = 10
 #: clock, not the runs, and a loaded machine fits more of them into the counted runs (one did:
 #: 7.1 per run with 7 bounded).
 MAX_CANCEL_SCOPES_PER_RUN: Final = 5
-#: The worker's heartbeat loop, as the profile names a caller (module and function).
-_HEARTBEAT_LOOP: Final = "worker/_worker.py:_heartbeats"
 #: Calls of ``trio.Semaphore``'s ``acquire_nowait`` and ``release`` per scripted agent run: 128
 #: measured when the worker's places for deliveries were a semaphore (a fetch of up to 16 took
 #: 16 places one call each and gave back the 15 unfilled one call each); none since they are
@@ -66,6 +65,17 @@ FuncKey = tuple[str, int, str]
 def _key(fn: Callable[..., Any]) -> FuncKey:
     code: CodeType = fn.__code__
     return (code.co_filename, code.co_firstlineno, code.co_name)
+
+
+def _caller_name(filename: str, name: str) -> str:
+    """A caller as :func:`_calls_per_run` names it: its package and module, and its name."""
+    module = filename.replace("\\", "/").rsplit("/", 2)[-2:]
+    return f"{'/'.join(module)}:{name}"
+
+
+#: The worker's heartbeat loop, as the profile names a caller (made from the function, so a
+#: rename or a move cannot leave a name that matches nothing).
+_HEARTBEAT_LOOP: Final = _caller_name(keep_alive.__code__.co_filename, keep_alive.__name__)
 
 
 async def _profiled_runs() -> dict[FuncKey, Any]:
@@ -107,8 +117,7 @@ def _calls_per_run(
         return 0.0, ""
     callers: Counter[str] = Counter()
     for (filename, _line, name), figures in entry[4].items():
-        module = filename.replace("\\", "/").rsplit("/", 2)[-2:]
-        callers[f"{'/'.join(module)}:{name}"] += figures[1]
+        callers[_caller_name(filename, name)] += figures[1]
     shown = ", ".join(f"{who}: {n / RUNS:.1f}" for who, n in callers.most_common())
     return (entry[1] - callers[excluding]) / RUNS, shown
 

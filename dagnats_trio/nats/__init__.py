@@ -74,8 +74,8 @@ if TYPE_CHECKING:
     from ._connection import (
         Connection,
         ConnectionStats,
-        open_connection,
     )
+    from ._open import open_connection
     from ._subscription import (
         SUBSCRIPTION_BUFFER_MSGS,
         Subscription,
@@ -88,8 +88,8 @@ else:
             "._connection": (
                 "Connection",
                 "ConnectionStats",
-                "open_connection",
             ),
+            "._open": ("open_connection",),
             "._subscription": (
                 "SUBSCRIPTION_BUFFER_MSGS",
                 "Subscription",

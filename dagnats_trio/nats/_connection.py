@@ -1,5 +1,5 @@
 """A NATS connection's calls: publish, request, subscribe, flush and drain, and what it
-tells of its state; and :func:`open_connection`, which opens one in a nursery of its own.
+tells of its state (:func:`~._open.open_connection` opens one in a nursery of its own).
 
 Every call is safe to cancel at any await: what it sends goes to the outbox whole (see
 ``_lifecycle``, which holds the socket, the supervisor that reconnects and closing), and a
@@ -8,9 +8,6 @@ request's answer comes through the request mux (``_mux``) on the connection's on
 
 from __future__ import annotations
 
-import os
-import random as random_module
-import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import final
@@ -19,20 +16,14 @@ import attrs
 import trio
 
 from ._defaults import (
-    CONNECT_TIMEOUT_S,
     DRAIN_TIMEOUT_S,
     FLUSH_TIMEOUT_S,
-    MAX_OUTSTANDING_PINGS,
-    MAX_RECONNECT_ROUNDS,
-    PING_INTERVAL_S,
     REQUEST_TIMEOUT_S,
 )
 from ._events import Info, Msg, Pub, Sub, Unsub
-from ._handshake import load_nkey_auth
 from ._headers import NO_RESPONDERS_STATUS, Headers
 from ._lifecycle import _MUX_SID, ConnectionLifecycle
 from ._nuid import new_inbox
-from ._servers import parse_servers
 from ._shell_errors import NatsError, NatsTimeoutError, NoRespondersError
 from ._subscription import SUBSCRIPTION_BUFFER_MSGS, Subscription
 from ._waiters import PongWaiter, ReplySlot
@@ -339,63 +330,3 @@ class Connection(ConnectionLifecycle):
         with trio.move_on_after(timeout_s):
             await self.flush(timeout_s=timeout_s)
         self._close("the connection was drained and closed")
-
-
-@asynccontextmanager
-async def open_connection(
-    servers: str | Sequence[str],
-    *,
-    name: str | None = None,
-    user: str | None = None,
-    password: str | None = None,
-    token: str | None = None,
-    tls: ssl.SSLContext | None = None,
-    creds_file: str | os.PathLike[str] | None = None,
-    nkey_seed_file: str | os.PathLike[str] | None = None,
-    ping_interval_s: float = PING_INTERVAL_S,
-    max_outstanding_pings: int = MAX_OUTSTANDING_PINGS,
-    max_reconnect_rounds: int = MAX_RECONNECT_ROUNDS,
-    connect_timeout_s: float = CONNECT_TIMEOUT_S,
-    drain_timeout_s: float = DRAIN_TIMEOUT_S,
-    discover_servers: bool = True,
-    random: random_module.Random | None = None,
-) -> AsyncIterator[Connection]:
-    """Connect to the first server of ``servers`` that answers; yield the connection; drain and
-    close it on exit. ``tls://`` URLs, a ``tls`` context, or a server that requires TLS turn TLS
-    on. ``random`` drives the reconnect jitter (inject a seeded one for repeatable tests).
-    ``discover_servers`` adds the cluster's other nodes (from INFO) to the reconnect list.
-    ``creds_file`` (a ``.creds`` file: user JWT and nkey seed) or ``nkey_seed_file`` (a user's
-    nkey seed) sign the server's nonce; either is read once, here, and a file that cannot be
-    used raises :class:`CredentialsError` before any server is tried."""
-    nkey = await load_nkey_auth(creds_file=creds_file, nkey_seed_file=nkey_seed_file)
-    conn = Connection(
-        parse_servers(servers),
-        name=name,
-        user=user,
-        password=password,
-        token=token,
-        tls=tls,
-        nkey=nkey,
-        ping_interval_s=ping_interval_s,
-        max_outstanding_pings=max_outstanding_pings,
-        max_reconnect_rounds=max_reconnect_rounds,
-        connect_timeout_s=connect_timeout_s,
-        discover_servers=discover_servers,
-        rng=random if random is not None else random_module.Random(),
-    )
-    first = await conn._connect_first()
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(conn._supervise, first)
-            nursery.start_soon(conn._mux.run_deadlines)
-            try:
-                yield conn
-                await conn.drain(timeout_s=drain_timeout_s)
-            finally:
-                conn._close("the connection is closed")
-                nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        # The supervisor does not raise; a group of one is the caller's own exception.
-        if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
-        raise

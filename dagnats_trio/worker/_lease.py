@@ -16,10 +16,17 @@ per delivery count, which ``in_progress`` honours too.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import Final
 
+import trio
+
+from dagnats_trio.journal import DeliveryState
 from dagnats_trio.protocol.layout import TASK_STREAM, task_filter, worker_durable
-from dagnats_trio.transport import ConsumerConfig
+from dagnats_trio.transport import ConsumerConfig, Delivery, TransportError
+
+_log = logging.getLogger(__name__)
 
 #: The heartbeat restarts the AckWait this many times per AckWait (every 0.2 s at the default,
 #: one ``in_progress`` per task in hand each time), so a worker may fall silent for
@@ -56,3 +63,35 @@ def task_consumer(task_type: str, ack_wait_s: float) -> ConsumerConfig:
         max_deliver=-1,
         backoff_s=schedule if len(schedule) > 1 else (),
     )
+
+
+async def keep_alive(beating: Mapping[DeliveryState, Delivery], ack_wait_s: float) -> None:
+    """One loop beats every delivery in hand (``beating``, the worker's, kept up to date as
+    deliveries come and go), every ``heartbeat_interval_s(ack_wait_s)``.
+
+    One loop rather than a task per delivery: a task (and the nursery around it) per
+    delivery cost several scheduler passes on every task's critical path. A delivery gets
+    its first beat at most ``interval`` after it arrived, as before (sooner is harmless: a
+    beat only restarts its AckWait), and a stalled, killed or fenced holder gets none, so its
+    AckWait runs out exactly as before (see this module's docstring for the figures). A beat
+    is a core publish that waits only when the connection's outgoing buffer is full (which
+    every beat would then wait on alike); it is bounded by ``interval`` so the loop still
+    comes round.
+    """
+    interval = heartbeat_interval_s(ack_wait_s)
+    while True:
+        await trio.sleep(interval)
+        for holder, delivery in list(beating.items()):
+            if holder.stalled or holder.killed:
+                continue
+            if holder not in beating:  # settled during an earlier beat of this pass
+                continue
+            if holder.fenced:
+                holder.lose_lease(holder.fenced_because)
+                continue
+            with trio.move_on_after(interval):
+                try:
+                    await delivery.in_progress()
+                except TransportError as exc:
+                    _log.debug("in_progress for %s failed: %s", delivery.subject, exc)
+                    holder.lose_lease(f"its heartbeat failed: {exc}")

@@ -14,7 +14,6 @@ from dagnats_trio._env import DEFAULT_ENV, Backoff, RuntimeEnv
 from dagnats_trio.inputs import InputsService
 from dagnats_trio.journal import (
     DEFAULT_RESTART_LIMIT,
-    CommittedIteration,
     DeliveryState,
     OnCommitted,
     Settlement,
@@ -41,7 +40,8 @@ from .._defaults import DEFAULT_ACK_WAIT_S
 from ._context import InputsPending, TaskContext, _WorkerShared, error_text
 from ._errors import JournalUnavailable
 from ._hand_back import HandBack
-from ._lease import heartbeat_interval_s, task_consumer
+from ._lease import keep_alive, task_consumer
+from ._mark_done import with_mark_done
 from ._polls import POLL_MARK_INTERVAL_S, mark_polls
 from ._slots import Slots
 
@@ -125,7 +125,7 @@ class Worker:
             transport=transport,
             env=env,
             restart_limit=check_restart_limit(restart_limit),
-            on_committed=_with_mark_done(inputs, on_committed),
+            on_committed=with_mark_done(inputs, on_committed),
             inputs_pending=(
                 inputs.has_queued
                 if inputs is not None and inputs_pending is None
@@ -134,7 +134,7 @@ class Worker:
             inputs=inputs,
         )
         self._live: dict[str, set[DeliveryState]] = {}
-        #: Every delivery being handled, beaten by the one ``_keep_alive`` loop.
+        #: Every delivery being handled, beaten by the one ``keep_alive`` loop (``_lease``).
         self._beating: dict[DeliveryState, Delivery] = {}
 
     @property
@@ -155,7 +155,7 @@ class Worker:
             trio.open_nursery() as nursery,
         ):
             nursery.start_soon(self._listen_for_cancels, cancels)
-            nursery.start_soon(self._keep_alive)
+            nursery.start_soon(keep_alive, self._beating, self._ack_wait_s)
             nursery.start_soon(
                 mark_polls,
                 self._transport,
@@ -373,55 +373,3 @@ class Worker:
         else:
             _log.warning("%s.%s left unsettled; it will be redelivered", tc.run_id, tc.step_id)
         return False
-
-    async def _keep_alive(self) -> None:
-        """One loop beats every delivery in hand, every ``interval``.
-
-        One loop rather than a task per delivery: a task (and the nursery around it) per
-        delivery cost several scheduler passes on every task's critical path. A delivery gets
-        its first beat at most ``interval`` after it arrived, as before (sooner is harmless: a
-        beat only restarts its AckWait), and a stalled, killed or fenced holder gets none, so its
-        AckWait runs out exactly as before (see ``_lease`` for the figures). A beat is a core
-        publish that waits only when the connection's outgoing buffer is full (which every beat
-        would then wait on alike); it is bounded by ``interval`` so the loop still comes round.
-        """
-        interval = heartbeat_interval_s(self._ack_wait_s)
-        while True:
-            await trio.sleep(interval)
-            for holder, delivery in list(self._beating.items()):
-                if holder.stalled or holder.killed:
-                    continue
-                if holder not in self._beating:  # settled during an earlier beat of this pass
-                    continue
-                if holder.fenced:
-                    holder.lose_lease(holder.fenced_because)
-                    continue
-                with trio.move_on_after(interval):
-                    try:
-                        await delivery.in_progress()
-                    except TransportError as exc:
-                        _log.debug("in_progress for %s failed: %s", delivery.subject, exc)
-                        holder.lose_lease(f"its heartbeat failed: {exc}")
-
-
-def _with_mark_done(
-    inputs: InputsService | None, on_committed: OnCommitted | None
-) -> OnCommitted | None:
-    """The commit hook: mark the iteration's placed inputs done, then tell the user's hook.
-
-    Marking is idempotent (already done ids are skipped), so a hook told twice for one commit
-    is harmless.
-    """
-    if inputs is None:
-        return on_committed
-    service = inputs
-
-    async def committed(info: CommittedIteration) -> None:
-        try:
-            if info.request_ids:
-                await service.mark_committed(info.run_id, info.step_id, info.request_ids)
-        finally:
-            if on_committed is not None:
-                await on_committed(info)
-
-    return committed
