@@ -104,6 +104,8 @@ GUARDS: tuple[Guard, ...] = (
             f"{WN}::test_stalled_holder_is_fenced_by_its_successor",
             f"{BP}::test_a_zombies_group_is_fenced_whole[nats-message]",
             f"{BP}::test_a_zombies_group_is_fenced_whole[nats-batch]",
+            "tests/worker/test_ack_next_stop.py::"
+            "test_tasks_pulled_by_the_ack_of_a_stopped_worker_complete_once_and_it_is_fenced",
         ],
     ),
     _g(

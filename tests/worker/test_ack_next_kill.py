@@ -18,65 +18,27 @@ killed process) never runs again.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import signal
-import subprocess
-import sys
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Final
 
 import pytest
 import trio
 
 from dagnats_trio.protocol import StepCompleted
-from dagnats_trio.protocol.layout import TASK_STREAM, worker_durable
 from dagnats_trio.transport import CoreMsg, TrioNatsTransport
 from dagnats_trio.worker import DEFAULT_ACK_WAIT_S, TaskContext, Worker
 
-from ._ack_next_victim import DIE, HOLD, PLACES, READY_LINE, go_subject, started_subject
+from ._ack_next import (
+    WAIT_S,
+    ack_subjects,
+    collect_acks,
+    finish_first_task,
+    start_victim,
+    wait_settled,
+)
+from ._ack_next_victim import DIE, HOLD, PLACES
 from ._helpers import make_task, publish_task, uid, wait_history
-
-VICTIM: Final = Path(__file__).with_name("_ack_next_victim.py")
-#: Bound on the worker process starting (a Python start on a loaded machine).
-PROCESS_START_S: Final = 60.0
-#: Bound on every other wait: generous for a loaded machine, yet the task must come back long
-#: before the 30 s a lost task would need to reach the top of the redelivery backoff.
-WAIT_S: Final = 20.0
-#: Pause between two reads of the consumer's info while waiting for it to settle.
-INFO_POLL_S: Final = 0.05
-
-
-async def _read_ready(proc: trio.Process) -> None:
-    assert proc.stdout is not None
-    seen = b""
-    while READY_LINE.encode() not in seen:
-        chunk = await proc.stdout.receive_some()
-        assert chunk, f"the worker process exited before it was ready: {seen!r}"
-        seen += chunk
-
-
-async def _collect(sub: AsyncIterator[CoreMsg], into: list[bytes], first: trio.Event) -> None:
-    async for msg in sub:
-        into.append(msg.data)
-        first.set()
-
-
-async def _consumer(t: TrioNatsTransport, task_type: str) -> dict[str, int]:
-    subject = f"$JS.API.CONSUMER.INFO.{TASK_STREAM}.{worker_durable(task_type)}"
-    info = json.loads(await t.request(subject, b""))
-    return {"ack_pending": int(info["num_ack_pending"]), "pending": int(info["num_pending"])}
-
-
-async def _wait_settled(t: TrioNatsTransport, task_type: str) -> None:
-    """Until the consumer has nothing pending nor unacked (bounded)."""
-    with trio.fail_after(WAIT_S):
-        while True:
-            if await _consumer(t, task_type) == {"ack_pending": 0, "pending": 0}:
-                return
-            await trio.sleep(INFO_POLL_S)
 
 
 @pytest.mark.parametrize("case", ["in_handler", "before"])
@@ -85,10 +47,9 @@ async def test_tasks_pulled_by_the_ack_of_a_killed_worker_run_once(
 ) -> None:
     t = trio_transport
     task_type = uid("ackkill")
-    durable = worker_durable(task_type)
     first = make_task(uid(), task_type=task_type, input=HOLD)
     later = [make_task(uid(), task_type=task_type, input=DIE) for _ in range(PLACES)]
-    acks: list[bytes] = []
+    acks: list[CoreMsg] = []
     acked = trio.Event()
     successor_deliveries: list[tuple[str, int]] = []
 
@@ -98,24 +59,12 @@ async def test_tasks_pulled_by_the_ack_of_a_killed_worker_run_once(
 
     async with (
         trio.open_nursery() as nursery,
-        t.subscribe(f"$JS.ACK.{TASK_STREAM}.{durable}.>") as ack_sub,
-        t.subscribe(started_subject(first.run_id)) as started,
+        t.subscribe(ack_subjects(task_type)) as ack_sub,
     ):
-        nursery.start_soon(_collect, ack_sub, acks, acked)
-        argv = [sys.executable, str(VICTIM), nats_url, task_type]
-        process = functools.partial(trio.run_process, argv, stdout=subprocess.PIPE, check=False)
-        proc: trio.Process = await nursery.start(process)
+        nursery.start_soon(collect_acks, ack_sub, acks, acked)
+        proc = await start_victim(nursery, nats_url, task_type)
         try:
-            with trio.fail_after(PROCESS_START_S):
-                await _read_ready(proc)
-            await publish_task(t, first)
-            with trio.fail_after(WAIT_S):
-                async for msg in started:
-                    assert int(msg.data) == proc.pid
-                    break
-            await t.core_publish(go_subject(first.run_id), b"")
-            with trio.fail_after(WAIT_S):  # the first task's ack, carrying a request
-                await acked.wait()
+            await finish_first_task(t, proc, first, acked)
             if case == "before":
                 proc.send_signal(signal.SIGKILL)
             for task in later:
@@ -126,14 +75,14 @@ async def test_tasks_pulled_by_the_ack_of_a_killed_worker_run_once(
         finally:
             if proc.returncode is None:
                 proc.kill()
-        victim_acks = list(acks)
+        victim_acks = [a.data for a in acks]
 
         successor = Worker(t, {task_type: successor_handler}, concurrency=1)
         assert successor.ack_wait_s == DEFAULT_ACK_WAIT_S
         await nursery.start(successor.run)
         later_events = [await wait_history(t, task.run_id, 1) for task in later]
         took_s = trio.current_time() - killed_at
-        await _wait_settled(t, task_type)
+        await wait_settled(t, task_type)
         nursery.cancel_scope.cancel()
 
     first_events = await wait_history(t, first.run_id, 1)
