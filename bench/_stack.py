@@ -34,6 +34,8 @@ from dagnats_trio.transport import (
 )
 from dagnats_trio.worker import Handler, Worker
 
+from .cpu_floor import cpu_per_round_trip_us
+
 #: Bound on one run of a benchmark; a run that takes longer is a failure, not a figure.
 RUN_TIMEOUT_S = 30.0
 #: Worker concurrency in benchmarks: every run of the concurrent burst can be in flight at once.
@@ -142,11 +144,20 @@ class CountingWrites:
 class Stack:
     """Start runs and wait for their end; see the module docstring."""
 
-    def __init__(self, engine_tp: Transport, worker_tp: Transport, client_tp: Transport) -> None:
+    def __init__(
+        self,
+        engine_tp: Transport,
+        worker_tp: Transport,
+        client_tp: Transport,
+        *,
+        url: str | None = None,
+    ) -> None:
         self.engine_tp = engine_tp
         self.worker_tp = worker_tp
         self.client_tp = client_tp
         self.service = Service(client_tp)
+        #: The server's URL (the CPU floor's raw client connects to it), when known.
+        self.url = url
         self._done: dict[str, trio.Event] = {}
         self.finished: dict[str, RunOutcome] = {}
         #: Set by :func:`open_stack` once its engine runs.
@@ -192,6 +203,15 @@ class Stack:
             await tp.publish(FLOOR_SUBJECT, body)
             samples.append((time.perf_counter() - start) * 1e6)
         return statistics.median(samples)
+
+    async def cpu_floor_us(self) -> float:
+        """This process's CPU per raw request/response round trip (``bench.cpu_floor``): a
+        minimal Trio client's publish with a reply to the floor's stream, on this server."""
+        if self.url is None:
+            raise RuntimeError("the CPU floor needs the stack's server URL")
+        tp = self.worker_tp
+        await retry_transient(lambda: tp.ensure_stream(StreamSpec(FLOOR_STREAM, (FLOOR_SUBJECT,))))
+        return await cpu_per_round_trip_us(self.url, FLOOR_SUBJECT, b"x" * FLOOR_BODY_BYTES)
 
     def counts(self) -> Counts:
         return Counts(
@@ -260,7 +280,7 @@ async def open_stack(
             for tp in (engine_raw, worker_raw, client_raw)
         )
         await provision(client_tp)
-        stack = Stack(engine_tp, worker_tp, client_tp)
+        stack = Stack(engine_tp, worker_tp, client_tp, url=server.url)
         for wf in workflows:
             await stack.service.register_workflow(wf)
         engine = Engine(engine_tp, legacy_step_events=False)

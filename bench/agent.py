@@ -28,6 +28,7 @@ from dagnats_trio.testing import (
 from dagnats_trio.worker import Handler
 
 from ._stack import Counts, Stack, open_stack, percentile
+from .cpu_floor import cpu_floor_line
 
 
 @attrs.frozen
@@ -478,16 +479,17 @@ async def round_trips_per_run(variant: _Variant, runs: int = WRITES_RUNS) -> tup
         return counted.engine / runs, counted.worker / runs
 
 
-async def _measure(sync_always: bool, seconds: float) -> tuple[float, _Figures, _Figures]:
-    """The publish floor, then the headline's figures and the each-record-alone script's, on
-    one stack."""
+async def _measure(sync_always: bool, seconds: float) -> tuple[float, float, _Figures, _Figures]:
+    """The publish floor and the CPU floor (per round trip), then the headline's figures and
+    the each-record-alone script's, on one stack."""
     handlers, workflows = _handlers_and_workflows((HEADLINE, ALONE))
     async with open_stack(sync_always=sync_always, handlers=handlers, workflows=workflows) as stack:
         floor_us = await stack.publish_floor_us()
+        cpu_floor_us = await stack.cpu_floor_us()
         seq = await sequential_interleaved(stack, seconds, (HEADLINE.workflow, ALONE.workflow))
         headline = await _figures(stack, HEADLINE, seq.by_workflow[HEADLINE.workflow])
         alone = await _figures(stack, ALONE, seq.by_workflow[ALONE.workflow])
-        return floor_us, headline, alone
+        return floor_us, cpu_floor_us, headline, alone
 
 
 def run(*, quick: bool = False) -> dict[str, float]:
@@ -501,7 +503,7 @@ def run(*, quick: bool = False) -> dict[str, float]:
         (True, "single node, sync_interval always", "agent_fsync"),
         (False, "sync_interval default (a cluster relies on replicas)", "agent"),
     ):
-        floor_us, m, alone = trio.run(_measure, sync_always, seconds)
+        floor_us, cpu_floor_us, m, alone = trio.run(_measure, sync_always, seconds)
         n = len(m.times)
         p50, p99 = percentile(m.times, 50), percentile(m.times, 99)
         per = (m.counts.engine / n, m.counts.worker / n, m.counts.client / n)
@@ -509,6 +511,8 @@ def run(*, quick: bool = False) -> dict[str, float]:
         print(f"  {label}:")
         print(f"    {n} sequential runs: p50 {p50:.1f} ms, p99 {p99:.1f} ms per run; "
               f"{m.cpu_ms:.1f} ms of this process's CPU per run")  # fmt: skip
+        cpu_line, cpu_ratio = cpu_floor_line(m.cpu_ms, cpu_floor_us, total)
+        print(f"    {cpu_line}")
         waited = MIN_ROUND_TRIPS_PER_RUN - PULLS_PER_RUN - OFF_PATH_PER_RUN
         print(f"    round trips per run: {total:.1f} measured (engine {per[0]:.1f}, worker "
               f"{per[1]:.1f}, client {per[2]:.1f}) | spec minimum {MIN_ROUND_TRIPS_PER_RUN} "
@@ -542,6 +546,9 @@ def run(*, quick: bool = False) -> dict[str, float]:
         figures[f"{key}_p50_ms"] = round(p50, 2)
         figures[f"{key}_p99_ms"] = round(p99, 2)
         figures[f"{key}_cpu_ms_per_run"] = round(m.cpu_ms, 2)
+        figures[f"{key}_cpu_floor_us"] = round(cpu_floor_us, 1)
+        figures[f"{key}_cpu_floor_ms_per_run"] = round(cpu_floor_us * total / 1000, 2)
+        figures[f"{key}_cpu_floor_ratio"] = round(cpu_ratio, 2)
         figures[f"{key}_round_trips_per_run"] = round(total, 1)
         figures[f"{key}_burst_runs_per_s"] = round(m.rate, 1)
         figures[f"{key}_writes_per_tool_iteration"] = round(m.writes_per_tool_iteration, 2)

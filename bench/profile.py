@@ -22,12 +22,14 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+import attrs
 import trio
 
 from dagnats_trio.testing import AGENT_TASK, ScriptedAgent, agent_workflow, expected_answer
 
 from ._stack import Stack, open_stack
 from .agent import HEADLINE
+from .cpu_floor import cpu_floor_line
 from .gc_count import GcCounter, print_gc
 from .steps import StepCounter, print_steps
 
@@ -120,9 +122,21 @@ async def _runs(stack: Stack, n: int) -> None:
             raise RuntimeError(f"wrong answer {snap.outputs()!r} (status {snap.status.value})")
 
 
+@attrs.frozen
+class _Measured:
+    """What :func:`_measure` found: CPU per run unprofiled and under cProfile, the profile, and
+    the CPU floor (per raw round trip, and the round trips a run counted)."""
+
+    cpu_ms: float
+    stats: pstats.Stats
+    profiled_cpu_ms: float
+    cpu_floor_us: float
+    round_trips_per_run: float
+
+
 async def _measure(
     plain_runs: int, profiled_runs: int, counter: StepCounter, gc_counter: GcCounter
-) -> tuple[float, pstats.Stats, float]:
+) -> _Measured:
     agent = ScriptedAgent(paired=HEADLINE.paired)
     async with open_stack(
         sync_always=True,
@@ -130,10 +144,13 @@ async def _measure(
         workflows=[agent_workflow(PROFILE_WORKFLOW)],
     ) as stack:
         await _runs(stack, PROFILE_WARMUP_RUNS)
+        cpu_floor_us = await stack.cpu_floor_us()
+        trips0 = stack.counts().total
         cpu0 = time.process_time()
         with gc_counter:  # the garbage collector's share of the unprofiled runs
             await _runs(stack, plain_runs)
         cpu_ms = (time.process_time() - cpu0) * 1000 / plain_runs
+        round_trips = (stack.counts().total - trips0) / plain_runs
         # Timed by this process's CPU clock, not the wall clock: a wait in epoll or a
         # preemption by another process is not this process's CPU.
         profiler = cProfile.Profile(time.process_time)
@@ -151,7 +168,7 @@ async def _measure(
         finally:
             trio.lowlevel.remove_instrument(counter)
         counter.socket_writes = stack.socket_writes() - writes
-        return cpu_ms, pstats.Stats(profiler), profiled_cpu_ms
+        return _Measured(cpu_ms, pstats.Stats(profiler), profiled_cpu_ms, cpu_floor_us, round_trips)
 
 
 def _print_top(stats: pstats.Stats, sort: str, title: str) -> None:
@@ -174,17 +191,26 @@ def run(*, quick: bool = False) -> dict[str, float]:
     measure: Callable[..., Any] = _measure
     counter = StepCounter()
     gc_counter = GcCounter()
-    cpu_ms, stats, profiled_cpu_ms = trio.run(measure, plain, profiled, counter, gc_counter)
-    print(f"  CPU per run: {cpu_ms:.2f} ms unprofiled ({profiled_cpu_ms:.2f} ms under cProfile)")
+    measured: _Measured = trio.run(measure, plain, profiled, counter, gc_counter)
+    cpu_ms, stats = measured.cpu_ms, measured.stats
+    print(f"  CPU per run: {cpu_ms:.2f} ms unprofiled ({measured.profiled_cpu_ms:.2f} ms under "
+          f"cProfile)")  # fmt: skip
+    cpu_line, cpu_ratio = cpu_floor_line(
+        cpu_ms, measured.cpu_floor_us, measured.round_trips_per_run
+    )
+    print(f"  {cpu_line}")
     # Function calls per run, Python and C: a count, not a time, so the machine's load does not
     # move it; it follows the work done where CPU time on a loaded machine is noisy.
-    calls = stats.total_calls / profiled
+    calls = stats.total_calls / profiled  # type: ignore[attr-defined]
     print(f"  function calls per run (load-independent): {calls:.0f}")
     by_component = own_time_by_component(stats)
     total = sum(by_component.values()) or 1.0
     figures: dict[str, float] = {
         "profile_cpu_ms_per_run": round(cpu_ms, 2),
         "profile_calls_per_run": round(calls),
+        "profile_cpu_floor_us": round(measured.cpu_floor_us, 1),
+        "profile_round_trips_per_run": round(measured.round_trips_per_run, 1),
+        "profile_cpu_floor_ratio": round(cpu_ratio, 2),
     }
     print("  CPU per run by component (own time; C calls charged to their caller):")
     for name, seconds in sorted(by_component.items(), key=lambda kv: -kv[1]):
