@@ -22,16 +22,23 @@ from .effects import (
     SettleInputs,
 )
 from .hooks import InputsHooks
+from .snapshot import SnapshotEncoder
 
 
 async def execute_effects(
-    transport: Transport, inputs: InputsHooks, effects: tuple[Effect, ...]
+    transport: Transport,
+    inputs: InputsHooks,
+    effects: tuple[Effect, ...],
+    *,
+    encoder: SnapshotEncoder | None = None,
 ) -> None:
     """Carry ``effects`` out in order, each awaited. No checkpoint of its own: with no effects
-    it returns at once (the caller's handling of the event goes on to its ack)."""
+    it returns at once (the caller's handling of the event goes on to its ack). ``encoder``:
+    the one that saved the snapshot holding these effects, whose spelling of each task is
+    published (the same bytes, not encoded again)."""
     for effect in effects:
         if isinstance(effect, PublishTask):
-            msg = task_publish_msg(effect)
+            msg = task_publish_msg(effect, encoder)
             await transport.publish(msg.subject, msg.data, msg_id=msg.msg_id)
         elif isinstance(effect, ArmTimer):
             await arm_timer(transport, effect)
@@ -56,10 +63,10 @@ async def execute_effects(
             await inputs.settle_step(effect.run_id, effect.step_id)
 
 
-def task_publish_msg(effect: PublishTask) -> PublishMsg:
+def task_publish_msg(effect: PublishTask, encoder: SnapshotEncoder | None = None) -> PublishMsg:
     """How a task is published, by the engine and by a service that dispatched a run's first
-    step itself (``_store.start_dispatched``): its subject, its bytes, its msg id."""
+    step itself (``_store.start_dispatched``): its subject, its bytes (``encode_task``'s,
+    spelled by ``encoder`` when given: once with the outbox entry it saved), its msg id."""
     task = effect.task
-    return PublishMsg(
-        layout.task_subject(task.task, task.run_id), encode_task(task), msg_id=effect.msg_id
-    )
+    data = encode_task(task) if encoder is None else encoder.task_bytes(effect)
+    return PublishMsg(layout.task_subject(task.task, task.run_id), data, msg_id=effect.msg_id)

@@ -249,7 +249,9 @@ class Engine(EngineState):
                 if out.replayed:
                     self.stats.replayed += 1
                     self._counted()
-                    await execute_effects(self.transport, self.inputs, out.effects)
+                    await execute_effects(
+                        self.transport, self.inputs, out.effects, encoder=self._encoder
+                    )
                     kept = out.snapshot
                     if (derived or not from_cache) and (
                         kept.last_seq == d.stream_seq or service_start_entry(kept) is not None
@@ -277,7 +279,7 @@ class Engine(EngineState):
                 self._count_applied()
             if hook_installed():  # a test's crash seam; production installs none
                 await self._dispatch_saved(effects)
-            await execute_effects(self.transport, self.inputs, effects)
+            await execute_effects(self.transport, self.inputs, effects, encoder=self._encoder)
             # Kept only now that its effects are stored: the next event decided on this copy
             # drops them from its outbox entry (AdvanceContext.outbox_stored). A failure above
             # drops the run's cached copy (_handle_group); so does a compare-and-set on the

@@ -22,16 +22,21 @@ from cattrs.gen import make_dict_unstructure_fn, override
 
 from ..dag import WorkflowDef
 from ..protocol import (
+    TAG_FIELD,
     DispatchId,
     JsonValue,
     ParentRef,
     RunStatus,
+    TaskMessage,
     Wait,
     converter,
     dumps_json,
     from_json,
 )
-from .effects import Effect
+from ._text_memo import OUTBOX_JSON_MEMO_MAX_CHARS as OUTBOX_JSON_MEMO_MAX_CHARS
+from ._text_memo import OUTBOX_JSON_MEMO_MAX_ENTRIES as OUTBOX_JSON_MEMO_MAX_ENTRIES
+from ._text_memo import TextMemo
+from .effects import Effect, PublishTask
 
 #: How many applied events keep their effects in the outbox.
 OUTBOX_KEEP_EVENTS = 8
@@ -189,11 +194,19 @@ converter.register_unstructure_hook(
     RunSnapshot, make_dict_unstructure_fn(RunSnapshot, converter, _cattrs_omit_if_default=True)
 )
 
-#: Bounds on each memo of a :class:`SnapshotEncoder`, in entries and in characters of the texts
-#: it holds (a task's input may be up to the server's max payload, so a count alone would let
-#: a memo hold gigabytes); a memo is emptied when full (a miss only costs the encoding).
-OUTBOX_JSON_MEMO_MAX_ENTRIES = 4096
-OUTBOX_JSON_MEMO_MAX_CHARS = 16 * 1024 * 1024
+#: The spliced outbox entry's parts (``SnapshotEncoder._outbox_text``), in the field order the
+#: converter writes them: an entry's sequence, then its effects when it has any; a task
+#: effect's task, then its msg id, then its tag (written last, as ``register_union`` does).
+_ENTRY_FIELDS = tuple(f.name for f in attrs.fields(OutboxEntry))
+_PUBLISH_TASK_FIELDS = tuple(f.name for f in attrs.fields(PublishTask))
+if _ENTRY_FIELDS != ("seq", "effects") or _PUBLISH_TASK_FIELDS != ("task", "msg_id"):
+    raise RuntimeError(
+        f"the outbox splices by field order; OutboxEntry has {_ENTRY_FIELDS}, "
+        f"PublishTask {_PUBLISH_TASK_FIELDS}"
+    )
+_PUBLISH_TASK_TAIL = f',"{TAG_FIELD}":{dumps_json(PublishTask.TYPE)}}}'
+_unstructure_effect = converter.get_unstructure_hook(Effect)
+_unstructure_task = converter.get_unstructure_hook(TaskMessage)
 
 
 @final
@@ -214,7 +227,9 @@ class SnapshotEncoder:
     with (``_replace.replace`` keeps it; an engine derives every run of a kept definition from
     one object), and a save carries the last ``OUTBOX_KEEP_EVENTS`` outbox entries of the one
     before unchanged (the same frozen objects). So each is turned into JSON text once, by
-    identity, and the definition hashed once (:meth:`definition_ref`).
+    identity, and the definition hashed once (:meth:`definition_ref`). A dispatch's task is
+    spelled once for the outbox entry that holds it and for its publish (:meth:`task_bytes`),
+    which follows the save.
 
     The memos are this instance's, bounded by :data:`OUTBOX_JSON_MEMO_MAX_ENTRIES` each: one
     encoder per owner that encodes the same runs again (an engine, ``EngineState``), none per
@@ -222,13 +237,13 @@ class SnapshotEncoder:
     so an ``id`` is not reused while its slot lives.
     """
 
-    __slots__ = ("_definitions", "_definitions_chars", "_outbox", "_outbox_chars")
+    __slots__ = ("_definitions", "_outbox", "_tasks")
 
     def __init__(self) -> None:
-        self._outbox: dict[int, tuple[OutboxEntry, str]] = {}
-        self._outbox_chars = 0
-        self._definitions: dict[int, _DefinitionText] = {}
-        self._definitions_chars = 0
+        self._outbox: TextMemo[OutboxEntry, str] = TextMemo()
+        self._definitions: TextMemo[WorkflowDef, _DefinitionText] = TextMemo()
+        #: A dispatch's task, spelled once for its outbox entry and its publish (``task_bytes``).
+        self._tasks: TextMemo[PublishTask, str] = TextMemo()
 
     def encode(self, snapshot: RunSnapshot, *, definition_by_ref: bool = False) -> bytes:
         """The same bytes as ``to_json(snapshot)``, put together from the snapshot's own fields
@@ -281,35 +296,44 @@ class SnapshotEncoder:
             ref = slot.ref = hashlib.sha256(slot.text.encode()).hexdigest()
         return ref
 
-    def _outbox_text(self, entry: OutboxEntry) -> str:
-        slot = self._outbox.get(id(entry))
-        if slot is not None and slot[0] is entry:
-            return slot[1]
-        text = dumps_json(_unstructure_outbox_entry(entry))
-        chars = self._outbox_chars + len(text)
-        if len(self._outbox) >= OUTBOX_JSON_MEMO_MAX_ENTRIES or chars > OUTBOX_JSON_MEMO_MAX_CHARS:
-            self._outbox.clear()
-            chars = len(text)
-        if chars <= OUTBOX_JSON_MEMO_MAX_CHARS:
-            self._outbox[id(entry)] = (entry, text)
-            self._outbox_chars = chars
+    def task_bytes(self, effect: PublishTask) -> bytes:
+        """The bytes the task of ``effect`` is published as (``encode_task``): spelled once
+        with the outbox entry that holds it when that entry was saved first, as the engine saves
+        a dispatch before it publishes the task."""
+        return self._task_text(effect).encode()
+
+    def _task_text(self, effect: PublishTask) -> str:
+        text = self._tasks.get(effect)
+        if text is None:
+            text = dumps_json(_unstructure_task(effect.task))
+            self._tasks.put(effect, text, len(text))
         return text
 
+    def _outbox_text(self, entry: OutboxEntry) -> str:
+        text = self._outbox.get(entry)
+        if text is None:
+            text = self._spell_entry(entry)
+            self._outbox.put(entry, text, len(text))
+        return text
+
+    def _spell_entry(self, entry: OutboxEntry) -> str:
+        """The converter's text of ``entry``, a task effect's task taken from (and left in)
+        the task memo. A sequence is an ``int``, whose JSON is its decimal digits."""
+        if not entry.effects:
+            return f'{{"seq":{entry.seq:d}}}'
+        effects = [
+            f'{{"task":{self._task_text(e)},"msg_id":{dumps_json(e.msg_id)}{_PUBLISH_TASK_TAIL}'
+            if type(e) is PublishTask
+            else dumps_json(_unstructure_effect(e))
+            for e in entry.effects
+        ]
+        return f'{{"seq":{entry.seq:d},"effects":[{",".join(effects)}]}}'
+
     def _definition(self, definition: WorkflowDef) -> _DefinitionText:
-        slot = self._definitions.get(id(definition))
-        if slot is not None and slot.definition is definition:
-            return slot
-        slot = _DefinitionText(definition, dumps_json(converter.unstructure(definition)))
-        chars = self._definitions_chars + len(slot.text)
-        if (
-            len(self._definitions) >= OUTBOX_JSON_MEMO_MAX_ENTRIES
-            or chars > OUTBOX_JSON_MEMO_MAX_CHARS
-        ):
-            self._definitions.clear()
-            chars = len(slot.text)
-        if chars <= OUTBOX_JSON_MEMO_MAX_CHARS:
-            self._definitions[id(definition)] = slot
-            self._definitions_chars = chars
+        slot = self._definitions.get(definition)
+        if slot is None:
+            slot = _DefinitionText(definition, dumps_json(converter.unstructure(definition)))
+            self._definitions.put(definition, slot, len(slot.text))
         return slot
 
 

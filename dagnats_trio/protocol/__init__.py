@@ -2,6 +2,7 @@
 
 from . import layout
 from ._codec import (
+    TAG_FIELD,
     DecodeError,
     JsonValue,
     converter,
@@ -106,6 +107,7 @@ __all__ = [
     "RECORD_TYPE_HEADER",
     "REQUEST_ID_MAX_CHARS",
     "REQUEST_ID_RULE",
+    "TAG_FIELD",
     "CancelRequested",
     "ChildFinished",
     "ClaimRecord",

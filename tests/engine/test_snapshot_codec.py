@@ -12,7 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dagnats_trio.dag import WorkflowDef
-from dagnats_trio.engine.effects import PublishTask
+from dagnats_trio.engine.effects import (
+    AnnounceCancel,
+    CheckQueuedInputs,
+    PublishTask,
+    SettleInputs,
+)
 from dagnats_trio.engine.snapshot import (
     OUTBOX_JSON_MEMO_MAX_CHARS,
     OUTBOX_JSON_MEMO_MAX_ENTRIES,
@@ -25,7 +30,14 @@ from dagnats_trio.engine.snapshot import (
     decode_snapshot,
     encode_snapshot,
 )
-from dagnats_trio.protocol import DispatchId, RunStatus, TaskMessage, converter, to_json
+from dagnats_trio.protocol import (
+    DispatchId,
+    RunStatus,
+    TaskMessage,
+    converter,
+    encode_task,
+    to_json,
+)
 from dagnats_trio.testing import agent_workflow
 
 
@@ -54,7 +66,7 @@ def test_each_memo_is_bounded() -> None:
     encoder = SnapshotEncoder()
     entries = [_entry(i) for i in range(OUTBOX_JSON_MEMO_MAX_ENTRIES + 1)]
     texts = [encoder._outbox_text(entry) for entry in entries]
-    assert len(encoder._outbox) == 1
+    assert len(encoder._outbox.slots) == 1
     assert encoder._outbox_text(entries[-1]) is texts[-1]
     assert encoder._outbox_text(entries[0]) is not texts[0]  # spelled again, the same bytes
     assert encoder._outbox_text(entries[0]) == texts[0]
@@ -73,13 +85,13 @@ def test_each_memo_is_bounded_in_characters_too() -> None:
     entries = [big(i, quarter) for i in range(6)]
     for entry in entries:
         encoder._outbox_text(entry)
-        held = sum(len(text) for _, text in encoder._outbox.values())
+        held = sum(len(text) for _, text in encoder._outbox.slots.values())
         assert 0 < held <= OUTBOX_JSON_MEMO_MAX_CHARS
-        assert len(encoder._outbox) <= 3
+        assert len(encoder._outbox.slots) <= 3
     huge = big(9, "y" * OUTBOX_JSON_MEMO_MAX_CHARS)
     text = encoder._outbox_text(huge)
     assert json.loads(text)["seq"] == 9
-    assert encoder._outbox == {}
+    assert encoder._outbox.slots == {}
     assert encoder._outbox_text(huge) is not text and encoder._outbox_text(huge) == text
 
 
@@ -154,7 +166,13 @@ _tasks = st.builds(
 _entries = st.builds(
     OutboxEntry,
     st.integers(0, 2**53),
-    st.lists(st.builds(PublishTask, _tasks, _texts), max_size=2).map(tuple),
+    st.lists(
+        st.builds(PublishTask, _tasks, _texts)
+        | st.builds(AnnounceCancel, _texts)
+        | st.builds(CheckQueuedInputs, _texts, _texts, _texts)
+        | st.builds(SettleInputs, _texts, _texts),
+        max_size=3,
+    ).map(tuple),
 )
 _snapshots = st.builds(
     RunSnapshot,
@@ -261,6 +279,33 @@ def test_a_carried_outbox_entry_and_the_definition_are_spelled_once() -> None:
         assert sorted(spelled) == ["definition", "definition", "entry", "entry"]
     finally:
         converter.register_unstructure_hook(WorkflowDef, unstructure_definition)
+
+
+def test_a_dispatchs_task_is_spelled_once_for_its_outbox_entry_and_its_publish() -> None:
+    """The engine saves a dispatch (its task in the outbox entry) and then publishes the task:
+    the publish's bytes are ``encode_task``'s, spelled once with the entry (counted by the
+    converter's hook of a non-JSON value in the task's input). Another effect object, equal or
+    not, and another encoder, spell again."""
+    spelled: list[str] = []
+    converter.register_unstructure_hook(_Counted, lambda c: spelled.append("task") or {"n": c.n})
+    task = TaskMessage("r1", "a", "t", "wf", DispatchId(0, 1, "n0"), {"c": _Counted(7)})
+    effect = PublishTask(task, "r1.a.n0")
+    entry = OutboxEntry(1, (AnnounceCancel("r1"), effect, SettleInputs("r1", "a")))
+    snap = RunSnapshot("r1", RunStatus.RUNNING, "wf", outbox=(entry,))
+    encoder = SnapshotEncoder()
+    data = encoder.encode(snap)
+    assert data == to_json(snap)
+    assert spelled == ["task", "task"]  # the encoder's spelling, then to_json's
+    spelled.clear()
+    assert encoder.task_bytes(effect) == encode_task(task)
+    assert spelled == ["task"]  # encode_task's alone: the encoder's came from its memo
+    spelled.clear()
+    twin = PublishTask(task, "r1.a.n0")
+    assert encoder.task_bytes(twin) == encode_task(task)
+    assert SnapshotEncoder().task_bytes(effect) == encode_task(task)
+    assert spelled == ["task", "task", "task", "task"]
+    # The publish's memo is bounded like the others and emptied when full.
+    assert len(encoder._tasks.slots) == 2
 
 
 #: The scripted agent's first save as the release before this one wrote it (every field, those
