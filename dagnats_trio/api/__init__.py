@@ -14,6 +14,8 @@ from ._rest_views import (
 )
 from ._unserved import UNSERVED_AFTER_S, no_worker_verdict
 from .service import (
+    RUN_INPUT_MAX_BYTES,
+    InputTooLarge,
     InvalidRequest,
     RunNotFound,
     RunPage,
@@ -26,7 +28,9 @@ from .service import (
 
 __all__ = [
     "CONSOLE_PREFIX",
+    "RUN_INPUT_MAX_BYTES",
     "UNSERVED_AFTER_S",
+    "InputTooLarge",
     "InvalidRequest",
     "JournalEntry",
     "JournalPage",

@@ -14,7 +14,13 @@ from ..protocol import InvalidId
 from ..transport import NotProvisioned, TemporarilyUnavailable, TransportTimeout
 from ..web import ApiError
 from ._rest_views import problem_views
-from .service import InvalidRequest, RunNotFound, RunWaitTimeout, WorkflowNotFound
+from .service import (
+    InputTooLarge,
+    InvalidRequest,
+    RunNotFound,
+    RunWaitTimeout,
+    WorkflowNotFound,
+)
 
 
 def api_error_for(exc: BaseException) -> ApiError | None:
@@ -39,6 +45,8 @@ def api_error_for(exc: BaseException) -> ApiError | None:
         return ApiError(404, "run_not_found", str(exc))
     if isinstance(exc, InvalidId):
         return ApiError(400, exc.code, str(exc))
+    if isinstance(exc, InputTooLarge):
+        return ApiError(413, "input_too_large", str(exc))
     if isinstance(exc, InvalidRequest):
         return ApiError(400, "bad_request", str(exc))
     if isinstance(exc, RunWaitTimeout):

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..inputs import InputsService
-from ..protocol import check_id, encode_json, to_json
+from ..protocol import check_id, to_json
 from ..transport import Transport, TransportError
 from ..web import (
     JSON_MEDIA_TYPE,
@@ -22,7 +22,7 @@ from ..web import (
     read_body,
 )
 from ._rest_check import check_step
-from ._rest_config import RUN_INPUT_MAX_BYTES, RUN_INPUT_SPELLING_GROWTH_MAX, ApiConfig
+from ._rest_config import ApiConfig
 from ._rest_journal import (
     JOURNAL_PAGE_LIMIT_DEFAULT,
     JOURNAL_PAGE_LIMIT_MAX,
@@ -108,15 +108,6 @@ class _Handlers:
     async def start_run(self, request: Request) -> Response:
         raw = await self._body(request)
         body = decode_body(parse_json(raw), StartRunBody)
-        if len(raw) * RUN_INPUT_SPELLING_GROWTH_MAX > RUN_INPUT_MAX_BYTES:
-            size = len(encode_json(body.input, where="input"))
-            if size > RUN_INPUT_MAX_BYTES:
-                raise ApiError(
-                    413,
-                    "input_too_large",
-                    f"input is {size} bytes encoded; the limit is {RUN_INPUT_MAX_BYTES} (a run's "
-                    "first snapshot holds it twice, in one NATS message)",
-                )
         run_id = await self.service.start_run(body.workflow, body.input, body.idempotency_key)
         return _json(RunStarted(run_id), 201)
 

@@ -34,6 +34,17 @@ class InvalidRequest(ServiceError, ValueError):
 
 
 @final
+class InputTooLarge(ServiceError):
+    """A run's input too large to start it: over the input bound, or making the run's first
+    snapshot (the input once, and again in each first task) larger than one NATS message can
+    hold. Nothing of the run is written."""
+
+    def __init__(self, size_bytes: int, reason: str) -> None:
+        self.size_bytes = size_bytes
+        super().__init__(f"input is {size_bytes} bytes encoded; {reason}")
+
+
+@final
 class RunRunning(ServiceError):
     """The run (or a child run of it) has not finished, so it cannot be purged."""
 

@@ -38,6 +38,7 @@ from ..protocol import (
 )
 from ..transport import KeyExists, KvEntry, Transport
 from ._service_errors import InvalidRequest, json_bytes
+from ._start_bound import PROBE_ID, check_input_fits
 
 #: Prefix of idempotency keys in ``workflow_runs`` (value: the run id they started).
 IDEMPOTENCY_KEY_PREFIX: Final = "idem."
@@ -85,7 +86,7 @@ class RunStarts:
 
     async def start(self, workflow: str, input: JsonValue, idempotency_key: str | None) -> str:
         """What :meth:`Service.start_run <.service.Service.start_run>` does (see there)."""
-        json_bytes(input, "input")
+        input_size = len(json_bytes(input, "input"))
         limiter = self._in_flight
         try:
             # A free place costs no scheduler step of its own: the start's requests (the first
@@ -94,17 +95,26 @@ class RunStarts:
         except trio.WouldBlock:
             await limiter.acquire()
         try:
-            return await self._start(workflow, input, idempotency_key)
+            return await self._start(workflow, input, idempotency_key, input_size)
         finally:
             limiter.release()
 
-    async def _start(self, workflow: str, input: JsonValue, idempotency_key: str | None) -> str:
+    async def _start(
+        self, workflow: str, input: JsonValue, idempotency_key: str | None, input_size: int
+    ) -> str:
+        """The start, its input checked against the run's first snapshot
+        (:func:`._start_bound.check_input_fits`) before anything is written: for a workflow
+        read before, against the kept definition, and again when the read finds another."""
         known = self._definitions.kept(workflow)
         if known is not None and known.name == workflow:
+            check_input_fits(self._probe(workflow, input, idempotency_key), known, input_size)
             if idempotency_key is None:
-                return await self._start_indexed_early(workflow, input)
-            return await self._start_claimed_early(workflow, input, idempotency_key)
+                return await self._start_indexed_early(workflow, input, known, input_size)
+            return await self._start_claimed_early(
+                workflow, input, idempotency_key, known, input_size
+            )
         definition, definition_revision = await self._read_definition(workflow, "workflow")
+        check_input_fits(self._probe(workflow, input, idempotency_key), definition, input_size)
         run_id = check_id("run_id", self._env.new_id())
         if idempotency_key is not None:
             run_id = await self._claim_idempotency_key(idempotency_key, run_id)
@@ -117,7 +127,21 @@ class RunStarts:
         )
         return await self._create_and_announce(event, definition, definition_revision)
 
-    async def _start_indexed_early(self, workflow: str, input: JsonValue) -> str:
+    def _probe(
+        self, workflow: str, input: JsonValue, idempotency_key: str | None
+    ) -> WorkflowStarted:
+        """The ``workflow.started`` an input is measured in (no id drawn for it)."""
+        return WorkflowStarted(
+            run_id=PROBE_ID,
+            workflow=workflow,
+            input=input,
+            idempotency_key=idempotency_key,
+            started_at_ms=self._env.wall_ms(),
+        )
+
+    async def _start_indexed_early(
+        self, workflow: str, input: JsonValue, known: WorkflowDef, input_size: int
+    ) -> str:
         """A start of a workflow this service has read before: the run is indexed while the
         definition is read (``engine.index_start``: the read and the index's two writes sent
         at once, no task of their own), one waited round trip fewer.
@@ -135,7 +159,12 @@ class RunStarts:
         read: list[tuple[WorkflowDef, int]] = []
 
         def take(entry: KvEntry | None) -> None:
-            read.append(self._definition_of(workflow, entry))
+            found = self._definition_of(workflow, entry)
+            if found[0] is not known:
+                # Registered again since: measured against the new one (a refusal here takes
+                # the index writes back, as a deleted workflow's does).
+                check_input_fits(event, found[0], input_size)
+            read.append(found)
 
         indexed = await index_start(self._transport, event, take)
         definition, definition_revision = read[0]
@@ -147,7 +176,9 @@ class RunStarts:
             event, definition, definition_revision, indexed, dispatch=True
         )
 
-    async def _start_claimed_early(self, workflow: str, input: JsonValue, key: str) -> str:
+    async def _start_claimed_early(
+        self, workflow: str, input: JsonValue, key: str, known: WorkflowDef, input_size: int
+    ) -> str:
         """A start with an idempotency key of a workflow this service has read before: the key
         is claimed while the definition is read, one waited round trip fewer.
 
@@ -168,6 +199,10 @@ class RunStarts:
 
         await run_all([claim, read_definition], in_flight_max=2)
         (definition, definition_revision), (run_id,) = read[0], claimed
+        if definition is not known:
+            # Registered again since the check on the kept one: a refusal leaves the key
+            # claimed, as a deleted workflow's does (above).
+            check_input_fits(self._probe(workflow, input, key), definition, input_size)
         event = WorkflowStarted(
             run_id=run_id,
             workflow=definition.name,

@@ -39,6 +39,7 @@ from ..transport import KvEntry, Transport
 from ._purge import collect_tree, execute_plan, plan_purge, purge_orphan
 from ._rest_views import NoWorker
 from ._run_list import BadCursor, check_cursor, list_runs_page
+from ._service_errors import InputTooLarge as InputTooLarge
 from ._service_errors import InvalidRequest as InvalidRequest
 from ._service_errors import RunNotFound as RunNotFound
 from ._service_errors import RunRunning as RunRunning
@@ -51,6 +52,7 @@ from ._start import IDEMPOTENCY_KEY_PREFIX as IDEMPOTENCY_KEY_PREFIX
 from ._start import START_RUNS_IN_FLIGHT as START_RUNS_IN_FLIGHT
 from ._start import RunStarts
 from ._start import idempotency_kv_key as idempotency_kv_key
+from ._start_bound import RUN_INPUT_MAX_BYTES as RUN_INPUT_MAX_BYTES
 from ._unserved import UNSERVED_AFTER_S, unserved_steps
 
 #: Most runs one ``list_runs`` call returns.

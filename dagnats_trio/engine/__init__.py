@@ -57,6 +57,7 @@ if TYPE_CHECKING:
         LEGACY_ENV_VAR,
         LOOP_ERROR_BACKOFF_MAX_S,
         LOOP_ERROR_BACKOFF_S,
+        SNAPSHOT_MAX_BYTES,
         EngineStats,
         legacy_from_env,
     )
@@ -97,6 +98,7 @@ else:
                 "LEGACY_ENV_VAR",
                 "LOOP_ERROR_BACKOFF_MAX_S",
                 "LOOP_ERROR_BACKOFF_S",
+                "SNAPSHOT_MAX_BYTES",
                 "EngineStats",
                 "legacy_from_env",
             ),
@@ -123,6 +125,7 @@ __all__ = [
     "LOOP_ERROR_BACKOFF_MAX_S",
     "LOOP_ERROR_BACKOFF_S",
     "SERVICE_START_SEQ",
+    "SNAPSHOT_MAX_BYTES",
     "START_SWEEP_AFTER_S",
     "START_SWEEP_EVERY_S",
     "TIMER_DUE_HEADER",
