@@ -28,8 +28,10 @@ from ..inputs import InputsEndpoints, InputsService
 from ..journal import DEFAULT_RESTART_LIMIT
 from ..server import NatsServer
 from ..transport import (
+    BUCKETS,
     DEFAULT_CLIENT,
     Client,
+    NotProvisioned,
     TemporarilyUnavailable,
     Transport,
     TransportTimeout,
@@ -54,6 +56,14 @@ ANY_NATS_PORT = -1
 HOST_START_TIMEOUT_S = 30.0
 #: Pause between provisioning attempts while a fresh cluster elects its meta leader.
 PROVISION_RETRY_INTERVAL_S = 0.5
+#: Longest a host that does not provision (``dagnats worker``) waits for the streams and buckets
+#: another process provisions: a script that starts ``dagnats serve`` and a worker at once saw
+#: the worker exit ("streams are missing") before the server had made them.
+PROVISIONED_WAIT_S = 60.0
+#: Pause between looks for them while waiting.
+PROVISIONED_POLL_INTERVAL_S = 0.5
+#: The key read to look for them (any key: a bucket that holds none answers None).
+PROVISIONED_PROBE_KEY = "provisioned-probe"
 #: Highest replica count JetStream accepts for a stream.
 MAX_REPLICAS = 5
 
@@ -72,6 +82,33 @@ async def _provision_when_ready(transport: Transport, replicas: int) -> None:
             await trio.sleep(PROVISION_RETRY_INTERVAL_S)
 
 
+async def wait_provisioned(transport: Transport) -> None:
+    """Return once the layout is provisioned, waiting up to :data:`PROVISIONED_WAIT_S` for it
+    with one log line; past that the last :class:`NotProvisioned` is raised.
+
+    The look is a read of the last bucket :func:`provision` makes (it makes the streams, then
+    the buckets, in order), so a layout seen here is whole.
+    """
+    said = False
+    with trio.move_on_after(PROVISIONED_WAIT_S):
+        while True:
+            try:
+                await transport.kv_get(BUCKETS[-1].name, PROVISIONED_PROBE_KEY)
+                return
+            except NotProvisioned as exc:
+                if not said:
+                    log.warning(
+                        "waiting up to %g s for the JetStream streams (made by `dagnats "
+                        "serve` or `dev`): %s",
+                        PROVISIONED_WAIT_S,
+                        exc,
+                    )
+                    said = True
+            await trio.sleep(PROVISIONED_POLL_INTERVAL_S)
+    # The deadline passed: the answer it gives now is the error.
+    await transport.kv_get(BUCKETS[-1].name, PROVISIONED_PROBE_KEY)
+
+
 @final
 @attrs.frozen
 class HostConfig:
@@ -80,7 +117,8 @@ class HostConfig:
     No ``nats_urls`` means an embedded nats-server: its store is ``data_dir`` (kept) or a
     temporary directory (removed at stop), with ``sync_interval: always`` since a single server
     has no replica to fall back on. ``listen`` None means no REST API. ``provision`` creates the
-    streams and buckets with ``replicas`` (a worker-only process leaves that to the servers).
+    streams and buckets with ``replicas`` (a worker-only process leaves that to the servers, and
+    waits up to ``PROVISIONED_WAIT_S`` for them: :func:`wait_provisioned`).
     ``bridge`` serves the HTTP worker bridge on the API (``/bridge/...``, docs/bridge.md), on
     the workers' task consumers (so with their AckWait). ``api_backlog`` is the API's listen
     backlog (connections the kernel queues before they are accepted; capped by
@@ -179,6 +217,9 @@ class Host:
                 # indexed ahead of new ones. Not under the start deadline: the first start after
                 # an upgrade walks the whole store once; later starts read one key.
                 await ensure_run_index(transport)
+            else:
+                # Not under the start deadline: its own, with a line saying what it waits for.
+                await wait_provisioned(transport)
             with trio.fail_after(HOST_START_TIMEOUT_S):
                 service = Service(transport, env=self.env)
                 inputs = InputsService(transport, env=self.env)
