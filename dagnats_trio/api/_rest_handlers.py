@@ -16,6 +16,7 @@ from ..transport import Transport, TransportError
 from ..web import (
     JSON_MEDIA_TYPE,
     ApiError,
+    bad_request,
     decode_body,
     not_found,
     parse_json,
@@ -49,7 +50,13 @@ from ._rest_views import (
     run_summary,
     run_view,
 )
-from .service import LIST_RUNS_LIMIT_DEFAULT, LIST_RUNS_LIMIT_MAX, RunRunning, Service
+from .service import (
+    LIST_RUNS_LIMIT_DEFAULT,
+    LIST_RUNS_LIMIT_MAX,
+    InvalidRequest,
+    RunRunning,
+    Service,
+)
 
 #: The API's one logger, named for :mod:`.rest` wherever the code that logs lives (operators and
 #: tests filter on it).
@@ -115,12 +122,17 @@ class _Handlers:
         q = request.query_params
         _only_params(request, {"workflow", "status", "limit", "cursor"})
         limit = _int_param(q.get("limit"), "limit", 1, LIST_RUNS_LIMIT_MAX, LIST_RUNS_LIMIT_DEFAULT)
-        page = await self.service.list_runs(
-            workflow=q.get("workflow") or None,
-            status=q.get("status") or None,
-            limit=limit,
-            cursor=q.get("cursor") or None,
-        )
+        try:
+            page = await self.service.list_runs(
+                workflow=q.get("workflow") or None,
+                status=q.get("status") or None,
+                limit=limit,
+                cursor=q.get("cursor") or None,
+            )
+        except InvalidRequest as exc:
+            # The service refuses only its query's values (the status, the cursor; each
+            # message names it), so this is the query's 400, as for the other parameters.
+            raise bad_request(str(exc), code="invalid_query") from None
         return _json(RunList(tuple(run_summary(s) for s in page.runs), page.next_cursor))
 
     async def get_run(self, request: Request) -> Response:

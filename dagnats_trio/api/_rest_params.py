@@ -32,8 +32,13 @@ def _only_params(request: Request, allowed: set[str]) -> None:
 
 
 def _int_param(raw: str | None, name: str, low: int, high: int, default: int) -> int:
-    if raw is None or raw == "":
+    """An integer parameter, ``default`` when absent. Given empty (``?limit=``) it is a 400
+    like any other non-number: it was read as the default (found from outside), so a client
+    whose value went missing was answered as if it had asked for nothing."""
+    if raw is None:
         return default
+    if raw == "":
+        raise bad_request(f"{name} is empty; give digits or leave it out", code="invalid_query")
     try:
         return parse_decimal(raw, low=low, high=high)
     except ValueError as exc:

@@ -58,6 +58,22 @@ def setup_logging(verbose: bool, *, quiet: bool = False) -> None:
     )
 
 
+#: A listening host that names every interface, and the loopback address a client on this machine
+#: reaches it at.
+WILDCARD_HOSTS: Final = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
+
+
+def reachable_url(api_url: str) -> str:
+    """``api_url`` as a client can use it: a wildcard bind (``--listen 0.0.0.0:8080``) is
+    reached at loopback on this machine. Found from outside: the banner's export said
+    ``DAGNATS_API_URL=http://0.0.0.0:8080``, an address to bind, not to connect to."""
+    scheme, sep, rest = api_url.partition("://")
+    host, colon, port = rest.rpartition(":")
+    if sep and colon and host in WILDCARD_HOSTS:
+        return f"{scheme}://{WILDCARD_HOSTS[host]}:{port}"
+    return api_url
+
+
 def _banner(
     title: str, info: HostInfo, extra: list[tuple[str, str]], *, token_required: bool
 ) -> None:
@@ -66,17 +82,20 @@ def _banner(
     rows = [("nats", ",".join(info.nats_urls))]
     if info.server is not None:
         rows.append(("nats-server pid", str(info.server.pid)))
-    if info.api_url is not None:
-        rows.append(("api", info.api_url))
-        rows.append(("console", console_url(info.api_url)))
+    api_url = reachable_url(info.api_url) if info.api_url is not None else None
+    if info.api_url is not None and api_url is not None:
+        rows.append(("api", api_url))
+        if api_url != info.api_url:
+            rows.append(("listening on", info.api_url))  # every interface
+        rows.append(("console", console_url(api_url)))
     if info.worker is not None:
         rows.append(("worker", info.worker.worker_id))
     if info.api_url is not None:
         rows.append(("token", "required" if token_required else "not required (no --token)"))
     rows.extend(extra)
     exports = [f"DAGNATS_NATS_URL={','.join(info.nats_urls)}"]
-    if info.api_url is not None:
-        exports.append(f"DAGNATS_API_URL={info.api_url}")
+    if api_url is not None:
+        exports.append(f"DAGNATS_API_URL={api_url}")
     # What a worker or a CLI verb in another shell needs to find this process.
     rows.append(("other shells", "export " + " ".join(exports)))
     for name, value in rows:
@@ -201,6 +220,7 @@ def run_demo_command(*, verbose: bool, keep: bool) -> None:
 __all__ = [
     "STOP_SIGNALS",
     "load_worker_handlers",
+    "reachable_url",
     "run_demo_command",
     "run_host",
     "setup_logging",

@@ -210,16 +210,23 @@ async def test_list_runs_filters_and_pages(api: Stack) -> None:
     r = await api.client.get("/runs", params={"workflow": name, "status": "running"})
     assert len(r.json()["runs"]) == 3
 
-    for bad in (
-        {"status": "sleeping"},
-        {"limit": "0"},
-        {"limit": "x"},
-        {"colour": "red"},
-        {"cursor": "x1"},
-        {"status": "running", "cursor": "i5"},
+    # Each a 400 invalid_query naming the parameter (found from outside: `limit=` was the
+    # default, and a bad status or cursor said `bad_request`).
+    for bad, named in (
+        ({"status": "sleeping"}, "status"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "x"}, "limit"),
+        ({"limit": ""}, "limit"),
+        ({"colour": "red"}, "colour"),
+        ({"cursor": "x1"}, "cursor"),
+        ({"status": "running", "cursor": "i5"}, "cursor"),
     ):
         r = await api.client.get("/runs", params=bad)
         assert r.status_code == 400, bad
+        assert error_code(r) == "invalid_query", (bad, r.text)
+        assert named in r.json()["error"]["message"], (bad, r.text)
+    r = await api.client.get("/runs", params={"workflow": name, "status": ""})
+    assert r.status_code == 200  # an empty filter is no filter
 
 
 async def test_cancel_run(api: Stack) -> None:
