@@ -27,6 +27,7 @@ from ..protocol import (
 )
 from ..protocol.layout import JOURNAL_STREAM, journal_subject
 from ..transport import Transport
+from ..web import listed_names
 from ._errors import BridgeError, bad_request
 from ._views import BridgeJournalEntry
 
@@ -77,7 +78,9 @@ def decode_append(raw: dict[str, JsonValue]) -> JournalRecord:
     if unknown:
         allowed = ", ".join(sorted(fields - set(FILLED_FIELDS)))
         raise bad_request(
-            f"unknown field(s) {', '.join(unknown)} for {kind!r}; allowed: {allowed}",
+            # Capped as the REST 400s are: a body of thousands of keys drew a message quoting
+            # every one (found from outside).
+            f"unknown field(s) {listed_names(unknown)} for {kind!r}; allowed: {allowed}",
             "invalid_record",
         )
     if cls is ToolIntentRecord and "key" not in raw:
