@@ -13,6 +13,7 @@ import logging
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..web import ApiError, error_response, internal_error_response
@@ -33,8 +34,24 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     codes = {404: "not_found", 405: "method_not_allowed"}
     code = codes.get(exc.status_code, "http_error")
-    err = ApiError(exc.status_code, code, exc.detail, headers=dict(exc.headers or {}))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
+    err = ApiError(exc.status_code, code, exc.detail, headers=headers)
     return error_response(err)
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route takes at the request's path. Each documented route is a
+    Starlette route of one method, and Starlette's 405 names the first one matched alone:
+    ``OPTIONS /runs/{id}`` said ``Allow: HEAD, GET`` though ``DELETE`` is served there too
+    (found from outside, schemathesis' Allow check)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
 
 
 def _has_body(scope: Scope) -> bool:

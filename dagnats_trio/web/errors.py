@@ -48,11 +48,14 @@ class ErrorEnvelope:
 @final
 @attrs.frozen
 class InvalidWorkflowBody:
-    """``problems`` lists every problem of the definition, each with its step and field."""
+    """``problems`` lists every problem of the definition, each with its step and field; a
+    400 of the same route that is no invalid definition (bad JSON) has none."""
 
     code: str
     message: str
-    problems: tuple[ProblemView, ...]
+    # A default, so the document does not require it: schemathesis found the route's
+    # invalid_json 400 (no problems) failing the schema that did.
+    problems: tuple[ProblemView, ...] = ()
 
 
 @final
