@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..web import BODY_READ_TIMEOUT_S
 from ._rest_routedoc import COMMON_ANSWERS, JSON
 
 DOCS_HEADER = """\
@@ -35,7 +36,8 @@ form of this page is `GET /openapi.json`.
   `/healthz` needs `Authorization: Bearer <token>`; without it the answer is `401`. The inputs
   and journal routes need it like every other: an input writes into a running agent's context.
 - **Bounds**: request bodies larger than the server's limit are refused with `413` while they
-  are read; an input `wait` is cut to the server's maximum.
+  are read, and one that has not arrived {BODY_S} s after its headers with `408` `body_timeout`;
+  an input `wait` is cut to the server's maximum.
 - **Every route** may also answer `401` (token missing or wrong; not `/healthz`), `405` (wrong
   method), `500` (internal) and `503` (NATS unavailable or not provisioned); every `POST` and
   `DELETE` also `403` `cross_origin`; with no token on a loopback bind, every route but `/healthz`
@@ -68,7 +70,7 @@ form of this page is `GET /openapi.json`.
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
-    out = [DOCS_HEADER]
+    out = [DOCS_HEADER.replace("{BODY_S}", f"{BODY_READ_TIMEOUT_S:g}")]
     common = {(a.status, a.description) for a in COMMON_ANSWERS}
     schemas: dict[str, Any] = doc["components"]["schemas"]
     for path, methods in doc["paths"].items():

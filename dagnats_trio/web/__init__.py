@@ -6,6 +6,7 @@ routes; the bridge needs only these helpers).
 """
 
 from .body import (
+    BODY_READ_TIMEOUT_S,
     CONTENT_LENGTH_MAX,
     decode_body,
     listed_names,
@@ -28,6 +29,7 @@ from .errors import (
 )
 
 __all__ = [
+    "BODY_READ_TIMEOUT_S",
     "CONTENT_LENGTH_MAX",
     "JSON_MEDIA_TYPE",
     "ApiError",
