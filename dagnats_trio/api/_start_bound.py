@@ -57,5 +57,5 @@ def check_input_fits(
         raise InputTooLarge(
             input_size_bytes,
             f"the run's first snapshot would be {size} bytes (the input once, and in each of "
-            f"its {tasks} first tasks), over the {SNAPSHOT_MAX_BYTES} one NATS message holds",
+            f"its {tasks} first tasks), over the {SNAPSHOT_MAX_BYTES} bytes one NATS message holds",
         )
