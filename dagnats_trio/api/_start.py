@@ -38,7 +38,7 @@ from ..protocol import (
 )
 from ..transport import KeyExists, KvEntry, Transport
 from ._service_errors import InvalidRequest, json_bytes
-from ._start_bound import PROBE_ID, check_input_fits
+from ._start_bound import check_input_fits
 
 #: Prefix of idempotency keys in ``workflow_runs`` (value: the run id they started).
 IDEMPOTENCY_KEY_PREFIX: Final = "idem."
@@ -107,14 +107,14 @@ class RunStarts:
         read before, against the kept definition, and again when the read finds another."""
         known = self._definitions.kept(workflow)
         if known is not None and known.name == workflow:
-            check_input_fits(self._probe(workflow, input, idempotency_key), known, input_size)
+            check_input_fits(known, input, input_size, idempotency_key)
             if idempotency_key is None:
                 return await self._start_indexed_early(workflow, input, known, input_size)
             return await self._start_claimed_early(
                 workflow, input, idempotency_key, known, input_size
             )
         definition, definition_revision = await self._read_definition(workflow, "workflow")
-        check_input_fits(self._probe(workflow, input, idempotency_key), definition, input_size)
+        check_input_fits(definition, input, input_size, idempotency_key)
         run_id = check_id("run_id", self._env.new_id())
         if idempotency_key is not None:
             run_id = await self._claim_idempotency_key(idempotency_key, run_id)
@@ -126,18 +126,6 @@ class RunStarts:
             started_at_ms=self._env.wall_ms(),
         )
         return await self._create_and_announce(event, definition, definition_revision)
-
-    def _probe(
-        self, workflow: str, input: JsonValue, idempotency_key: str | None
-    ) -> WorkflowStarted:
-        """The ``workflow.started`` an input is measured in (no id drawn for it)."""
-        return WorkflowStarted(
-            run_id=PROBE_ID,
-            workflow=workflow,
-            input=input,
-            idempotency_key=idempotency_key,
-            started_at_ms=self._env.wall_ms(),
-        )
 
     async def _start_indexed_early(
         self, workflow: str, input: JsonValue, known: WorkflowDef, input_size: int
@@ -163,7 +151,7 @@ class RunStarts:
             if found[0] is not known:
                 # Registered again since: measured against the new one (a refusal here takes
                 # the index writes back, as a deleted workflow's does).
-                check_input_fits(event, found[0], input_size)
+                check_input_fits(found[0], input, input_size)
             read.append(found)
 
         indexed = await index_start(self._transport, event, take)
@@ -202,7 +190,7 @@ class RunStarts:
         if definition is not known:
             # Registered again since the check on the kept one: a refusal leaves the key
             # claimed, as a deleted workflow's does (above).
-            check_input_fits(self._probe(workflow, input, key), definition, input_size)
+            check_input_fits(definition, input, input_size, key)
         event = WorkflowStarted(
             run_id=run_id,
             workflow=definition.name,

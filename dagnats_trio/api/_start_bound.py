@@ -14,7 +14,7 @@ from typing import Final
 
 from ..dag import WorkflowDef
 from ..engine import SNAPSHOT_MAX_BYTES, SnapshotEncoder, first_dispatch
-from ..protocol import WorkflowStarted
+from ..protocol import JsonValue, WorkflowStarted
 from ._service_errors import InputTooLarge
 
 #: Largest run input (as encoded) a start takes, whatever the workflow: the snapshot of a run of
@@ -28,17 +28,25 @@ RUN_INPUT_MAX_BYTES: Final = 480 * 1024
 INPUT_MEASURED_FROM_BYTES: Final = 64 * 1024
 #: The run id and nonces of the measured snapshot: as long as a real one (16 hex digits).
 PROBE_ID: Final = "0" * 16
+#: Its start time: a wall time in milliseconds has 13 digits until the year 2286.
+PROBE_STARTED_AT_MS: Final = 10**12
 
 
 def check_input_fits(
-    event: WorkflowStarted, definition: WorkflowDef, input_size_bytes: int
+    definition: WorkflowDef,
+    input: JsonValue,
+    input_size_bytes: int,
+    idempotency_key: str | None = None,
 ) -> None:
-    """Raise :class:`InputTooLarge` when ``event``'s input (``input_size_bytes`` encoded) is
-    over :data:`RUN_INPUT_MAX_BYTES`, or its run's first snapshot, dispatched as the service
-    dispatches it (``engine.first_dispatch``), would be over ``SNAPSHOT_MAX_BYTES``.
+    """Raise :class:`InputTooLarge` when ``input`` (``input_size_bytes`` encoded) is over
+    :data:`RUN_INPUT_MAX_BYTES`, or the first snapshot of a run of ``definition`` taking it,
+    dispatched as the service dispatches it (``engine.first_dispatch``), would be over
+    ``SNAPSHOT_MAX_BYTES``.
 
-    Pure (no I/O) and without ids drawn from the service's environment, so a seeded trace is
-    the same whether or not an input is measured.
+    Pure (no I/O), and nothing is built for an input under :data:`INPUT_MEASURED_FROM_BYTES`
+    (every start calls it). The measured run has probe ids and time of a real one's length,
+    not ids drawn from the service's environment, so a seeded trace is the same whether or not
+    an input is measured (the snapshot's header room absorbs the few bytes they may differ by).
     """
     if input_size_bytes > RUN_INPUT_MAX_BYTES:
         raise InputTooLarge(
@@ -48,6 +56,13 @@ def check_input_fits(
         )
     if input_size_bytes <= INPUT_MEASURED_FROM_BYTES:
         return
+    event = WorkflowStarted(
+        run_id=PROBE_ID,
+        workflow=definition.name,
+        input=input,
+        idempotency_key=idempotency_key,
+        started_at_ms=PROBE_STARTED_AT_MS,
+    )
     out = first_dispatch(event, definition, lambda: PROBE_ID)
     if out is None or out.snapshot is None:
         return  # the engine decides the start; its own bound fails a run too large to save
