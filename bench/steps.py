@@ -33,8 +33,8 @@ class StepCounter(trio.abc.Instrument):
 
 
 def short_task_name(name: str) -> str:
-    """``dagnats_trio.nats._connection.Connection._read_loop`` -> ``nats._connection.Connection
-    ._read_loop``: the package prefix every task shares dropped."""
+    """``dagnats_trio.nats._reader.read_events`` -> ``nats._reader.read_events``: the package
+    prefix every task shares dropped."""
     return name.removeprefix("dagnats_trio.")
 
 
