@@ -305,6 +305,10 @@ class FaultyTransport:
     def round_trips(self) -> int:
         return self._inner.round_trips
 
+    @property
+    def max_payload_bytes(self) -> int:
+        return self._inner.max_payload_bytes
+
     async def publish(
         self,
         subject: str,

@@ -43,6 +43,8 @@ class NodeConfig:
     sync_always: bool = True
     server_name: str | None = None
     cluster: ClusterSettings | None = None
+    #: The server's ``max_payload`` (what it announces in INFO); None: its default (1 MiB).
+    max_payload_bytes: int | None = None
 
 
 def _quote(value: str) -> str:
@@ -55,6 +57,8 @@ def render_config(config: NodeConfig) -> str:
     lines = [f"listen: {LOOPBACK}:{config.port}"]
     if config.server_name is not None:
         lines.append(f"server_name: {_quote(config.server_name)}")
+    if config.max_payload_bytes is not None:
+        lines.append(f"max_payload: {config.max_payload_bytes}")
     js = [f"store_dir: {_quote(str(config.store_dir))}"]
     if config.sync_always:
         js.append("sync_interval: always")

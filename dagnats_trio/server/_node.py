@@ -72,8 +72,10 @@ class NatsServer:
         server_name: str | None = None,
         cluster: ClusterSettings | None = None,
         port: int = ANY_PORT,
+        max_payload_bytes: int | None = None,
     ) -> None:
         self._binary = binary
+        self._max_payload_bytes = max_payload_bytes
         self._given_store = Path(store_dir) if store_dir is not None else None
         self._sync_always = sync_always
         self._server_name = server_name
@@ -169,6 +171,7 @@ class NatsServer:
             sync_always=self._sync_always,
             server_name=self._server_name,
             cluster=self._cluster,
+            max_payload_bytes=self._max_payload_bytes,
         )
         config_file.write_text(render_config(config))
         binary = self._binary or find_nats_server()
@@ -291,9 +294,16 @@ async def open_nats_server(
     store_dir: Path | str | None = None,
     sync_always: bool = True,
     binary: Path | None = None,
+    max_payload_bytes: int | None = None,
 ) -> AsyncIterator[NatsServer]:
-    """A running single nats-server for the duration of the block."""
-    server = NatsServer(store_dir=store_dir, sync_always=sync_always, binary=binary)
+    """A running single nats-server for the duration of the block; ``max_payload_bytes``
+    configures the bound it announces (None: the server's default)."""
+    server = NatsServer(
+        store_dir=store_dir,
+        sync_always=sync_always,
+        binary=binary,
+        max_payload_bytes=max_payload_bytes,
+    )
     await server.start()
     try:
         yield server

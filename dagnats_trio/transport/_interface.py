@@ -136,6 +136,13 @@ class Transport(Protocol):
     def round_trips(self) -> int:
         """Requests that waited for a server answer since the transport opened."""
 
+    @property
+    def max_payload_bytes(self) -> int:
+        """The most bytes, headers and payload together, the server takes in one message: the
+        ``max_payload`` it announces (nats-server's default is 1 MiB, and it may be configured
+        smaller or larger). A write over it fails on every retry, so what the system stores
+        whole (a run's snapshot, a run's input) is bounded by it, read here, not assumed."""
+
     # --- streams ---------------------------------------------------------------------------
 
     async def publish(

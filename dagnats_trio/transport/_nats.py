@@ -86,6 +86,10 @@ class NatsTransport(CountedSubscriptions, JetStreamOverRequests, JetStreamBatche
     def round_trips(self) -> int:
         return self._round_trips
 
+    @property
+    def max_payload_bytes(self) -> int:
+        return self._nc.max_payload
+
     # --- the one hop ---------------------------------------------------------------------------
 
     async def _aio(

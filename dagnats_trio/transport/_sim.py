@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, final
 
 import trio
 
+from ..nats import DEFAULT_MAX_PAYLOAD_BYTES
 from ._errors import Closed, KeyExists, RevisionMismatch, TemporarilyUnavailable, TransportTimeout
 from ._feed import fetch_feed
 from ._fetch_puller import fetch_puller
@@ -84,6 +85,10 @@ class SimTransport(SimStreams):
     @property
     def round_trips(self) -> int:
         return self._round_trips
+
+    @property
+    def max_payload_bytes(self) -> int:
+        return self._server.max_payload_bytes
 
     async def __aenter__(self) -> SimTransport:
         return self
@@ -377,9 +382,12 @@ def _check_replicas(replicas: int) -> None:
 
 
 @asynccontextmanager
-async def open_sim_transport(*, faults: SimFaults | None = None) -> AsyncIterator[SimTransport]:
-    """One fresh :class:`SimServer` and one connection to it (not provisioned)."""
-    server = SimServer(faults)
+async def open_sim_transport(
+    *, faults: SimFaults | None = None, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+) -> AsyncIterator[SimTransport]:
+    """One fresh :class:`SimServer` (announcing ``max_payload_bytes``) and one connection to it
+    (not provisioned)."""
+    server = SimServer(faults, max_payload_bytes=max_payload_bytes)
     async with server.connect() as transport:
         yield transport
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
+from ..nats import DEFAULT_MAX_PAYLOAD_BYTES
 from ._errors import NotProvisioned, TransportError
 from ._sim_faults import SimFaults
 from ._sim_state import (
@@ -34,8 +35,16 @@ if TYPE_CHECKING:
 class SimServer:
     """One simulated nats-server with JetStream; :meth:`connect` opens a connection to it."""
 
-    def __init__(self, faults: SimFaults | None = None) -> None:
+    def __init__(
+        self,
+        faults: SimFaults | None = None,
+        *,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
         self.faults = faults if faults is not None else SimFaults()
+        #: The ``max_payload`` this server announces to its connections (as nats-server's
+        #: configuration sets it); a test sets a small one to reach the bounds it implies.
+        self.max_payload_bytes = max_payload_bytes
         self._streams: dict[str, SimStream] = {}
         self._buckets: dict[str, SimBucket] = {}
         self._consumers: dict[tuple[str, str], SimConsumer] = {}

@@ -54,6 +54,10 @@ class TrioNatsTransport(JetStreamOverRequests, JetStreamBatches, TrioNatsCore):
     def round_trips(self) -> int:
         return self._round_trips
 
+    @property
+    def max_payload_bytes(self) -> int:
+        return self._conn.max_payload_bytes
+
     def _count_round_trip(self) -> None:
         """A request sent by a helper of this transport (a feed's pull request)."""
         self._round_trips += 1
