@@ -556,6 +556,20 @@ GUARDS: tuple[Guard, ...] = (
         ],
     ),
     _g(
+        "Engine: the snapshot bound is the server's announced max_payload",
+        "EngineState._save: the bound assumed to be the default 1 MiB, not read from the server",
+        [
+            (
+                "bound = snapshot_max_bytes(self.transport.max_payload_bytes)",
+                "bound = SNAPSHOT_MAX_BYTES",
+            )
+        ],
+        [
+            "tests/engine/test_snapshot_too_large.py::"
+            "test_the_bound_is_the_servers_own_max_payload",
+        ],
+    ),
+    _g(
         "Engine: a cancelled engine still makes the run ends it was handed",
         "RunEnds.run: the drain after a cancel is not shielded (so it is cancelled at once)",
         [

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         SNAPSHOT_MAX_BYTES,
         EngineStats,
         legacy_from_env,
+        snapshot_max_bytes,
     )
     from ._start_sweep import (
         START_SWEEP_AFTER_S,
@@ -101,6 +102,7 @@ else:
                 "SNAPSHOT_MAX_BYTES",
                 "EngineStats",
                 "legacy_from_env",
+                "snapshot_max_bytes",
             ),
             "._start_sweep": (
                 "START_SWEEP_AFTER_S",
@@ -178,6 +180,7 @@ __all__ = [
     "legacy_from_env",
     "new_run_snapshot",
     "service_start_entry",
+    "snapshot_max_bytes",
     "start_dispatched",
     "started_msg_id",
     "started_publish_msg",

@@ -37,7 +37,6 @@ from ..transport import ConsumerConfig, Delivery, KeyExists, RevisionMismatch, T
 from ._execute import execute_effects
 from ._shell_state import (
     LEGACY_ENV_VAR,
-    SNAPSHOT_MAX_BYTES,
     EngineState,
     SnapshotTooLarge,
     log,
@@ -309,7 +308,7 @@ class Engine(EngineState):
         except SnapshotTooLarge as exc:
             if snap is None:
                 raise
-            failed = fail_too_large(snap, event, ctx, exc.size_bytes, SNAPSHOT_MAX_BYTES)
+            failed = fail_too_large(snap, event, ctx, exc.size_bytes, exc.bound_bytes)
             log.error("%s; failing the run", exc)
             assert failed.snapshot is not None
             return failed.snapshot, failed.effects, await self._save(failed.snapshot, snap, rev)

@@ -54,20 +54,30 @@ LOOP_ERROR_BACKOFF_MAX_S = 5.0
 #: Room left beside a snapshot in a message for its headers (the compare-and-set's expected
 #: revision): nats-server bounds a message's headers and payload together by ``max_payload``.
 SNAPSHOT_HEADER_ROOM_BYTES = 4096
-#: The most a run's snapshot may encode to and be saved: the server's default ``max_payload``
-#: (1 MiB) less :data:`SNAPSHOT_HEADER_ROOM_BYTES`. A larger one fails its run
-#: (:class:`SnapshotTooLarge`, ``core.fail_too_large``); its save would fail on every retry.
-SNAPSHOT_MAX_BYTES = DEFAULT_MAX_PAYLOAD_BYTES - SNAPSHOT_HEADER_ROOM_BYTES
+
+
+def snapshot_max_bytes(max_payload_bytes: int) -> int:
+    """The most a run's snapshot may encode to and be saved, on a server whose ``max_payload``
+    is ``max_payload_bytes`` (``Transport.max_payload_bytes``, as the server announces it):
+    that less :data:`SNAPSHOT_HEADER_ROOM_BYTES`. A larger one fails its run
+    (:class:`SnapshotTooLarge`, ``core.fail_too_large``); its save would fail on every retry."""
+    return max_payload_bytes - SNAPSHOT_HEADER_ROOM_BYTES
+
+
+#: :func:`snapshot_max_bytes` on a server of the default ``max_payload`` (1 MiB), for docs and
+#: callers with no transport at hand; the engine bounds by what its server announces.
+SNAPSHOT_MAX_BYTES = snapshot_max_bytes(DEFAULT_MAX_PAYLOAD_BYTES)
 
 
 @final
 class SnapshotTooLarge(Exception):
-    """A decided snapshot encodes to more than :data:`SNAPSHOT_MAX_BYTES`: raised before any
-    request, so nothing was written."""
+    """A decided snapshot encodes to more than the bound (:func:`snapshot_max_bytes`): raised
+    before any request, so nothing was written."""
 
-    def __init__(self, run_id: str, size_bytes: int) -> None:
-        super().__init__(f"run {run_id}: snapshot of {size_bytes} bytes, over {SNAPSHOT_MAX_BYTES}")
+    def __init__(self, run_id: str, size_bytes: int, bound_bytes: int) -> None:
+        super().__init__(f"run {run_id}: snapshot of {size_bytes} bytes, over {bound_bytes}")
         self.size_bytes = size_bytes
+        self.bound_bytes = bound_bytes
 
 
 def legacy_from_env(environ: Any = None) -> bool:
@@ -219,14 +229,17 @@ class EngineState:
         A compare-and-set names the run's definition by reference (``_definition_refs``), which
         is stored first, once per definition and process. A create (a run whose service wrote
         no snapshot) holds it inline, as the service's does. A snapshot over
-        :data:`SNAPSHOT_MAX_BYTES` raises :class:`SnapshotTooLarge` (the caller fails the run)."""
+        :func:`snapshot_max_bytes` of the server's ``max_payload`` (read on each save: a
+        reconnect may reach a server configured otherwise) raises :class:`SnapshotTooLarge`
+        (the caller fails the run)."""
         if old is None:
             return create_snapshot(self.transport, new, encoder=self._encoder)
         if new.definition is not None and not self._refs.stored(new.definition):
             return self._store_definition_and_save(new, old, rev)
         data = self._encoder.encode(new, definition_by_ref=True)
-        if len(data) > SNAPSHOT_MAX_BYTES:
-            raise SnapshotTooLarge(new.run_id, len(data))
+        bound = snapshot_max_bytes(self.transport.max_payload_bytes)
+        if len(data) > bound:
+            raise SnapshotTooLarge(new.run_id, len(data), bound)
         update = self.transport.kv_update(layout.RUNS_BUCKET, layout.run_key(new.run_id), data, rev)
         if self._ends_run(new, old):
             return self._save_and_end(update, new)

@@ -4,17 +4,25 @@ Found from outside: three steps each completing with a ~400 KB output made a ~1.
 over nats-server's 1 MiB ``max_payload``; the run stayed "running" forever while the engine
 retried the save about twice a second. The engine now fails the run with the reason
 ``snapshot_too_large``, decided on the stored snapshot (the oversize output left out).
+
+The bound is the server's own ``max_payload`` (``Transport.max_payload_bytes``): on a server
+configured with a quarter of the default, outputs the default server holds fail the run the
+same way instead of being retried forever.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
+import pytest
 import trio
 
 from dagnats_trio.api import Service
 from dagnats_trio.engine import StepStatus
 from dagnats_trio.engine.core import REASON_SNAPSHOT_TOO_LARGE
 from dagnats_trio.protocol import LifecycleEvent, RunStatus, StepFailed, TaskMessage
-from dagnats_trio.transport import NatsTransport
+from dagnats_trio.server import open_nats_server
+from dagnats_trio.transport import NatsTransport, Transport, open_nats_transport, provision
 
 from ._fakes import RUN_TIMEOUT_S, FakeWorker, complete_with, running, test_engine, uid
 
@@ -24,12 +32,16 @@ STEPS = ("a", "b", "c")
 BIG_OUTPUT_CHARS = 400 * 1024
 #: Each step's output when together they fit (kept in the steps and in the run's output).
 SMALL_OUTPUT_CHARS = 100 * 1024
+#: A ``max_payload`` a server may be configured with: a quarter of the default.
+SMALL_MAX_PAYLOAD_BYTES = 256 * 1024
+#: Each step's output when together they fit a small server's snapshot.
+TINY_OUTPUT_CHARS = 30 * 1024
 #: A failure message that alone overflows the snapshot, in a history event that still fits.
 BIG_ERROR_CHARS = 1000 * 1024 - 4096
 
 
 async def _one_run(
-    nats_transport: NatsTransport, output_chars: int, *, fail_c: bool = False
+    nats_transport: Transport, output_chars: int, *, fail_c: bool = False
 ) -> tuple[Service, str]:
     service = Service(nats_transport)
     task, wf = uid("big"), uid("big-out")
@@ -79,3 +91,32 @@ async def test_outputs_under_the_bound_complete(nats_transport: NatsTransport) -
     assert snap.status is RunStatus.COMPLETED
     assert all(st.reason is None for st in snap.steps.values())
     assert snap.steps["c"].output == "c" * SMALL_OUTPUT_CHARS
+
+
+@pytest.fixture
+async def small_transport() -> AsyncIterator[Transport]:
+    """A provisioned transport on a server of its own, configured with a small ``max_payload``."""
+    async with open_nats_server(max_payload_bytes=SMALL_MAX_PAYLOAD_BYTES) as server:
+        url = server.url
+        async with open_nats_transport(url) as transport:
+            await provision(transport)
+            yield transport
+
+
+async def test_the_bound_is_the_servers_own_max_payload(small_transport: Transport) -> None:
+    assert small_transport.max_payload_bytes == SMALL_MAX_PAYLOAD_BYTES
+    # Outputs the default server holds (test_outputs_under_the_bound_complete) are over this
+    # server's bound: the run fails, where the save was retried forever against a 1 MiB bound.
+    service, run = await _one_run(small_transport, SMALL_OUTPUT_CHARS)
+    snap = await service.get_run(run)
+    assert snap.status is RunStatus.FAILED
+    assert snap.error is not None and REASON_SNAPSHOT_TOO_LARGE in snap.error
+    failed = [st for st in snap.steps.values() if st.reason == REASON_SNAPSHOT_TOO_LARGE]
+    assert len(failed) == 1 and failed[0].output is None
+
+
+async def test_outputs_under_a_small_servers_bound_complete(small_transport: Transport) -> None:
+    service, run = await _one_run(small_transport, TINY_OUTPUT_CHARS)
+    snap = await service.get_run(run)
+    assert snap.status is RunStatus.COMPLETED
+    assert snap.steps["c"].output == "c" * TINY_OUTPUT_CHARS
