@@ -24,6 +24,7 @@ from .service import (
     Service,
     ServiceError,
     WorkflowNotFound,
+    run_input_max_bytes,
 )
 
 __all__ = [
@@ -50,4 +51,5 @@ __all__ = [
     "WorkflowNotFound",
     "console_url",
     "no_worker_verdict",
+    "run_input_max_bytes",
 ]

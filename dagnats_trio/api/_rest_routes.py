@@ -119,9 +119,9 @@ API_ROUTES: tuple[RouteDoc, ...] = (
             Answer(
                 413,
                 "The body is larger than the configured limit, or `input_too_large`: the input "
-                "is over 480 KiB encoded (`RUN_INPUT_MAX_BYTES`), or the run's first snapshot "
-                "(the input once, and again in each first step's task) would be over one NATS "
-                "message.",
+                "is over half the server's `max_payload` less 64 KiB, encoded (480 KiB on a "
+                "default server, `RUN_INPUT_MAX_BYTES`), or the run's first snapshot (the input "
+                "once, and again in each first step's task) would be over one NATS message.",
                 ErrorEnvelope,
             ),
         ),

@@ -107,14 +107,18 @@ class RunStarts:
         read before, against the kept definition, and again when the read finds another."""
         known = self._definitions.kept(workflow)
         if known is not None and known.name == workflow:
-            check_input_fits(known, input, input_size, idempotency_key)
+            check_input_fits(
+                known, input, input_size, self._transport.max_payload_bytes, idempotency_key
+            )
             if idempotency_key is None:
                 return await self._start_indexed_early(workflow, input, known, input_size)
             return await self._start_claimed_early(
                 workflow, input, idempotency_key, known, input_size
             )
         definition, definition_revision = await self._read_definition(workflow, "workflow")
-        check_input_fits(definition, input, input_size, idempotency_key)
+        check_input_fits(
+            definition, input, input_size, self._transport.max_payload_bytes, idempotency_key
+        )
         run_id = check_id("run_id", self._env.new_id())
         if idempotency_key is not None:
             run_id = await self._claim_idempotency_key(idempotency_key, run_id)
@@ -151,7 +155,7 @@ class RunStarts:
             if found[0] is not known:
                 # Registered again since: measured against the new one (a refusal here takes
                 # the index writes back, as a deleted workflow's does).
-                check_input_fits(found[0], input, input_size)
+                check_input_fits(found[0], input, input_size, self._transport.max_payload_bytes)
             read.append(found)
 
         indexed = await index_start(self._transport, event, take)
@@ -190,7 +194,7 @@ class RunStarts:
         if definition is not known:
             # Registered again since the check on the kept one: a refusal leaves the key
             # claimed, as a deleted workflow's does (above).
-            check_input_fits(definition, input, input_size, key)
+            check_input_fits(definition, input, input_size, self._transport.max_payload_bytes, key)
         event = WorkflowStarted(
             run_id=run_id,
             workflow=definition.name,

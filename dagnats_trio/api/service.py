@@ -53,6 +53,7 @@ from ._start import START_RUNS_IN_FLIGHT as START_RUNS_IN_FLIGHT
 from ._start import RunStarts
 from ._start import idempotency_kv_key as idempotency_kv_key
 from ._start_bound import RUN_INPUT_MAX_BYTES as RUN_INPUT_MAX_BYTES
+from ._start_bound import run_input_max_bytes as run_input_max_bytes
 from ._unserved import UNSERVED_AFTER_S, unserved_steps
 
 #: Most runs one ``list_runs`` call returns.

@@ -6,21 +6,25 @@ input twice, was over the server's ``max_payload``), after the run's index entry
 Then (session 12's audit): a workflow of three first steps and an input of 300 KiB, under the
 input bound, answered 500 once the workflow had been read (the dispatched snapshot holds the
 input four times) and, on its first start, stored a run that failed ``snapshot_too_large``;
-``Service.start_run`` raised a raw ``TransportError``.
+``Service.start_run`` raised a raw ``TransportError``. The bounds are the server's own
+``max_payload`` (``Transport.max_payload_bytes``): a server configured smaller refuses with 413
+what it cannot store, where a 1 MiB bound let the start write half a run and answer 500.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 
 import pytest
 import trio
 
-from dagnats_trio.api import RUN_INPUT_MAX_BYTES, InputTooLarge
+from dagnats_trio.api import RUN_INPUT_MAX_BYTES, InputTooLarge, run_input_max_bytes
 from dagnats_trio.api._rest_config import DEFAULT_MAX_BODY_BYTES
 from dagnats_trio.api._start import idempotency_kv_key
 from dagnats_trio.protocol import layout
-from dagnats_trio.transport import NatsTransport
+from dagnats_trio.server import open_nats_server
+from dagnats_trio.transport import NatsTransport, Transport, open_nats_transport, provision
 
 from ._stack import IDLE_TASK, IDLE_WORKFLOW, error_code, open_stack, unique
 
@@ -120,3 +124,56 @@ async def test_an_input_too_large_for_several_first_steps_is_413_and_writes_noth
                 await trio.sleep(0.1)
         assert got.json()["status"] == "running"
         assert len(got.json()["steps"]) == WIDE_FIRST_STEPS
+
+
+#: A ``max_payload`` a server may be configured with: a quarter of the default.
+SMALL_MAX_PAYLOAD_BYTES = 256 * 1024
+#: An input under the default server's bound and over this one's (96 KiB on it).
+SMALL_TOO_LARGE_BYTES = 150 * 1024
+#: An input of two first steps: its three copies are over this server's snapshot (252 KiB).
+SMALL_WIDE_TOO_LARGE_BYTES = 90 * 1024
+#: An input that fits this server's run of one first step.
+SMALL_FITTING_BYTES = 80 * 1024
+
+
+@pytest.fixture
+async def small_transport() -> AsyncIterator[Transport]:
+    """A provisioned transport on a server of its own, configured with a small ``max_payload``."""
+    async with open_nats_server(max_payload_bytes=SMALL_MAX_PAYLOAD_BYTES) as server:
+        url = server.url
+        async with open_nats_transport(url) as transport:
+            await provision(transport)
+            yield transport
+
+
+async def test_the_bounds_are_the_servers_own_max_payload(small_transport: Transport) -> None:
+    assert small_transport.max_payload_bytes == SMALL_MAX_PAYLOAD_BYTES
+    assert SMALL_TOO_LARGE_BYTES < RUN_INPUT_MAX_BYTES  # taken by a default server
+    bound = run_input_max_bytes(SMALL_MAX_PAYLOAD_BYTES)
+    assert SMALL_FITTING_BYTES < bound < SMALL_TOO_LARGE_BYTES
+    async with open_stack(small_transport, None, max_body_bytes=DEFAULT_MAX_BODY_BYTES) as api:
+        wide = unique("wide")
+        steps = [{"id": f"s{i}", "task": IDLE_TASK} for i in range(2)]
+        await api.service.register_workflow({"name": wide, "steps": steps})
+        keys_before = set(await small_transport.kv_keys(layout.RUNS_BUCKET))
+        r = await api.client.post("/runs", content=body_with_input_of(SMALL_TOO_LARGE_BYTES))
+        assert r.status_code == 413, r.text[:300]
+        assert error_code(r) == "input_too_large"
+        assert f"the limit is {bound}" in r.json()["error"]["message"]
+        for _ in range(2):  # the definition read, then the kept one
+            body = {"workflow": wide, "input": "w" * SMALL_WIDE_TOO_LARGE_BYTES}
+            r = await api.client.post("/runs", json=body)
+            assert r.status_code == 413, r.text[:300]
+            assert "first snapshot" in r.json()["error"]["message"]
+        assert set(await small_transport.kv_keys(layout.RUNS_BUCKET)) == keys_before
+        # An input this server can hold starts, and its step is dispatched.
+        r = await api.client.post("/runs", content=body_with_input_of(SMALL_FITTING_BYTES))
+        assert r.status_code == 201, r.text[:300]
+        run_id = r.json()["run_id"]
+        with trio.fail_after(RUN_STARTED_S):
+            while True:
+                got = await api.client.get(f"/runs/{run_id}")
+                assert got.status_code == 200, got.text[:300]
+                if got.json()["steps"][0]["status"] == "running":
+                    break
+                await trio.sleep(0.1)
