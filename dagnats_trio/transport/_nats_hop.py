@@ -44,6 +44,10 @@ def map_exception(exc: BaseException, what: str) -> TransportError | None:
         return TransportTimeout(f"{what}: no answer in time")
     if isinstance(exc, nats.errors.ConnectionClosedError):
         return Closed(f"{what}: connection closed")
+    if isinstance(exc, nats.errors.MaxPayloadError):
+        # Over the server's max_payload: no retry can store it (the native client's refusal
+        # is a plain TransportError too), so not "temporarily unavailable".
+        return TransportError(f"{what}: {exc}")
     if isinstance(exc, nats.errors.Error):
         return TemporarilyUnavailable(f"{what}: {exc}")
     return None
