@@ -84,9 +84,19 @@ TAIL_PROOF_FRESH_S: Final = 0.02
 
 #: Largest body (bytes) of a group of records sent as ONE message; a bigger group goes as an
 #: atomic batch. A quarter of nats-server's default ``max_payload`` (1 MiB,
-#: ``dagnats_trio.nats.DEFAULT_MAX_PAYLOAD_BYTES``; the transport interface names no server
-#: limit), so the group's message stays well under what a server accepts with its headers.
+#: ``dagnats_trio.nats.DEFAULT_MAX_PAYLOAD_BYTES``), so the group's message stays well under
+#: what a server accepts with its headers; a server announcing less lowers it
+#: (:func:`group_message_max_bytes`).
 MAX_GROUP_MESSAGE_BYTES: Final = 256 * 1024
+#: The share of the server's announced ``max_payload`` a group's body may take.
+GROUP_SHARE_OF_MAX_PAYLOAD: Final = 4
+
+
+def group_message_max_bytes(max_payload_bytes: int) -> int:
+    """The largest group body sent as one message to a server announcing ``max_payload_bytes``:
+    a group sized for the default server would be refused, for good, by a server configured
+    smaller, where the same records go through as an atomic batch of one message each."""
+    return min(MAX_GROUP_MESSAGE_BYTES, max_payload_bytes // GROUP_SHARE_OF_MAX_PAYLOAD)
 
 
 def moved_by(tail: StoredMsg | None, own_claim: str) -> str:
@@ -135,6 +145,7 @@ class FencedWriter:
         self._last_seq = last_seq
         self._lock = AppendLock()
         self._held: list[JournalRecord] = []
+        self._group_max_bytes = group_message_max_bytes(transport.max_payload_bytes)
         #: Told of each commit stored (the server's ack gives its sequence), so the client's next
         #: claim of this step can go without a tail read (``_open``, the predicted claim).
         self._known = known
@@ -174,7 +185,7 @@ class FencedWriter:
     async def append_batch(self, records: Sequence[JournalRecord]) -> int:
         """Append ``records`` stored together (after the records held, in the same group
         when the server's batch limit allows), fenced like :meth:`append`: stored whole or not
-        at all, as one message (a record group) or, over :data:`MAX_GROUP_MESSAGE_BYTES`, one
+        at all, as one message (a record group) or, over :func:`group_message_max_bytes`, one
         atomic batch. Held records that would take the group past
         :data:`MAX_BATCH_PUBLISH_MSGS` are stored first, in a group of their own (they may be
         written at any time before). ValueError, writing nothing, for an empty list or one over
@@ -228,7 +239,7 @@ class FencedWriter:
         an atomic batch when too big: the publish's own, with no frame of this method in
         between, unless a crash-seam hook is installed (tests)."""
         data = encode_group(records)
-        if len(data) > MAX_GROUP_MESSAGE_BYTES:
+        if len(data) > self._group_max_bytes:
             return self._publish_batch(records)
         if current_hook() is not None:
             return self._seam_then_publish(data, group_headers(records))
