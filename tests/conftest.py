@@ -7,7 +7,11 @@ the blocking :class:`SyncNatsServer` (same config code as the embedded server) f
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any, Final
 
 import pytest
 from _outage import Ridden
@@ -96,6 +100,19 @@ def transport(request: pytest.FixtureRequest) -> Transport:
 
 
 _OUTAGE_CHILD = pytest.StashKey[OutageChild]()
+#: The directory an xdist controller hands its workers for the one outage process (workerinput).
+_OUTAGE_DIR_INPUT: Final = "dagnats_outage_dir"
+_OUTAGE_DIR = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist's controller, once per worker: the same scratch directory for all of them, so the
+    outage scenarios run once per session, not once per worker (tests/_outage_run.py)."""
+    stash = node.config.stash
+    if _OUTAGE_DIR not in stash:
+        stash[_OUTAGE_DIR] = Path(tempfile.mkdtemp(prefix="dagnats-outage-"))
+    node.workerinput[_OUTAGE_DIR_INPUT] = str(stash[_OUTAGE_DIR])
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -103,13 +120,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     process of their own now, so their 90 s outage is waited out while the suite runs."""
     names = {m.args[0] for item in session.items for m in item.iter_markers("outage")}
     if names and not session.config.option.collectonly:
-        session.config.stash[_OUTAGE_CHILD] = OutageChild.start(names)
+        shared = getattr(session.config, "workerinput", {}).get(_OUTAGE_DIR_INPUT)
+        child = OutageChild.start(names, Path(shared) if shared else None)
+        session.config.stash[_OUTAGE_CHILD] = child
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     child = session.config.stash.get(_OUTAGE_CHILD, None)
     if child is not None:
-        child.stop()
+        # An xdist worker's process may still be read by another worker: let it finish, unless
+        # the session was interrupted.
+        shared = not child.owns_tmp and exitstatus != pytest.ExitCode.INTERRUPTED
+        child.stop(wait_for_others=shared)
+    shared_dir = session.config.stash.get(_OUTAGE_DIR, None)
+    if shared_dir is not None:  # the xdist controller, after every worker has ended
+        shutil.rmtree(shared_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -120,3 +145,30 @@ def outages(request: pytest.FixtureRequest) -> dict[str, Ridden]:
     if child is None:
         pytest.fail("no outage scenario was started: mark the test @pytest.mark.outage(name)")
     return child.outcomes()
+
+
+#: The user property the in-suite soaks record their summary line under.
+SOAK_SUMMARY_PROPERTY: Final = "chaos soak"
+
+
+@pytest.fixture
+def record_soak_summary(record_property: pytest.RecordProperty) -> Callable[[str], None]:
+    """Record a line for the end-of-session summary: the soak's seed, its figures and the command
+    that replays it, printed where ``pytest -q`` still shows it."""
+
+    def record(line: str) -> None:
+        record_property(SOAK_SUMMARY_PROPERTY, line)
+
+    return record
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The soaks' summary lines. Here, not in tests/chaos/: an xdist controller collects no test,
+    so it loads only this conftest, and the reports it gets from its workers carry the lines."""
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) != "call":
+                continue
+            for name, value in getattr(report, "user_properties", ()):
+                if name == SOAK_SUMMARY_PROPERTY:
+                    terminalreporter.write_line(f"{SOAK_SUMMARY_PROPERTY}: {value}")
