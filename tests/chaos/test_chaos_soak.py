@@ -48,9 +48,10 @@ RUNS = 12
 REAL_SOAK_TIMEOUT_S = 60.0
 #: The soak every ``just test`` runs, on the seed of the commit (``chaos/_seed.py``).
 SUITE_SOAK_RUNS = 2000
-#: Wall bound of that soak: it needs about 14 s of CPU (docs/verification.md); the rest is room
-#: for a machine whose cores are busy with other work.
-SUITE_SOAK_WALL_S = 300.0
+#: Wall bound of that soak, a hang detector (the soak is on the autojump clock): the rest of its
+#: CPU time is room for a machine whose cores are busy with other work, such as the suite's
+#: other xdist worker and other suites on the same cores (half this bound was once too close).
+SUITE_SOAK_WALL_S = 600.0
 REPO = Path(__file__).resolve().parents[2]
 
 
