@@ -209,11 +209,30 @@ class LeaseTable:
             _log.error("dropping an unreadable task message on %s: %s", delivery.subject, exc)
             await delivery.term()
             return None
+        self._supersede(delivery)
         token = secrets.token_urlsafe(LEASE_TOKEN_BYTES)
         holder = DeliveryState(TaskIdentity.of(task), worker_id=self._bridge_id)
         lease = Lease(token, task_type, task, delivery, holder, trio.current_time())
         self._leases[token] = lease
         return lease
+
+    def _supersede(self, delivery: Delivery) -> None:
+        """The server handing a message out again means it gave up on its earlier delivery: a
+        lease of that delivery has lapsed, whatever this bridge's clock says. The bridge's clock
+        starts when the lease is made, after the server's: under load the server could redeliver
+        first, and the earlier lease still settled (found by a loaded suite run)."""
+        for lease in self._leases.values():
+            if (
+                lease.delivery.stream_seq == delivery.stream_seq
+                and lease.delivery.num_delivered < delivery.num_delivered
+                and not lease.inactive
+            ):
+                lease.lapsed = True
+                _log.info(
+                    "lease of %s.%s lapsed: the server delivered its task again",
+                    lease.task.run_id,
+                    lease.task.step_id,
+                )
 
     def _view(self, lease: Lease) -> LeaseView:
         t = lease.task

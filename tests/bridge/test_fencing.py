@@ -73,6 +73,22 @@ async def test_lapsed_lease_without_claim_is_expired(stack: Stack) -> None:
     assert (await stack.finished(run_id))["steps"][0]["output"] == "ok"
 
 
+async def test_a_lease_whose_task_the_server_delivered_again_is_expired(stack: Stack) -> None:
+    """However recent its last request: the server gave up on that delivery (here a nak
+    stands for the AckWait the server counts from its delivery, before the bridge's clock)."""
+    workflow, task_type = await stack.workflow()
+    run_id = await stack.start(workflow)
+    first = await stack.poll(task_type)
+    async with stack.bridge._leases.use(first["token"]) as lease:
+        await lease.delivery.nak()
+    second = await stack.poll(task_type)
+    assert second["nonce"] == first["nonce"] and second["num_delivered"] == 2
+    r = await stack.act(first, "complete", {"output": "late"})
+    assert r.status_code == 410 and error_code(r) == "lease_expired"
+    await stack.ok(second, "complete", {"output": "ok"})
+    assert (await stack.finished(run_id))["steps"][0]["output"] == "ok"
+
+
 async def test_stale_redelivery_answers_410(stack: Stack) -> None:
     workflow, task_type = await stack.workflow(loop=True)
     run_id = await stack.start(workflow)
