@@ -18,12 +18,13 @@ store); :func:`open_sim_transport` is the shortcut for one server and one connec
 
 Faults (:class:`SimFaults`, in ``_sim_faults``) delay calls, make JetStream unavailable, lose
 publish acks, and drop or duplicate deliveries. The stream operations (publish, batches, gets)
-are ``_sim_streams``; this module holds the connection, KV, consumers and core NATS.
+are ``_sim_streams``, the key-value requests ``_sim_kv``; this module holds the connection, KV
+watches, consumers and core NATS.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, final
@@ -31,19 +32,19 @@ from typing import TYPE_CHECKING, final
 import trio
 
 from ..nats import DEFAULT_MAX_PAYLOAD_BYTES
-from ._errors import Closed, KeyExists, RevisionMismatch, TemporarilyUnavailable, TransportTimeout
+from ._errors import Closed, TemporarilyUnavailable, TransportTimeout
 from ._feed import fetch_feed
 from ._fetch_puller import fetch_puller
 from ._interface import Delivery, Feed, Puller
 from ._sim_delivery import SimDelivery
 from ._sim_faults import SimFaults
+from ._sim_kv import SimKv
 from ._sim_server import SimServer
 from ._sim_state import CoreSub, ReplySlot, Watcher
 from ._sim_streams import SimStreams
 from ._sim_subjects import check_publish_subject
 from ._values import (
     DEFAULT_REQUEST_TIMEOUT_S,
-    MAX_LAST_MSGS_SUBJECTS,
     BucketSpec,
     ConsumerConfig,
     CoreMsg,
@@ -62,7 +63,7 @@ WATCH_PENDING_ENTRIES_LIMIT = 65_536
 
 
 @final
-class SimTransport(SimStreams):
+class SimTransport(SimKv, SimStreams):
     """One connection to a :class:`SimServer`; implements :class:`Transport`."""
 
     def __init__(self, server: SimServer, conn_id: int) -> None:
@@ -134,75 +135,6 @@ class SimTransport(SimStreams):
         return trio.current_time() >= self._server.faults.unavailable_until
 
     # --- key-value -------------------------------------------------------------------------
-
-    async def kv_get(self, bucket: str, key: str) -> KvEntry | None:
-        await self._call()
-        item = self._server._bucket(bucket).items.get(key)
-        if item is None or item.value is None:
-            return None
-        return KvEntry(bucket, key, item.value, item.revision)
-
-    async def kv_get_many(self, bucket: str, keys: Sequence[str]) -> dict[str, KvEntry]:
-        wanted = list(dict.fromkeys(keys))
-        for _ in range(0, len(wanted), MAX_LAST_MSGS_SUBJECTS):
-            await self._call()  # one round trip per chunk, as on a server
-        if not wanted:
-            await trio.lowlevel.checkpoint()
-        items = self._server._bucket(bucket).items
-        found: dict[str, KvEntry] = {}
-        for key in wanted:
-            item = items.get(key)
-            if item is not None and item.value is not None:
-                found[key] = KvEntry(bucket, key, item.value, item.revision)
-        return found
-
-    async def kv_put(self, bucket: str, key: str, value: bytes) -> int:
-        await self._call()
-        return self._server._bucket(bucket).write(key, value, trio.current_time())
-
-    async def kv_create(
-        self, bucket: str, key: str, value: bytes, *, ttl_s: float | None = None
-    ) -> int:
-        await self._call()
-        b = self._server._bucket(bucket)
-        now = trio.current_time()
-        expires_at = b.expiry(ttl_s, now)
-        item = b.items.get(key)
-        if item is not None and item.value is not None:
-            raise KeyExists(f"key {key!r} already exists in bucket {bucket!r}")
-        return b.write(key, value, now, expires_at)
-
-    async def kv_update(
-        self, bucket: str, key: str, value: bytes, revision: int, *, ttl_s: float | None = None
-    ) -> int:
-        await self._call()
-        b = self._server._bucket(bucket)
-        now = trio.current_time()
-        expires_at = b.expiry(ttl_s, now)
-        current = b.current_revision(key)
-        if current != revision:
-            raise RevisionMismatch(
-                f"key {key!r} in bucket {bucket!r} is at revision {current}, not {revision}"
-            )
-        return b.write(key, value, now, expires_at)
-
-    async def kv_delete(self, bucket: str, key: str, revision: int | None = None) -> None:
-        await self._call()
-        b = self._server._bucket(bucket)
-        if revision is not None:
-            current = b.current_revision(key)
-            if current != revision:
-                raise RevisionMismatch(
-                    f"key {key!r} in bucket {bucket!r} is at revision {current}, not {revision}"
-                )
-        b.write(key, None, trio.current_time())
-
-    async def kv_keys(self, bucket: str, prefix: str = "") -> list[str]:
-        await self._call()
-        b = self._server._bucket(bucket)
-        return sorted(
-            k for k, item in b.items.items() if item.value is not None and k.startswith(prefix)
-        )
 
     @asynccontextmanager
     async def kv_watch(
