@@ -39,6 +39,7 @@ from ._interface import Delivery, Feed, Puller
 from ._sim_delivery import SimDelivery
 from ._sim_faults import SimFaults
 from ._sim_kv import SimKv
+from ._sim_payload import check_max_payload
 from ._sim_server import SimServer
 from ._sim_state import CoreSub, ReplySlot, Watcher
 from ._sim_streams import SimStreams
@@ -224,6 +225,7 @@ class SimTransport(SimKv, SimStreams):
 
     async def core_publish(self, subject: str, data: bytes, headers: Headers | None = None) -> None:
         check_publish_subject(subject)
+        check_max_payload(self.max_payload_bytes, data, headers, f"publish to {subject!r}")
         await self._arrive()
         self._server._deliver_core(subject, data, dict(headers or {}), None)
 
@@ -249,6 +251,7 @@ class SimTransport(SimKv, SimStreams):
     async def respond(self, msg: CoreMsg, data: bytes) -> None:
         if msg.reply is None:
             raise ValueError(f"message on {msg.subject!r} is not a request: it has no reply")
+        check_max_payload(self.max_payload_bytes, data, None, f"reply to {msg.reply!r}")
         await self._arrive()
         self._server._deliver_core(msg.reply, data, {}, None)
 
@@ -263,6 +266,7 @@ class SimTransport(SimKv, SimStreams):
         headers: Headers | None = None,
     ) -> bytes:
         check_publish_subject(subject)
+        check_max_payload(self.max_payload_bytes, data, headers, f"request to {subject!r}")
         await self._call(jetstream=False)
         server = self._server
         self._inbox_seq += 1

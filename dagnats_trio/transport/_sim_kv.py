@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import trio
 
 from ._errors import KeyExists, RevisionMismatch
+from ._jetstream_wire import EXPECTED_LAST_SUBJECT_SEQ, with_ttl
+from ._sim_payload import check_max_payload
 from ._sim_server import SimServer
 from ._values import MAX_LAST_MSGS_SUBJECTS, KvEntry
 
@@ -49,12 +51,16 @@ class SimKv(ABC):
         return found
 
     async def kv_put(self, bucket: str, key: str, value: bytes) -> int:
+        check_max_payload(self._server.max_payload_bytes, value, None, f"put of {key!r}")
         await self._call()
         return self._server._bucket(bucket).write(key, value, trio.current_time())
 
     async def kv_create(
         self, bucket: str, key: str, value: bytes, *, ttl_s: float | None = None
     ) -> int:
+        # The headers of a NATS transport's first try (a create expects no message on the key).
+        wire = with_ttl({EXPECTED_LAST_SUBJECT_SEQ: "0"}, ttl_s)
+        check_max_payload(self._server.max_payload_bytes, value, wire, f"create of {key!r}")
         await self._call()
         b = self._server._bucket(bucket)
         now = trio.current_time()
@@ -67,6 +73,8 @@ class SimKv(ABC):
     async def kv_update(
         self, bucket: str, key: str, value: bytes, revision: int, *, ttl_s: float | None = None
     ) -> int:
+        wire = with_ttl({EXPECTED_LAST_SUBJECT_SEQ: str(revision)}, ttl_s)
+        check_max_payload(self._server.max_payload_bytes, value, wire, f"update of {key!r}")
         await self._call()
         b = self._server._bucket(bucket)
         now = trio.current_time()

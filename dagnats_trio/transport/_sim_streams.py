@@ -25,6 +25,7 @@ from ._errors import (
 )
 from ._sim_batch import MSG_ID_HEADER, batch_from, check_batch_streams, last_msgs, store_batch
 from ._sim_faults import SimFaults
+from ._sim_payload import check_batch_max_payload, check_max_payload, publish_wire_headers
 from ._sim_server import SimServer
 from ._sim_subjects import check_publish_subject
 from ._values import (
@@ -71,6 +72,8 @@ class SimStreams(ABC):
         expected_last_subject_seq: int | None = None,
     ) -> int:
         check_publish_subject(subject)
+        wire = publish_wire_headers(headers, msg_id, expected_last_subject_seq)
+        check_max_payload(self._server.max_payload_bytes, data, wire, f"publish to {subject!r}")
         await self._call()
         server = self._server
         stream = server._owner(subject)
@@ -133,9 +136,11 @@ class SimStreams(ABC):
         check_batch(msgs, expected_last_subject_seq)
         for msg in msgs:
             check_publish_subject(msg.subject)
+        what = f"batch of {len(msgs)} to {msgs[0].subject!r}"
+        max_payload = self._server.max_payload_bytes
+        check_batch_max_payload(max_payload, msgs, expected_last_subject_seq, what)
         await self._call()
         server = self._server
-        what = f"batch of {len(msgs)} to {msgs[0].subject!r}"
         stream = check_batch_streams([server._owner(m.subject) for m in msgs], what)
         ack = store_batch(stream, msgs, expected_last_subject_seq, trio.current_time(), what)
         server._notify()
