@@ -46,6 +46,7 @@ from ._jetstream_wire import (
     ns,
     watch_filter,
 )
+from ._max_payload import check_max_payload
 from ._nats_batch import gather, send_batch
 from ._nats_hop import hand_over, headers_of, run_detached, run_shielded
 from ._nats_pull import NatsDelivery, PullInbox, PullRequest, status_error
@@ -116,6 +117,8 @@ class NatsTransport(CountedSubscriptions, JetStreamOverRequests, JetStreamBatche
     ) -> Msg:
         if self._closed:
             raise Closed(f"{what}: transport closed")
+        if headers:  # nats-py bounds the payload alone (see ``_max_payload``)
+            check_max_payload(self._nc.max_payload, payload, headers, what)
         self._round_trips += 1
         timeout = self._timeout if timeout_s is None else timeout_s
         return await self._aio(
@@ -311,6 +314,8 @@ class NatsTransport(CountedSubscriptions, JetStreamOverRequests, JetStreamBatche
     # --- core NATS -----------------------------------------------------------------------------
 
     async def core_publish(self, subject: str, data: bytes, headers: Headers | None = None) -> None:
+        if headers:
+            check_max_payload(self._nc.max_payload, data, headers, f"publish {subject!r}")
         await self._aio(
             self._nc.publish(subject, data, headers=dict(headers) if headers else None),
             f"publish {subject!r}",

@@ -17,6 +17,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
 from ._jetstream_batch import DirectReply, WireMsg
+from ._max_payload import check_max_payload
 from ._nats_hop import headers_of
 
 #: Where nats-py puts a message's status line among its headers.
@@ -39,7 +40,10 @@ def direct_reply(msg: Msg) -> DirectReply:
 
 async def send_batch(nc: NatsClient, wire: Sequence[WireMsg], timeout_s: float) -> Msg:
     """asyncio side: the messages before the commit without a reply, then the commit as a
-    request; the commit's answer."""
+    request; the commit's answer. Every message is checked before the first is sent (nats-py
+    bounds the payload alone; one over the bound would make the server close the connection)."""
+    for msg in wire:
+        check_max_payload(nc.max_payload, msg.data, msg.headers, f"batch to {msg.subject!r}")
     for msg in wire[:-1]:
         await nc.publish(msg.subject, msg.data, headers=msg.headers)
     commit = wire[-1]

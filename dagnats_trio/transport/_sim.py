@@ -36,10 +36,10 @@ from ._errors import Closed, TemporarilyUnavailable, TransportTimeout
 from ._feed import fetch_feed
 from ._fetch_puller import fetch_puller
 from ._interface import Delivery, Feed, Puller
+from ._max_payload import check_max_payload
 from ._sim_delivery import SimDelivery
 from ._sim_faults import SimFaults
 from ._sim_kv import SimKv
-from ._sim_payload import check_max_payload
 from ._sim_server import SimServer
 from ._sim_state import CoreSub, ReplySlot, Watcher
 from ._sim_streams import SimStreams

@@ -14,7 +14,7 @@ import trio
 
 from ._errors import KeyExists, RevisionMismatch
 from ._jetstream_wire import EXPECTED_LAST_SUBJECT_SEQ, with_ttl
-from ._sim_payload import check_max_payload
+from ._max_payload import check_max_payload
 from ._sim_server import SimServer
 from ._values import MAX_LAST_MSGS_SUBJECTS, KvEntry
 

@@ -14,32 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..nats import ProtocolError, encode_headers
-from ._errors import TransportError
 from ._jetstream_batch import BATCH_ID_BYTES, batch_wire
 from ._jetstream_wire import EXPECTED_LAST_SUBJECT_SEQ, MSG_ID
+from ._max_payload import check_max_payload
 from ._values import BatchMsg
 
 #: A batch id as long as the ones the NATS transports send (the sim holds no randomness).
 SIM_BATCH_ID = "0" * (2 * BATCH_ID_BYTES)
-
-
-def check_max_payload(
-    max_payload_bytes: int, data: bytes, headers: Mapping[str, str] | None, what: str
-) -> None:
-    """Raise :class:`TransportError` when ``data`` with the header block of ``headers`` (none
-    when empty, as the transports send no block then) is over ``max_payload_bytes``."""
-    size = len(data)
-    if headers:
-        try:
-            size += len(encode_headers(headers))
-        except ProtocolError as exc:  # what the native transport reports for it
-            raise TransportError(f"{what}: {exc}") from None
-    if size > max_payload_bytes:
-        raise TransportError(
-            f"{what}: {size} bytes of headers and payload, over the server's max_payload "
-            f"{max_payload_bytes}; nothing was stored"
-        )
 
 
 def publish_wire_headers(

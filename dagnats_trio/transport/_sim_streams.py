@@ -23,9 +23,10 @@ from ._errors import (
     TransportTimeout,
     WrongLastSequence,
 )
+from ._max_payload import check_max_payload
 from ._sim_batch import MSG_ID_HEADER, batch_from, check_batch_streams, last_msgs, store_batch
 from ._sim_faults import SimFaults
-from ._sim_payload import check_batch_max_payload, check_max_payload, publish_wire_headers
+from ._sim_payload import check_batch_max_payload, publish_wire_headers
 from ._sim_server import SimServer
 from ._sim_subjects import check_publish_subject
 from ._values import (
