@@ -83,6 +83,25 @@ async def nats_cluster() -> AsyncIterator[NatsCluster]:
 
 
 @pytest.fixture
+async def own_nats_transport(fresh_nats_server: NatsServer) -> AsyncIterator[NatsTransport]:
+    """As ``nats_transport``, on a server of this test's own: for a test that counts what an
+    engine applies, derives or drops, which on the session server would include the events an
+    earlier test left unacknowledged on the engine's durable consumer (the order tests meet in
+    depends on how xdist hands files to its workers)."""
+    async with open_nats_py_transport(fresh_nats_server.url, name="pytest") as transport:
+        await provision(transport)
+        yield transport
+
+
+@pytest.fixture
+async def own_trio_transport(fresh_nats_server: NatsServer) -> AsyncIterator[TrioNatsTransport]:
+    """As ``trio_transport``, on a server of this test's own (see ``own_nats_transport``)."""
+    async with open_trio_nats_transport(fresh_nats_server.url, name="pytest") as transport:
+        await provision(transport)
+        yield transport
+
+
+@pytest.fixture
 async def sim_transport() -> AsyncIterator[SimTransport]:
     """A provisioned in-memory SimTransport on the Trio clock."""
     async with open_sim_transport() as transport:

@@ -47,6 +47,15 @@ from dagnats_trio.transport import NatsTransport, Transport
 from ._fakes import RUN_TIMEOUT_S, FakeWorker, complete_with, running, test_engine, uid
 from .test_snapshot_codec import EARLIER_RELEASE_SNAPSHOT, SNAPSHOT_EXAMPLES, _snapshots
 
+
+@pytest.fixture(params=["own_nats", "sim"])
+def transport(request: pytest.FixtureRequest) -> Transport:
+    """The suite's ``transport``, with the real server one of the test's own: a test here counts
+    what the engine derives, which on the session server would include the starts earlier tests
+    left on the engine's durable consumer."""
+    value: Transport = request.getfixturevalue(f"{request.param}_transport")
+    return value
+
 #: The scripted agent's iterations (4 model calls, 3 tool calls: three continues, an answer):
 #: five compare-and-sets, as in ``just bench``.
 AGENT_ITERATIONS: Final = 4

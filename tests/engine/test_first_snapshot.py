@@ -23,6 +23,15 @@ from dagnats_trio.transport import KvEntry, Transport
 from ._fakes import RUN_TIMEOUT_S, FakeWorker, complete_with, running, test_engine, uid
 
 
+@pytest.fixture(params=["own_nats", "sim"])
+def transport(request: pytest.FixtureRequest) -> Transport:
+    """The suite's ``transport``, with the real server one of the test's own: these tests count
+    what the engine derives or meets in conflict, which on the session server would include the
+    events earlier tests left on the engine's durable consumer."""
+    value: Transport = request.getfixturevalue(f"{request.param}_transport")
+    return value
+
+
 class KvGets:
     """A transport that records each ``kv_get`` made through it and passes every call on."""
 

@@ -139,13 +139,13 @@ def test_a_dispatched_start_is_never_derived_as_an_undispatched_one() -> None:
 
 
 async def test_a_derived_copy_of_a_run_that_moved_on_is_never_saved_over_it(
-    nats_transport: Transport,
+    own_nats_transport: Transport,
 ) -> None:
     """The derived copy is the snapshot at the event's revision: a run moved on since (here a
     cancel saved before any engine saw the start) has a later revision. The start's tasks are
     repeated (duplicates, stored once) and the copy kept; the run's next event, decided on it,
     fails its compare-and-set, is decided again on the store's snapshot, and is dropped."""
-    transport = nats_transport
+    transport = own_nats_transport  # it counts what the engine applied: a server of its own
     service = Service(transport)
     task, wf = uid("t"), uid("wf")
     await service.register_workflow({"name": wf, "steps": [{"id": "a", "task": task}]})
